@@ -1,0 +1,1 @@
+"""The ``accordion`` command line: it drives the twin (and, later, the live runtime)."""

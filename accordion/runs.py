@@ -1,0 +1,128 @@
+"""The pipeline behind ``simulate`` and ``compare``: load, replay, report.
+
+Kept apart from the CLI so the benchmarks and tests run exactly what the
+commands run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from model.job import Job
+from model.machine import Machine
+from model.metrics import ScheduleMetrics
+from scheduler.placement import PlacementRule
+from scheduler.policies.registry import build_policy
+from twin.report import metrics_of, summary, write_jobs_csv, write_summary
+from twin.simulate import ProgressFn, SimulationResult, simulate
+from workload.cluster import cluster_from_header, load_cluster
+from workload.convert import SwfRules, load_jobs, records_from_schedule
+from workload.swf import read_header, write_swf
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """Jobs ready to replay, the machines to replay them on, and what was left out."""
+
+    name: str
+    path: Path
+    jobs: list[Job]
+    machines: tuple[Machine, ...]
+    cluster_source: str
+    skipped: Counter[str]
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "jobs": len(self.jobs),
+            "skipped": dict(self.skipped),
+            "cluster_source": self.cluster_source,
+        }
+
+
+def trace_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".swf"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def load_workload(
+    trace: Path, *, cluster: Path | None, jobs: int | None, rules: SwfRules | None = None
+) -> Workload:
+    """Read ``trace`` (SWF) and the machines: a cluster file, or the trace's header."""
+    if cluster is not None:
+        spec = load_cluster(cluster)
+        machines = spec.machines
+        source = str(cluster)
+    else:
+        spec = cluster_from_header(read_header(trace))
+        machines = spec.machines
+        source = "trace header"
+    total = sum(m.cpus for m in machines)
+    loaded = load_jobs(trace, rules or SwfRules(), limit=jobs, total_cpus=total)
+    if not loaded.jobs:
+        raise ValueError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
+    return Workload(
+        name=trace_name(trace),
+        path=trace,
+        jobs=loaded.jobs,
+        machines=tuple(machines),
+        cluster_source=source,
+        skipped=loaded.skipped,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    """One policy replayed on one workload."""
+
+    spec: str
+    result: SimulationResult
+    metrics: ScheduleMetrics
+    summary: dict[str, Any]
+
+
+def run_policy(
+    workload: Workload,
+    spec: str,
+    *,
+    placement: PlacementRule = PlacementRule.FASTEST,
+    progress: ProgressFn | None = None,
+) -> Run:
+    policy = build_policy(spec, placement=placement)
+    result = simulate(workload.jobs, machines=workload.machines, policy=policy, progress=progress)
+    metrics = metrics_of(result)
+    data = summary(result, metrics, workload=workload.describe())
+    data["placement"] = str(placement)
+    return Run(spec=spec, result=result, metrics=metrics, summary=data)
+
+
+def safe_name(spec: str) -> str:
+    return spec.replace(":", "+").replace("/", "_")
+
+
+def write_run(out: Path, run: Run, *, swf: bool = True) -> list[Path]:
+    """``<policy>.jobs.csv``, ``<policy>.summary.json`` and ``<policy>.swf`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = safe_name(run.spec)
+    paths = [out / f"{stem}.jobs.csv", out / f"{stem}.summary.json"]
+    write_jobs_csv(paths[0], run.result)
+    write_summary(paths[1], run.summary)
+    if swf:
+        path = out / f"{stem}.swf"
+        rows = sorted(run.result.outcomes, key=lambda o: (o.job.submit, o.job.id))
+        write_swf(
+            path,
+            records_from_schedule((o.job, o.start, o.end, o.max_cpus, 1) for o in rows),
+            header={
+                "Note": f"schedule simulated by accordion's twin, policy {run.spec}",
+                "MaxProcs": str(run.result.total_cpus),
+            },
+        )
+        paths.append(path)
+    return paths

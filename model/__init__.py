@@ -1,0 +1,11 @@
+"""The pure domain model: jobs, machines, allocations, the execution model, metrics.
+
+Nothing here does I/O. The scheduler core, its policies, the twin and the live
+agents all build on these value types, so a number means the same thing
+everywhere (see ``../shared/DESIGN.md``, "The spine", points 1 and 4).
+"""
+
+from model.job import Job
+from model.machine import Machine, Part, parts_cpus, parts_min_speed
+
+__all__ = ["Job", "Machine", "Part", "parts_cpus", "parts_min_speed"]

@@ -1,0 +1,106 @@
+"""Placement: which machines' CPUs a job gets.
+
+The rule is stated and configurable (issue 2, point 5). Machines are always
+considered in the order ``(-speed, id)``, fastest first, so ties are total.
+
+``fastest`` (default)
+    Maximise the pace of the job, which is the speed of its slowest part
+    (EG-EDF paper, sec. 2; DESIGN.md "Heterogeneous speed"): take the smallest
+    set of speed levels, from the fastest down, whose machines together have
+    enough free CPUs. Inside that set, a single machine that fits is preferred
+    (the fastest one); otherwise the job spans machines, the ones with most free
+    CPUs first so it has as few parts as possible.
+``best-fit``
+    A single machine that leaves the fewest CPUs free, else span like
+    ``fastest``. Packs jobs tightly at the cost of sometimes slower machines.
+``single``
+    Never span machines; the fastest machine that fits (the EG-EDF paper's
+    model: "parallel jobs are always executed on only one machine").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from model.machine import Machine, Part
+
+
+class PlacementRule(StrEnum):
+    FASTEST = "fastest"
+    BEST_FIT = "best-fit"
+    SINGLE = "single"
+
+
+def sort_machines(machines: Sequence[Machine]) -> list[Machine]:
+    """The canonical machine order: fastest first, then by id."""
+    return sorted(machines, key=lambda m: (-m.speed, m.id))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """A placement rule. ``machines`` passed to :meth:`place` must be in canonical order."""
+
+    rule: PlacementRule = PlacementRule.FASTEST
+
+    def place(
+        self, cpus: int, free: Mapping[str, int], machines: Sequence[Machine]
+    ) -> tuple[Part, ...] | None:
+        """Parts giving ``cpus`` CPUs out of ``free``, or None when they do not fit."""
+        if len(machines) == 1:
+            # The common case of a homogeneous trace cluster: one partition.
+            only = machines[0].id
+            return (Part(only, cpus),) if free[only] >= cpus else None
+        if self.rule is PlacementRule.SINGLE:
+            for m in machines:
+                if free[m.id] >= cpus:
+                    return (Part(m.id, cpus),)
+            return None
+        if self.rule is PlacementRule.BEST_FIT:
+            best: Machine | None = None
+            for m in machines:
+                f = free[m.id]
+                if f >= cpus and (best is None or f < free[best.id]):
+                    best = m
+            if best is not None:
+                return (Part(best.id, cpus),)
+            return _span(cpus, free, machines)
+        return _fastest(cpus, free, machines)
+
+
+def _fastest(
+    cpus: int, free: Mapping[str, int], machines: Sequence[Machine]
+) -> tuple[Part, ...] | None:
+    total = 0
+    n = len(machines)
+    for i, m in enumerate(machines):
+        total += free[m.id]
+        last_of_level = i + 1 == n or machines[i + 1].speed < m.speed
+        if total >= cpus and last_of_level:
+            candidates = machines[: i + 1]
+            for c in candidates:
+                if free[c.id] >= cpus:
+                    return (Part(c.id, cpus),)
+            return _span(cpus, free, candidates)
+    return None
+
+
+def _span(
+    cpus: int, free: Mapping[str, int], machines: Sequence[Machine]
+) -> tuple[Part, ...] | None:
+    if sum(free[m.id] for m in machines) < cpus:
+        return None
+    # Most free first keeps the number of parts (and messages, and failure points) small;
+    # the stable sort keeps the canonical order among equals.
+    order = sorted(machines, key=lambda m: -free[m.id])
+    parts: list[Part] = []
+    need = cpus
+    for m in order:
+        take = min(need, free[m.id])
+        if take > 0:
+            parts.append(Part(m.id, take))
+            need -= take
+        if need == 0:
+            break
+    return tuple(parts)

@@ -1,0 +1,1 @@
+"""Scheduling policies, one module each, named after the policy (see ``registry``)."""

@@ -1,0 +1,130 @@
+"""EASY backfilling: one reservation, for the job at the head.
+
+Lifka's ANL/IBM SP scheduler as the DPSA paper (sec. III.A, Fig. 1) and the
+FCFS-malleable paper (Fig. 2(b)) use it as their baseline: jobs start in
+priority order while they fit; the first that does not fit gets a reservation
+at the earliest time the running jobs' estimated ends free enough CPUs (the
+*shadow time*, ``scheduler.reservation``); every later job in priority order
+may start now ("backfill") if it fits now and either ends, by its estimate,
+before the shadow time, or only uses CPUs that the reservation leaves over.
+With exact estimates the head job therefore never starts later than its
+reservation (a property test). On heterogeneous machines a job's estimate is
+its wall time scaled to the pace of the allocation the placement rule picks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model.job import Job
+from scheduler.alloc import pace, take
+from scheduler.placement import Placement
+from scheduler.priority import PrioritySource
+from scheduler.priority.fifo import Fifo
+from scheduler.reservation import Shadow, shadow_for
+from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EasyBackfill:
+    priority: PrioritySource = field(default_factory=Fifo)
+    placement: Placement = field(default_factory=Placement)
+    name: str = "easy"
+
+    def decide(self, snapshot: Snapshot) -> Decisions:
+        now = snapshot.now
+        machines = snapshot.machines
+        speeds = snapshot.speeds
+        free = dict(snapshot.free)
+        total_free = sum(free.values())
+        order = self.priority.order(snapshot)
+        starts: list[Start] = []
+        n = len(order)
+        i = 0
+        while i < n:
+            job = order[i]
+            parts = (
+                self.placement.place(job.procs, free, machines) if job.procs <= total_free else None
+            )
+            if parts is None:
+                break
+            take(free, parts)
+            total_free -= job.procs
+            starts.append(Start(job, parts))
+            i += 1
+        if i == n:
+            return Decisions(starts=starts)
+        head = order[i]
+        # The reservation is only worked out once some job could backfill at all: at
+        # most events of a busy trace no waiting job fits the free CPUs.
+        shadow_time = float("inf")
+        extra: dict[str, int] = {}
+        extra_cap = 0
+        reservations: list[Reservation] = []
+        computed = False
+        fastest = machines[0].speed
+        for job in order[i + 1 :]:
+            if total_free == 0:
+                break
+            procs = job.procs
+            if procs > total_free:
+                continue
+            if not computed:
+                computed = True
+                shadow = self._shadow(snapshot, head, free, starts)
+                if shadow is None:
+                    # The head can never run on these machines (e.g. a rule that never
+                    # spans): it holds nothing back, and the rest backfills freely.
+                    extra = dict(free)
+                else:
+                    shadow_time = shadow.reservation.start
+                    extra = shadow.extra
+                    reservations.append(shadow.reservation)
+                extra_cap = _cap(free, extra)
+            # Cheap test first: a job that cannot end by the shadow time even on the
+            # fastest machine, and is wider than the left-over CPUs, cannot backfill.
+            if procs > extra_cap and now + job.estimate_on(fastest) > shadow_time:
+                continue
+            parts = self.placement.place(procs, free, machines)
+            if parts is None:
+                continue
+            if now + job.estimate_on(pace(parts, speeds)) > shadow_time:
+                # Runs past the shadow time: only the CPUs the reservation leaves over.
+                if procs > extra_cap:
+                    continue
+                caps = {m: min(f, extra[m]) for m, f in free.items()}
+                parts = self.placement.place(procs, caps, machines)
+                if parts is None:
+                    continue
+                take(extra, parts)
+            take(free, parts)
+            total_free -= procs
+            extra_cap = _cap(free, extra)
+            starts.append(Start(job, parts))
+        if not computed:
+            shadow = self._shadow(snapshot, head, free, starts)
+            if shadow is not None:
+                reservations.append(shadow.reservation)
+        return Decisions(starts=starts, reservations=reservations)
+
+    def _shadow(
+        self, snapshot: Snapshot, head: Job, free: dict[str, int], starts: list[Start]
+    ) -> Shadow | None:
+        now = snapshot.now
+        speeds = snapshot.speeds
+        started = [(now + s.job.estimate_on(pace(s.parts, speeds)), s.parts) for s in starts]
+        return shadow_for(
+            head,
+            now=now,
+            free=free,
+            running=snapshot.running,
+            started=started,
+            machines=snapshot.machines,
+            placement=self.placement,
+            previous=snapshot.reservations.get(head.id),
+        )
+
+
+def _cap(free: dict[str, int], extra: dict[str, int]) -> int:
+    """CPUs a job running past the shadow time may take: free now and left over then."""
+    return sum(min(f, extra[m]) for m, f in free.items())

@@ -1,0 +1,127 @@
+"""EASY's reservation for one job: the shadow time and the CPUs left over at it.
+
+Shared by every policy that keeps one reservation for its top job (EASY,
+Flexible backfilling, DPSA). The free CPUs are replayed forward through the
+expected ends of the running jobs (including those started in this very
+decision): the first instant the placement rule fits the job is its *shadow
+time*; the CPUs free at that instant beyond the reserved parts are the
+*extra* CPUs that a backfilled job may keep past the shadow time (Mu'alem and
+Feitelson's formulation of EASY, the one the DPSA paper's Fig. 1 describes).
+
+A reservation once given is kept if the new computation would move it later
+(on heterogeneous machines the placement rule can pick other machines as the
+profile changes); with exact estimates that keeps EASY's promise that
+backfilling never delays the top job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from model.job import Job
+from model.machine import Machine, Part
+from scheduler.placement import Placement
+from scheduler.snapshot import Reservation, RunningJob
+
+
+@dataclass(frozen=True, slots=True)
+class Shadow:
+    """The reservation and the per-machine CPUs free at its start beyond its own parts."""
+
+    reservation: Reservation
+    extra: dict[str, int]
+
+
+def releases_in_order(
+    now: float, ends: Iterable[tuple[float, tuple[Part, ...]]]
+) -> list[tuple[float, tuple[Part, ...]]]:
+    """``(time, parts)`` pairs sorted by time, an overdue end counted as ``now``."""
+    return sorted(((max(t, now), parts) for t, parts in ends), key=lambda e: e[0])
+
+
+Release = tuple[float, tuple[Part, ...]]
+
+
+def merged_releases(
+    now: float, running: Sequence[RunningJob], started: Sequence[Release] = ()
+) -> Iterator[Release]:
+    """Releases in time order, lazily: ``running`` is already sorted by expected end
+    (the core keeps it so) and ``started`` (this decision's own starts) is sorted
+    here; an overdue end counts as ``now``. Lazy because the walk usually stops after
+    a few releases."""
+    extra = sorted(started, key=_time)
+    j, m = 0, len(extra)
+    for r in running:
+        t = r.est_end if r.est_end > now else now
+        while j < m and extra[j][0] < t:
+            yield extra[j]
+            j += 1
+        yield t, r.parts
+    yield from extra[j:]
+
+
+def shadow_for(
+    job: Job,
+    *,
+    now: float,
+    free: Mapping[str, int],
+    running: Sequence[RunningJob],
+    started: Sequence[Release] = (),
+    machines: Sequence[Machine],
+    placement: Placement,
+    cpus: int | None = None,
+    previous: Reservation | None = None,
+) -> Shadow | None:
+    """The earliest reservation for ``job`` as the running jobs end; None if never."""
+    need = job.procs if cpus is None else cpus
+    avail = dict(free)
+    total = sum(avail.values())
+    found: tuple[float, tuple[Part, ...]] | None = None
+    pending: float | None = None
+    for t, parts in merged_releases(now, running, started):
+        if pending is not None and t > pending and total >= need:
+            # Every release up to ``pending`` is in ``avail`` and none after it.
+            placed = placement.place(need, avail, machines)
+            if placed is not None:
+                found = (pending, placed)
+                break
+        for p in parts:
+            avail[p.machine] += p.cpus
+            total += p.cpus
+        pending = t
+    else:
+        if pending is not None and total >= need:
+            placed = placement.place(need, avail, machines)
+            if placed is not None:
+                found = (pending, placed)
+    if previous is not None and (found is None or previous.start < found[0]):
+        # Keep an earlier promise when its CPUs are still free at its start.
+        earlier = _avail_at(previous.start, free, merged_releases(now, running, started))
+        if _fits(previous.parts, earlier):
+            found, avail = (previous.start, previous.parts), earlier
+    if found is None:
+        return None
+    start, parts = found
+    extra = dict(avail)
+    for p in parts:
+        extra[p.machine] -= p.cpus
+    return Shadow(Reservation(job, start, parts), extra)
+
+
+def _time(release: Release) -> float:
+    return release[0]
+
+
+def _avail_at(t: float, free: Mapping[str, int], releases: Iterable[Release]) -> dict[str, int]:
+    avail = dict(free)
+    for when, parts in releases:
+        if when > t:
+            break
+        for p in parts:
+            avail[p.machine] += p.cpus
+    return avail
+
+
+def _fits(parts: tuple[Part, ...], avail: Mapping[str, int]) -> bool:
+    return all(avail.get(p.machine, 0) >= p.cpus for p in parts)

@@ -1,0 +1,137 @@
+"""What a twin run leaves behind: the per-job CSV and the summary JSON.
+
+The summary holds every DESIGN.md metric (``model.metrics``), the decision time
+per event (mean, p99, max, in milliseconds of wall time) and the events per
+second of the replay, and says which time base each number uses: schedule
+metrics are in virtual trace seconds, decision times in wall-clock time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from model.metrics import DEFAULT_TAU, ScheduleMetrics, compute_metrics
+from twin.simulate import SimulationResult
+
+TIME_BASE = "virtual trace seconds"
+
+CSV_COLUMNS = (
+    "id",
+    "user",
+    "submit",
+    "start",
+    "end",
+    "processes",
+    "cpus",
+    "machines",
+    "wait",
+    "response",
+    "bounded_slowdown",
+    "deadline_met",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecisionTimes:
+    """Wall time of the policy per scheduling event, milliseconds."""
+
+    mean_ms: float
+    p99_ms: float
+    max_ms: float
+    count: int
+
+
+def decision_times(result: SimulationResult) -> DecisionTimes:
+    ns = np.frombuffer(result.decision_ns, dtype=np.int64) if len(result.decision_ns) else None
+    if ns is None:
+        return DecisionTimes(mean_ms=0.0, p99_ms=0.0, max_ms=0.0, count=0)
+    return DecisionTimes(
+        mean_ms=float(ns.mean()) / 1e6,
+        p99_ms=float(np.percentile(ns, 99)) / 1e6,
+        max_ms=float(ns.max()) / 1e6,
+        count=int(ns.size),
+    )
+
+
+def metrics_of(result: SimulationResult, *, tau: float = DEFAULT_TAU) -> ScheduleMetrics:
+    return compute_metrics(
+        result.outcomes, total_cpus=result.total_cpus, time_base=TIME_BASE, tau=tau
+    )
+
+
+def summary(
+    result: SimulationResult,
+    metrics: ScheduleMetrics,
+    *,
+    workload: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The summary JSON as a dict (policy, workload, cluster, metrics, performance)."""
+    times = decision_times(result)
+    return {
+        "policy": result.policy,
+        "workload": dict(workload),
+        "cluster": {
+            "machines": [{"id": m.id, "cpus": m.cpus, "speed": m.speed} for m in result.machines],
+            "total_cpus": result.total_cpus,
+        },
+        "metrics": metrics.as_dict(),
+        "rejected": dict(result.rejected),
+        "policy_counters": dict(result.counters),
+        "performance": {
+            "time_base": "wall-clock seconds of this replay",
+            "wall_seconds": result.wall_seconds,
+            "events": result.events,
+            "events_per_second": result.events / result.wall_seconds
+            if result.wall_seconds > 0
+            else 0.0,
+            "jobs_per_second": len(result.outcomes) / result.wall_seconds
+            if result.wall_seconds > 0
+            else 0.0,
+            "decision_time_mean_ms": times.mean_ms,
+            "decision_time_p99_ms": times.p99_ms,
+            "decision_time_max_ms": times.max_ms,
+            "decisions": times.count,
+        },
+    }
+
+
+def write_summary(path: Path, data: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def write_jobs_csv(path: Path, result: SimulationResult, *, tau: float = DEFAULT_TAU) -> None:
+    """One row per job, in order of job end (the order the twin finished them)."""
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        out = csv.writer(fh)
+        out.writerow(CSV_COLUMNS)
+        for o in result.outcomes:
+            run = o.end - o.start
+            bsld = max((o.wait + run) / max(run, tau), 1.0)
+            met = o.deadline_met
+            out.writerow(
+                (
+                    o.job.id,
+                    o.job.user,
+                    _num(o.job.submit),
+                    _num(o.start),
+                    _num(o.end),
+                    o.job.procs,
+                    o.max_cpus,
+                    ";".join(f"{p.machine}:{p.cpus}" for p in o.parts),
+                    _num(o.wait),
+                    _num(o.response),
+                    f"{bsld:.6g}",
+                    "" if met is None else str(met).lower(),
+                )
+            )
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:.6f}"

@@ -1,0 +1,66 @@
+"""Trace and cluster files: pure parsing over the model.
+
+``workload.swf`` reads and writes the Standard Workload Format of the Parallel
+Workloads Archive, ``workload.convert`` turns its records into ``model.Job``
+(and a schedule back into records) by stated rules, and ``workload.cluster``
+reads machine descriptions (a TOML file, or an SWF header). Nothing here
+imports the scheduler, the twin, the agents or the CLI.
+"""
+
+from workload.cluster import (
+    ClusterError,
+    ClusterSpec,
+    cluster_from_header,
+    load_cluster,
+    parse_cluster,
+)
+from workload.convert import (
+    DEFAULT_RULES,
+    AdjustReason,
+    LoadResult,
+    ScheduleRow,
+    SkipReason,
+    SwfRules,
+    TraceOrderError,
+    iter_jobs,
+    load_jobs,
+    record_to_job,
+    records_from_schedule,
+)
+from workload.swf import (
+    SwfError,
+    SwfHeader,
+    SwfReader,
+    SwfRecord,
+    open_swf,
+    read_header,
+    read_swf,
+    write_swf,
+)
+
+__all__ = [
+    "DEFAULT_RULES",
+    "AdjustReason",
+    "ClusterError",
+    "ClusterSpec",
+    "LoadResult",
+    "ScheduleRow",
+    "SkipReason",
+    "SwfError",
+    "SwfHeader",
+    "SwfReader",
+    "SwfRecord",
+    "SwfRules",
+    "TraceOrderError",
+    "cluster_from_header",
+    "iter_jobs",
+    "load_cluster",
+    "load_jobs",
+    "open_swf",
+    "parse_cluster",
+    "read_header",
+    "read_swf",
+    "record_to_job",
+    "records_from_schedule",
+    "write_swf",
+]

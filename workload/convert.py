@@ -1,0 +1,513 @@
+"""SWF records to ``model.Job`` and back, by stated rules.
+
+A trace line is not always a job that can be replayed: cancelled jobs without
+a run time, jobs without a processor count, partial-execution lines of a job
+already summarised elsewhere, jobs larger than the simulated cluster. Each
+such record is skipped and counted under a ``SkipReason``; nothing is dropped
+silently. The choices a replay depends on (which processor field, what
+estimate when the user gave none, skip or clip oversized jobs) are the fields
+of ``SwfRules``, each default stated in its docstring.
+
+Theory of operation
+-------------------
+``record_to_job`` judges one record. ``iter_jobs`` streams a trace that is
+already in submit order and raises ``TraceOrderError`` when it is not.
+``load_jobs`` reads a whole file in one pass whatever its order: it keeps the
+replayable jobs, sorts them by ``(submit, job number)`` (stable) only when the
+file was not already in that order, and with ``limit=N`` keeps only the N
+earliest in a bounded heap, so that only the jobs returned are ever built. Its
+skip counts always cover the whole file.
+
+Submit times are kept as they are: SWF times are already relative to the log
+start (``UnixStartTime`` in the header).
+
+``records_from_schedule`` goes the other way, for the simulator's SWF output.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final, Literal
+
+from model import Job
+from workload.swf import MISSING, SwfHeader, SwfRecord, open_swf
+
+__all__ = [
+    "DEFAULT_RULES",
+    "AdjustReason",
+    "LoadResult",
+    "ScheduleRow",
+    "SkipReason",
+    "SwfRules",
+    "TraceOrderError",
+    "iter_jobs",
+    "load_jobs",
+    "record_to_job",
+    "records_from_schedule",
+]
+
+
+class SkipReason(StrEnum):
+    """Why a record was not replayed (the keys of ``LoadResult.skipped``)."""
+
+    STATUS = "status"
+    """Its status is in ``SwfRules.skip_statuses`` (by default a partial-execution line)."""
+    NO_SUBMIT = "no_submit"
+    """Submit time missing (-1) or negative."""
+    NO_RUNTIME = "no_runtime"
+    """Run time missing (-1): typically cancelled before it started; cannot be replayed."""
+    NO_PROCS = "no_procs"
+    """Neither requested nor allocated processors known (both <= 0)."""
+    NOT_ALLOCATED = "not_allocated"
+    """Allocated processors <= 0 while ``SwfRules.require_allocated`` is set."""
+    TOO_BIG = "too_big"
+    """Needs more processors than the cluster has (``oversize="skip"``)."""
+    DUPLICATE = "duplicate_id"
+    """Same job number as an earlier replayable record (the first one wins)."""
+
+
+class AdjustReason(StrEnum):
+    """What was changed in a kept job (the keys of ``LoadResult.adjusted``)."""
+
+    ESTIMATE_FALLBACK = "estimate_fallback"
+    """Requested time missing (or ignored): walltime from ``SwfRules.missing_estimate``."""
+    WALLTIME_RAISED = "walltime_raised"
+    """Walltime below the run time, raised to it (``SwfRules.walltime_covers_runtime``)."""
+    WALLTIME_FLOOR = "walltime_floor"
+    """Walltime below ``SwfRules.min_walltime`` (e.g. a zero run time), raised to it."""
+    CLIPPED = "clipped"
+    """More processors than the cluster, cut to its size (``oversize="clip"``)."""
+
+
+class TraceOrderError(ValueError):
+    """A trace streamed with ``iter_jobs`` is not in ``(submit, job number)`` order."""
+
+    def __init__(self, message: str, *, job_number: int, previous: int):
+        super().__init__(message)
+        self.job_number = job_number
+        self.previous = previous
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SwfRules:
+    """How SWF records become jobs. Every default is a choice; change it by name.
+
+    Attributes:
+        procs_from: ``"requested"`` (default) takes the requested processors
+            (field 8) and falls back to the allocated ones (field 5) when the
+            request is missing, as in CTC-SP2 and the Lublin model files;
+            ``"allocated"`` prefers field 5 and falls back to field 8.
+        missing_estimate: the walltime of a job whose requested time (field 9)
+            is missing (-1 or 0). ``"runtime"`` (default): its run time, a
+            perfect estimate; ``"fixed"``: ``estimate_seconds``; ``"factor"``:
+            run time times ``estimate_factor``.
+        estimate_seconds: the ``"fixed"`` estimate (default 3600 s).
+        estimate_factor: the ``"factor"`` multiplier (default 2.0, must be > 0).
+        ignore_requested_time: apply ``missing_estimate`` to every job, not only
+            to those without a request (default False: keep the user's estimate),
+            e.g. to replay with perfect estimates.
+        walltime_covers_runtime: raise a walltime below the run time to the run
+            time (default False: logs record jobs overrunning their request by
+            a grace period, and a replay shows that as it happened).
+        min_walltime: smallest walltime (default 1 s); ``model.Job`` requires a
+            positive one and a zero run time with a perfect estimate gives 0.
+        oversize: a job needing more processors than ``total_cpus``: ``"skip"``
+            it (default, counted ``too_big``) or ``"clip"`` it to the cluster
+            size (counted ``clipped``; its run time is not rescaled).
+        skip_statuses: statuses (field 11) never replayed. Default {2, 3, 4}:
+            the partial-execution lines of a checkpointed or swapped job, whose
+            summary line (status 0, 1 or 5) carries the whole job. Completed (1),
+            failed (0) and cancelled (5) jobs are all kept when their run time
+            and processors are known: they did occupy the machine.
+        require_allocated: skip jobs whose allocated processors (field 5) are
+            <= 0 even when they requested some (default True: the archive's
+            notes and ``SOURCES.md`` count these as cancelled before they got
+            processors; SDSC-BLUE has 8,899 of them, all status 5). False
+            replays them on their requested processors.
+        cpu_util_from_trace: set ``Job.cpu_util`` to average CPU time (field 6,
+            per processor) over run time, clamped to [min_cpu_util, 1]
+            (default True); 1.0 when either is unknown or zero.
+        min_cpu_util: lower clamp of that ratio (default 0.01; ``Job`` needs > 0).
+        ref_speed: ``Job.ref_speed`` of every job: the speed the trace's
+            machine had relative to the simulated cluster's (default 1.0).
+    """
+
+    procs_from: Literal["requested", "allocated"] = "requested"
+    missing_estimate: Literal["runtime", "fixed", "factor"] = "runtime"
+    estimate_seconds: float = 3600.0
+    estimate_factor: float = 2.0
+    ignore_requested_time: bool = False
+    walltime_covers_runtime: bool = False
+    min_walltime: float = 1.0
+    oversize: Literal["skip", "clip"] = "skip"
+    skip_statuses: frozenset[int] = frozenset({2, 3, 4})
+    require_allocated: bool = True
+    cpu_util_from_trace: bool = True
+    min_cpu_util: float = 0.01
+    ref_speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.procs_from not in ("requested", "allocated"):
+            raise ValueError(
+                f"procs_from must be 'requested' or 'allocated', got {self.procs_from!r}"
+            )
+        if self.missing_estimate not in ("runtime", "fixed", "factor"):
+            raise ValueError(
+                f"missing_estimate must be 'runtime', 'fixed' or 'factor', "
+                f"got {self.missing_estimate!r}"
+            )
+        if self.oversize not in ("skip", "clip"):
+            raise ValueError(f"oversize must be 'skip' or 'clip', got {self.oversize!r}")
+        if not (self.estimate_seconds > 0 and math.isfinite(self.estimate_seconds)):
+            raise ValueError(f"estimate_seconds must be > 0, got {self.estimate_seconds!r}")
+        if not (self.estimate_factor > 0 and math.isfinite(self.estimate_factor)):
+            raise ValueError(f"estimate_factor must be > 0, got {self.estimate_factor!r}")
+        if not (self.min_walltime > 0 and math.isfinite(self.min_walltime)):
+            raise ValueError(f"min_walltime must be > 0, got {self.min_walltime!r}")
+        if not 0 < self.min_cpu_util <= 1:
+            raise ValueError(f"min_cpu_util must be in (0, 1], got {self.min_cpu_util!r}")
+        if not (self.ref_speed > 0 and math.isfinite(self.ref_speed)):
+            raise ValueError(f"ref_speed must be > 0, got {self.ref_speed!r}")
+        # Accept any iterable of ints for convenience, store it hashable.
+        object.__setattr__(self, "skip_statuses", frozenset(self.skip_statuses))
+
+    @classmethod
+    def from_fallback(cls, text: str, **overrides: Any) -> SwfRules:
+        """Rules whose missing-estimate fallback is written as text (the CLI's form).
+
+        ``"runtime"``: the run time; ``"runtime*F"``: run time times F;
+        ``"S"`` (a number): S seconds. Other fields come from ``overrides``.
+        Raises ``ValueError`` quoting the text when it is none of these.
+        """
+        spec = text.strip().lower().replace(" ", "")
+        try:
+            if spec == "runtime":
+                return cls(missing_estimate="runtime", **overrides)
+            if spec.startswith("runtime*"):
+                factor = float(spec.removeprefix("runtime*"))
+                return cls(missing_estimate="factor", estimate_factor=factor, **overrides)
+            return cls(missing_estimate="fixed", estimate_seconds=float(spec), **overrides)
+        except ValueError as exc:
+            raise ValueError(
+                f"missing-walltime fallback {text!r}: expected 'runtime', 'runtime*F' "
+                f"(F > 0) or a number of seconds > 0 ({exc})"
+            ) from None
+
+
+DEFAULT_RULES: Final = SwfRules()
+
+
+def _name(prefix: str, number: int) -> str:
+    return f"{prefix}{number}" if number >= 0 else "unknown"
+
+
+def _check_total(total_cpus: int | None) -> None:
+    if total_cpus is not None and total_cpus < 1:
+        raise ValueError(f"total_cpus must be >= 1, got {total_cpus!r}")
+
+
+def _judge(
+    rec: SwfRecord, rules: SwfRules, total_cpus: int | None
+) -> tuple[int, tuple[AdjustReason, ...]] | SkipReason:
+    """The processor count and adjustments of a replayable record, or why it is not."""
+    if rec.status in rules.skip_statuses:
+        return SkipReason.STATUS
+    if rec.submit_time < 0:
+        return SkipReason.NO_SUBMIT
+    if rec.run_time < 0:
+        return SkipReason.NO_RUNTIME
+    first, second = (
+        (rec.requested_procs, rec.allocated_procs)
+        if rules.procs_from == "requested"
+        else (rec.allocated_procs, rec.requested_procs)
+    )
+    procs = first if first > 0 else second
+    if procs <= 0:
+        return SkipReason.NO_PROCS
+    if rules.require_allocated and rec.allocated_procs <= 0:
+        return SkipReason.NOT_ALLOCATED
+    if total_cpus is not None and procs > total_cpus:
+        if rules.oversize == "skip":
+            return SkipReason.TOO_BIG
+        return total_cpus, (AdjustReason.CLIPPED,)
+    return procs, ()
+
+
+def _walltime(rec: SwfRecord, rules: SwfRules) -> tuple[float, tuple[AdjustReason, ...]]:
+    run = rec.run_time
+    estimate = rec.requested_time
+    adjusted: tuple[AdjustReason, ...] = ()
+    if rules.ignore_requested_time or estimate <= 0:
+        adjusted = (AdjustReason.ESTIMATE_FALLBACK,)
+        if rules.missing_estimate == "runtime":
+            estimate = run
+        elif rules.missing_estimate == "fixed":
+            estimate = rules.estimate_seconds
+        else:
+            estimate = run * rules.estimate_factor
+    if rules.walltime_covers_runtime and estimate < run:
+        estimate = run
+        adjusted = (*adjusted, AdjustReason.WALLTIME_RAISED)
+    if estimate < rules.min_walltime:
+        estimate = rules.min_walltime
+        adjusted = (*adjusted, AdjustReason.WALLTIME_FLOOR)
+    return estimate, adjusted
+
+
+def _build(rec: SwfRecord, procs: int, rules: SwfRules) -> tuple[Job, tuple[AdjustReason, ...]]:
+    walltime, adjusted = _walltime(rec, rules)
+    run = rec.run_time
+    util = 1.0
+    if rules.cpu_util_from_trace and rec.avg_cpu_time > 0 and run > 0:
+        util = min(1.0, max(rules.min_cpu_util, rec.avg_cpu_time / run))
+    job = Job(
+        id=str(rec.job_number),
+        submit=rec.submit_time,
+        procs=procs,
+        walltime=walltime,
+        runtime=run,
+        user=_name("u", rec.user_id),
+        group=_name("g", rec.group_id),
+        cpu_util=util,
+        qos=rec.queue if rec.queue >= 0 else 0,
+        ref_speed=rules.ref_speed,
+    )
+    return job, adjusted
+
+
+def record_to_job(
+    record: SwfRecord,
+    rules: SwfRules = DEFAULT_RULES,
+    *,
+    total_cpus: int | None = None,
+    adjusted: Counter[str] | None = None,
+) -> Job | SkipReason:
+    """The job of one record, or the reason it cannot be replayed.
+
+    ``Job.id`` is the job number as text; ``user``/``group`` are ``u<id>`` and
+    ``g<id>`` (``unknown`` when -1); ``qos`` is the queue number (0 when
+    missing); ``runtime`` is the run time; processors, walltime and
+    ``cpu_util`` follow ``rules``. ``total_cpus`` (the cluster size) enables
+    the oversize rule. Adjustments are added to ``adjusted`` when given.
+    Duplicate job numbers are not detected here (see ``iter_jobs``).
+    """
+    _check_total(total_cpus)
+    judged = _judge(record, rules, total_cpus)
+    if isinstance(judged, SkipReason):
+        return judged
+    procs, clip = judged
+    job, more = _build(record, procs, rules)
+    if adjusted is not None:
+        adjusted.update(clip + more)
+    return job
+
+
+def iter_jobs(
+    records: Iterable[SwfRecord],
+    rules: SwfRules = DEFAULT_RULES,
+    *,
+    total_cpus: int | None = None,
+    skipped: Counter[str] | None = None,
+    adjusted: Counter[str] | None = None,
+) -> Iterator[Job]:
+    """Stream the replayable jobs of records already in submit order.
+
+    Skips are counted into ``skipped`` (and adjustments into ``adjusted``)
+    when given. Raises ``TraceOrderError`` at the first replayable record
+    whose ``(submit, job number)`` is below its predecessor's: use
+    ``load_jobs`` for traces that may be unsorted.
+    """
+    _check_total(total_cpus)
+    seen: set[int] = set()
+    prev_key = (-math.inf, -1)
+    prev_number = -1
+    for rec in records:
+        judged = _judge(rec, rules, total_cpus)
+        if not isinstance(judged, SkipReason) and rec.job_number in seen:
+            judged = SkipReason.DUPLICATE
+        if isinstance(judged, SkipReason):
+            if skipped is not None:
+                skipped[judged] += 1
+            continue
+        seen.add(rec.job_number)
+        key = (rec.submit_time, rec.job_number)
+        if key < prev_key:
+            raise TraceOrderError(
+                f"job {rec.job_number} (submit {rec.submit_time:g}) comes after job "
+                f"{prev_number} (submit {prev_key[0]:g}): the trace is not in submit order",
+                job_number=rec.job_number,
+                previous=prev_number,
+            )
+        prev_key = key
+        prev_number = rec.job_number
+        procs, clip = judged
+        job, more = _build(rec, procs, rules)
+        if adjusted is not None and (clip or more):
+            adjusted.update(clip + more)
+        yield job
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What ``load_jobs`` made of a trace.
+
+    Attributes:
+        jobs: the jobs, in ``(submit, job number)`` order (at most ``limit``).
+        skipped: records not replayable, by ``SkipReason``, over the whole file.
+        header: the file's header.
+        sorted_input: whether the replayable records were already in order.
+        records: job lines read (the whole file).
+        replayable: records that were not skipped (>= ``len(jobs)``).
+        adjusted: changes made to the returned jobs, by ``AdjustReason``.
+    """
+
+    jobs: list[Job]
+    skipped: Counter[str]
+    header: SwfHeader
+    sorted_input: bool
+    records: int = 0
+    replayable: int = 0
+    adjusted: Counter[str] = field(default_factory=Counter)
+
+
+def load_jobs(
+    path: str | os.PathLike[str],
+    rules: SwfRules = DEFAULT_RULES,
+    *,
+    limit: int | None = None,
+    total_cpus: int | None = None,
+) -> LoadResult:
+    """Read an SWF file into jobs in submit order; ``limit=N`` keeps the first N.
+
+    The whole file is read once (so that skip counts and order are known for
+    all of it) but only the jobs returned are built. An unsorted file is
+    sorted stably by ``(submit, job number)``; ``sorted_input`` says which
+    case it was. ``total_cpus`` is the cluster size for the oversize rule
+    (``None``: no size check). Raises ``SwfError`` on an unreadable file or
+    malformed line.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit!r}")
+    _check_total(total_cpus)
+    skipped: Counter[str] = Counter()
+    seen: set[int] = set()
+    in_order = True
+    prev_key = (-math.inf, -1)
+    records = 0
+    # Unlimited: every kept job, in file order. Limited: a max-heap (keys
+    # negated) of the `limit` smallest keys seen so far; a sorted file never
+    # replaces its top, so past the first `limit` jobs nothing more is built.
+    kept: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
+    heap: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
+    judge = _judge
+    build = _build
+    with open_swf(path) as reader:
+        header = reader.header
+        for rec in reader:
+            records += 1
+            judged = judge(rec, rules, total_cpus)
+            number = rec.job_number
+            if not isinstance(judged, SkipReason) and number in seen:
+                judged = SkipReason.DUPLICATE
+            if isinstance(judged, SkipReason):
+                skipped[judged] += 1
+                continue
+            seen.add(number)
+            submit = rec.submit_time
+            key = (submit, number)
+            if key < prev_key:
+                in_order = False
+            prev_key = key
+            procs, clip = judged
+            if limit is None:
+                job, more = build(rec, procs, rules)
+                kept.append((submit, number, job, clip + more))
+            elif len(heap) < limit:
+                job, more = build(rec, procs, rules)
+                heapq.heappush(heap, (-submit, -number, job, clip + more))
+            elif limit and key < (-heap[0][0], -heap[0][1]):
+                job, more = build(rec, procs, rules)
+                heapq.heapreplace(heap, (-submit, -number, job, clip + more))
+    replayable = len(seen)
+    if limit is not None:
+        # Keys are unique (job numbers are), so the Job in the tuple is never compared.
+        kept = sorted((-s, -n, job, adj) for s, n, job, adj in heap)
+    elif not in_order:
+        kept.sort(key=lambda item: (item[0], item[1]))
+    adjusted: Counter[str] = Counter()
+    for *_, adj in kept:
+        if adj:
+            adjusted.update(adj)
+    return LoadResult(
+        jobs=[job for _, _, job, _ in kept],
+        skipped=skipped,
+        header=header,
+        sorted_input=in_order,
+        records=records,
+        replayable=replayable,
+        adjusted=adjusted,
+    )
+
+
+# ---------------------------------------------------------------------------
+# schedule -> SWF
+
+ScheduleRow = tuple[Job, float, float, int, int]
+"""``(job, start, end, cpus, status)`` of one finished job, as the simulator reports it."""
+
+
+def _id_back(name: str, prefix: str) -> int:
+    digits = name[len(prefix) :]
+    if name.startswith(prefix) and digits.isascii() and digits.isdecimal():
+        return int(digits)
+    return MISSING
+
+
+def records_from_schedule(rows: Iterable[ScheduleRow]) -> Iterator[SwfRecord]:
+    """SWF records of a schedule, one per row, in the order given.
+
+    Per row ``(job, start, end, cpus, status)``: submit = ``job.submit``, wait
+    = start - submit, run time = end - start, allocated processors = ``cpus``,
+    requested processors = ``job.procs``, requested time = ``job.walltime``,
+    status as given (1 completed, 0 failed, 5 cancelled), queue = ``job.qos``,
+    user and group ids read back from ``u<n>``/``g<n>`` names (else -1). The
+    job number is the job id when that is a decimal number, else the row's
+    position (1-based). Average CPU time, memory, executable, partition,
+    preceding job and think time are written as missing (-1). Raises
+    ``ValueError`` naming the job when start precedes submit or end precedes
+    start.
+    """
+    for position, (job, start, end, cpus, status) in enumerate(rows, start=1):
+        if not (math.isfinite(start) and math.isfinite(end)):
+            raise ValueError(f"job {job.id!r}: start {start!r} and end {end!r} must be finite")
+        if start < job.submit:
+            raise ValueError(f"job {job.id!r}: start {start!r} is before submit {job.submit!r}")
+        if end < start:
+            raise ValueError(f"job {job.id!r}: end {end!r} is before start {start!r}")
+        number = int(job.id) if job.id.isascii() and job.id.isdecimal() else position
+        yield SwfRecord(
+            job_number=number,
+            submit_time=job.submit,
+            wait_time=start - job.submit,
+            run_time=end - start,
+            allocated_procs=cpus,
+            avg_cpu_time=MISSING,
+            used_memory=MISSING,
+            requested_procs=job.procs,
+            requested_time=job.walltime,
+            requested_memory=MISSING,
+            status=status,
+            user_id=_id_back(job.user, "u"),
+            group_id=_id_back(job.group, "g"),
+            executable=MISSING,
+            queue=job.qos,
+            partition=MISSING,
+            preceding_job=MISSING,
+            think_time=MISSING,
+        )
