@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,7 +28,10 @@ from scheduler.placement import PlacementRule
 from scheduler.policies.registry import POLICIES, PRIORITIES, UnknownPolicyError, build_policy
 from workload.cluster import ClusterError
 from workload.convert import SwfRules
-from workload.swf import SwfError
+from workload.swf import SwfError, write_swf
+from workload.synthetic import SyntheticSpec
+from workload.synthetic import generate as generate_records
+from workload.synthetic import header as synthetic_header
 
 app = typer.Typer(
     name="accordion",
@@ -36,7 +40,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-out_console = Console()
+# Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
+out_console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
 
 USER_ERRORS = (
@@ -265,6 +270,22 @@ def _write_compare(out: Path, name: str, runs: list[Run], base: Run) -> tuple[Pa
     png_path = out / "compare.png"
     write_chart(png_path, f"{name}: {len(base.result.outcomes)} jobs", rows, [r.spec for r in runs])
     return csv_path, json_path, png_path
+
+
+@app.command()
+def generate(
+    out: Annotated[Path, typer.Argument(help="SWF file to write (.swf or .swf.gz)")],
+    jobs: Annotated[int, typer.Option("--jobs", min=1)] = 500,
+    cpus: Annotated[int, typer.Option("--cpus", min=1)] = 64,
+    load: Annotated[float, typer.Option("--load", min=0.01, max=10.0)] = 0.9,
+    users: Annotated[int, typer.Option("--users", min=1)] = 12,
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+) -> None:
+    """Write a small seeded synthetic trace (see workload/synthetic.py for the recipe)."""
+    with user_errors():
+        spec = SyntheticSpec(jobs=jobs, cpus=cpus, load=load, users=users, seed=seed)
+        count = write_swf(out, generate_records(spec), header=synthetic_header(spec))
+        out_console.print(f"wrote {count} jobs to {out}")
 
 
 @app.command("policies")

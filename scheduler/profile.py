@@ -20,11 +20,14 @@ one vector per breakpoint: the questions asked of the profile are "the least
 free CPUs of machine k over a window" (a C-level ``min`` over a list slice)
 and "free CPUs of the one machine over time" (a flat list, no per-step
 indexing of small vectors), and a one-machine cluster, the common case of a
-trace replay, is a single flat list. Equal adjacent values are merged after
-every change, so breakpoints are exactly the instants where something
-changes; that keeps the lists short and makes every reservation start at
-``now`` or at an instant where CPUs are given back (see
-:meth:`Profile.earliest_fit`).
+trace replay, is a single flat list. On several machines one more column
+holds the total over machines: a job needs that many CPUs in total over its
+shortest possible run, a necessary condition checked as cheaply as on one
+machine before the placement rule is asked at all. Equal adjacent values are
+merged after every change, so breakpoints are exactly the instants where
+something changes; that keeps the lists short and, on one machine, makes
+every earliest fit start at ``now`` or at an instant where CPUs are given back
+(see :meth:`Profile.earliest_fit`).
 
 Complexity, with ``B`` breakpoints, ``M`` machines and ``W`` the breakpoints a
 job's window covers (``B`` is at most one more than the running jobs plus two
@@ -33,13 +36,16 @@ per booked reservation):
 * building: ``O(R log R + R M)`` for ``R`` running jobs;
 * :meth:`Profile.earliest_fit`: ``O(B)`` on one machine (each breakpoint is
   looked at about once: a failed window lets the search skip past the
-  breakpoint that broke it); ``O(B (M + W M))`` plus one placement per
-  candidate on several machines;
+  breakpoint that broke it); on several machines the same scan over the
+  totals, plus, at each candidate it lets through, one placement and
+  ``O(W M)`` for the window's minimum;
 * :meth:`Profile.reserve`, :meth:`Profile.release`: ``O(log B + B M)``, the
   ``B M`` being at most two list inserts per column (memory moves), plus
   ``O(W)`` per part to update the window;
+* :meth:`Profile.reserve_all`: ``O((B + K) log(B + K))`` for ``K`` bookings,
+  one sort and one sweep instead of ``K`` rounds of inserts;
 * :meth:`Profile.fits`: ``O(log B + W)`` per part;
-* :meth:`Profile.may_fit_before`: ``O(B M)`` at C speed, a cheap necessary
+* :meth:`Profile.may_fit_before`: ``O(B)`` at C speed, a cheap necessary
   condition that lets a policy skip the search for most jobs of a busy queue.
 """
 
@@ -55,6 +61,9 @@ from scheduler.alloc import pace
 from scheduler.placement import Placement
 from scheduler.reservation import releases_in_order
 
+Booking = tuple[float, float, tuple[Part, ...]]
+"""``(start, end, parts)``: ``parts`` held over ``[start, end)``."""
+
 
 class Profile:
     """Free CPUs per machine from ``now`` on; see the module docstring.
@@ -64,7 +73,7 @@ class Profile:
     in canonical order, which the snapshot's do.
     """
 
-    __slots__ = ("_cols", "_ids", "_pos", "_times")
+    __slots__ = ("_cols", "_fastest", "_ids", "_pos", "_times", "_total")
 
     def __init__(
         self,
@@ -93,6 +102,13 @@ class Profile:
         self._cols = cols
         self._ids = ids
         self._pos = pos
+        self._fastest = max(m.speed for m in machines)
+        self._total = self._totals(cols)
+
+    @staticmethod
+    def _totals(cols: list[list[int]]) -> list[int]:
+        # One machine: the total *is* its column (the same list, updated once).
+        return cols[0] if len(cols) == 1 else [sum(v) for v in zip(*cols, strict=True)]
 
     # -- reading ------------------------------------------------------------
 
@@ -101,15 +117,15 @@ class Profile:
         """The profile's first instant."""
         return self._times[0]
 
+    def __len__(self) -> int:
+        return len(self._times)
+
     def breakpoints(self) -> list[tuple[float, dict[str, int]]]:
         """Every breakpoint with the free CPUs per machine from it on (for tests and display)."""
         return [
             (t, {mid: col[i] for mid, col in zip(self._ids, self._cols, strict=True)})
             for i, t in enumerate(self._times)
         ]
-
-    def __len__(self) -> int:
-        return len(self._times)
 
     def free_at(self, t: float) -> dict[str, int]:
         """Free CPUs per machine at instant ``t`` (``t >= now``)."""
@@ -133,17 +149,12 @@ class Profile:
         """False only if no job of ``cpus`` CPUs can start at an instant before ``before``.
 
         A necessary condition, not a sufficient one: some breakpoint before
-        ``before`` must have ``cpus`` free CPUs in total (bounded above by the
-        sum of each machine's best). It reads only the values before
-        ``before``, so a job's own booking from ``before`` on does not matter.
+        ``before`` must have ``cpus`` free CPUs in total. It reads only the
+        values before ``before``, so a job's own booking from ``before`` on does
+        not matter.
         """
         stop = bisect_left(self._times, before)
-        if stop == 0:
-            return False
-        cols = self._cols
-        if len(cols) == 1:
-            return max(cols[0][:stop]) >= cpus
-        return sum(max(col[:stop]) for col in cols) >= cpus
+        return stop > 0 and max(self._total[:stop]) >= cpus
 
     # -- searching ----------------------------------------------------------
 
@@ -180,41 +191,65 @@ class Profile:
         nb = max(not_before, times[0])
         if nb >= before:
             return None
+        first = bisect_right(times, nb) - 1
+        stop = bisect_left(times, before, first + 1)
         if len(self._cols) == 1:
             only = self._ids[0]
-            start = self._earliest_one(cpus, job.estimate_on(speeds[only]), nb, before)
-            return None if start is None else (start, (Part(only, cpus),))
+            i = self._scan(
+                self._total, cpus, job.estimate_on(speeds[only]), first=first, stop=stop, nb=nb
+            )
+            if i < 0:
+                return None
+            return (times[i] if i > first else nb), (Part(only, cpus),)
         return self._earliest_many(
-            job, cpus, placement=placement, machines=machines, speeds=speeds, nb=nb, before=before
+            job,
+            cpus,
+            placement=placement,
+            machines=machines,
+            speeds=speeds,
+            nb=nb,
+            first=first,
+            stop=stop,
         )
 
-    def _earliest_one(
-        self, cpus: int, duration: float, nb: float, before: float, cap: float = math.inf
-    ) -> float | None:
-        # The hot loop of a one-machine trace replay: locals only, no allocation.
-        # Windows are checked up to ``cap`` only (see ``move_earlier``).
+    def _scan(
+        self,
+        col: list[int],
+        cpus: int,
+        duration: float,
+        *,
+        first: int,
+        stop: int,
+        nb: float,
+        cap: float = math.inf,
+    ) -> int:
+        """Index of the first candidate in ``[first, stop)`` with ``col >= cpus`` over its window.
+
+        Candidate ``i`` starts at ``max(times[i], nb)``; its window is
+        ``[t, min(t + duration, cap))``. -1 if none.
+        """
+        # The hot loop of a trace replay: locals only, no allocation.
         times = self._times
-        col = self._cols[0]
         n = len(times)
-        # Candidates are the breakpoints before ``before`` (the first one clipped to ``nb``).
-        stop = n if before == math.inf else bisect_left(times, before)
-        i = first = bisect_right(times, nb) - 1
+        i = first
         while i < stop:
             if col[i] < cpus:
                 i += 1
                 continue
-            t = times[i] if i > first else nb
-            end = t + duration if t + duration < cap else cap
+            t = times[i] if times[i] > nb else nb
+            end = t + duration
+            if cap < end:  # noqa: PLR1730 -- no builtin call per candidate in the hot loop
+                end = cap
             j = i + 1
             while j < n and times[j] < end:
                 if col[j] < cpus:
                     break
                 j += 1
             else:
-                return t
+                return i
             # Every candidate up to j has j inside its window: resume after it.
             i = j + 1
-        return None
+        return -1
 
     def _earliest_many(
         self,
@@ -225,30 +260,29 @@ class Profile:
         machines: Sequence[Machine],
         speeds: Mapping[str, float],
         nb: float,
-        before: float,
+        first: int,
+        stop: int,
     ) -> tuple[float, tuple[Part, ...]] | None:
         times = self._times
         cols = self._cols
         ids = self._ids
         pos = self._pos
-        n = len(times)
         # After every running job and booking has ended the profile holds its
         # last value for ever: a job the rule cannot place there never fits.
-        if (
-            placement.place(
-                cpus, {mid: col[-1] for mid, col in zip(ids, cols, strict=True)}, machines
-            )
-            is None
-        ):
+        last = {mid: col[-1] for mid, col in zip(ids, cols, strict=True)}
+        if placement.place(cpus, last, machines) is None:
             return None
-        stop = n if before == math.inf else bisect_left(times, before)
-        i = bisect_right(times, nb) - 1
-        while i < stop:
-            t = max(times[i], nb)
+        # Whatever parts it gets, the job holds ``cpus`` CPUs in total for at
+        # least its run on the fastest machine: candidates that fail that on the
+        # totals column are skipped without asking the placement rule.
+        shortest = job.estimate_on(self._fastest)
+        i = first
+        while True:
+            i = self._scan(self._total, cpus, shortest, first=i, stop=stop, nb=nb)
+            if i < 0:
+                return None
+            t = times[i] if times[i] > nb else nb
             here = [col[i] for col in cols]
-            if sum(here) < cpus:
-                i += 1
-                continue
             parts = placement.place(cpus, dict(zip(ids, here, strict=True)), machines)
             while parts is not None:
                 e = bisect_left(times, t + job.estimate_on(pace(parts, speeds)), i + 1)
@@ -260,18 +294,17 @@ class Profile:
                     here[k] = min(here[k], *col[i:e])
                 parts = placement.place(cpus, dict(zip(ids, here, strict=True)), machines)
             i += 1
-        return None
 
     def move_earlier(
         self,
         job: Job,
-        booking: tuple[float, float, tuple[Part, ...]],
+        booking: Booking,
         *,
         placement: Placement,
         machines: Sequence[Machine],
         speeds: Mapping[str, float],
         not_before: float,
-    ) -> tuple[float, float, tuple[Part, ...]] | None:
+    ) -> Booking | None:
         """Re-book ``job``'s ``booking`` at its earliest start before the current one.
 
         Returns the new ``(start, end, parts)``, booked, or None when nothing
@@ -285,19 +318,22 @@ class Profile:
         free, so only the part of the window before ``start`` needs checking.
         """
         start, _, parts = booking
-        cpus = sum(p.cpus for p in parts)
-        if not self.may_fit_before(cpus, start):
+        cpus = parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)
+        times = self._times
+        # ``may_fit_before`` inlined: called for every promise at every event.
+        stop = bisect_left(times, start)
+        if stop == 0 or max(self._total[:stop]) < cpus:
             return None
+        nb = not_before if not_before > times[0] else times[0]
         if len(self._cols) == 1:
             only = self._ids[0]
             duration = job.estimate_on(speeds[only])
-            nb = max(not_before, self._times[0])
-            if nb >= start:
+            first = bisect_right(times, nb, 0, stop) - 1
+            i = self._scan(self._total, cpus, duration, first=first, stop=stop, nb=nb, cap=start)
+            if i < 0:
                 return None
-            t = self._earliest_one(cpus, duration, nb, start, cap=start)
-            if t is None:
-                return None
-            moved: tuple[float, float, tuple[Part, ...]] = (t, t + duration, (Part(only, cpus),))
+            t = times[i] if i > first else nb
+            moved: Booking = (t, t + duration, (Part(only, cpus),))
             self.release(*booking)
             self.reserve(*moved)
             return moved
@@ -308,7 +344,7 @@ class Profile:
             placement=placement,
             machines=machines,
             speeds=speeds,
-            not_before=not_before,
+            not_before=nb,
             before=start,
         )
         if fit is None:
@@ -321,21 +357,30 @@ class Profile:
 
     # -- booking ------------------------------------------------------------
 
-    def reserve_all(self, bookings: Sequence[tuple[float, float, tuple[Part, ...]]]) -> bool:
+    def reserve(self, start: float, end: float, parts: tuple[Part, ...]) -> None:
+        """Book ``parts`` over ``[start, end)``; raises ``ValueError`` if they are not free."""
+        self._add(start, end, parts, -1)
+
+    def release(self, start: float, end: float, parts: tuple[Part, ...]) -> None:
+        """Give back a booking made with :meth:`reserve` (the same arguments)."""
+        self._add(start, end, parts, 1)
+
+    def reserve_all(self, bookings: Sequence[Booking]) -> bool:
         """Book every ``(start, end, parts)`` at once if together they fit; else change nothing.
 
         One sort and one sweep over the breakpoints instead of two list
         inserts per booking: a policy that re-books every promise at every
         event calls this first and books one by one only when it returns False.
+        The result is the same canonical profile as booking one by one.
         """
         if not bookings:
             return True
+        if len(self._cols) == 1:
+            return self._reserve_all_one(bookings)
         times = self._times
         cols = self._cols
         pos = self._pos
         now = times[0]
-        if len(cols) == 1:
-            return self._reserve_all_one(bookings)
         events: list[tuple[float, int, int]] = []
         for start, end, parts in bookings:
             if not end > start:
@@ -368,26 +413,22 @@ class Profile:
             while j < ne and events[j][0] == t:
                 shift[events[j][1]] += events[j][2]
                 j += 1
-            changed = not new_times
+            values = [cols[k][base] + shift[k] for k in range(width)]
+            if min(values) < 0:
+                return False
+            if new_times and all(new_cols[k][-1] == values[k] for k in range(width)):
+                continue  # equal neighbours merge
+            new_times.append(t)
             for k in range(width):
-                v = cols[k][base] + shift[k]
-                if v < 0:
-                    return False
-                if not changed and v != new_cols[k][-1]:
-                    changed = True
-            # Equal neighbours merge, so the result is the same canonical profile
-            # that booking one by one gives.
-            if changed:
-                new_times.append(t)
-                for k in range(width):
-                    new_cols[k].append(cols[k][base] + shift[k])
+                new_cols[k].append(values[k])
         self._times = new_times
         self._cols = new_cols
+        self._total = self._totals(new_cols)
         return True
 
-    def _reserve_all_one(self, bookings: Sequence[tuple[float, float, tuple[Part, ...]]]) -> bool:
+    def _reserve_all_one(self, bookings: Sequence[Booking]) -> bool:
         # One machine: the profile as a dict of steps (time -> change), the
-        # bookings' steps added in, then one cumulative sum in time order.
+        # bookings' steps added in, then one running sum in time order.
         times = self._times
         col = self._cols[0]
         now = times[0]
@@ -417,7 +458,7 @@ class Profile:
         for t in sorted(steps):
             step = steps[t]
             if step == 0 and new_times:
-                continue  # a booking's end meeting another's start: no breakpoint
+                continue  # e.g. one booking's end meeting another's start: no breakpoint
             level += step
             if level < 0:
                 return False
@@ -425,15 +466,8 @@ class Profile:
             new_col.append(level)
         self._times = new_times
         self._cols = [new_col]
+        self._total = new_col
         return True
-
-    def reserve(self, start: float, end: float, parts: tuple[Part, ...]) -> None:
-        """Book ``parts`` over ``[start, end)``; raises ``ValueError`` if they are not free."""
-        self._add(start, end, parts, -1)
-
-    def release(self, start: float, end: float, parts: tuple[Part, ...]) -> None:
-        """Give back a booking made with :meth:`reserve` (the same arguments)."""
-        self._add(start, end, parts, 1)
 
     def _add(self, start: float, end: float, parts: tuple[Part, ...], sign: int) -> None:
         if not end > start:
@@ -451,10 +485,15 @@ class Profile:
                     raise ValueError(
                         f"{p.cpus} CPUs of {p.machine!r} are not free over [{start}, {end})"
                     )
+        total = 0
         for p in parts:
             col = cols[pos[p.machine]]
             c = sign * p.cpus
             col[i:e] = [x + c for x in col[i:e]]
+            total += c
+        if len(cols) > 1:
+            tot = self._total
+            tot[i:e] = [x + total for x in tot[i:e]]
         # Only the two ends of the interval can now equal their neighbour: inside
         # it every value moved by the same amount. The later one first, so ``i``
         # still points at the same breakpoint.
@@ -477,8 +516,12 @@ class Profile:
         if i == 0:
             raise ValueError(f"time {t} is before the profile's start {times[0]}")
         times.insert(i, t)
-        for col in self._cols:
+        cols = self._cols
+        for col in cols:
             col.insert(i, col[i - 1])
+        if len(cols) > 1:
+            tot = self._total
+            tot.insert(i, tot[i - 1])
         return i
 
     def _merge(self, i: int) -> None:
@@ -493,3 +536,5 @@ class Profile:
         del times[i]
         for col in cols:
             del col[i]
+        if len(cols) > 1:
+            del self._total[i]

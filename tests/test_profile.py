@@ -271,3 +271,55 @@ def test_move_earlier_one_machine_matches_release_and_search(
                 check.reserve(*b)
         check.reserve(*moved)
         assert p.breakpoints() == check.breakpoints()
+
+
+def reference_fit(
+    p: Profile, j: Job, machines: list[Machine], speeds: dict[str, float], placement: Placement
+) -> tuple[float, tuple[Part, ...]] | None:
+    """The search as the docstring states it, without the totals shortcut."""
+    for t, free in p.breakpoints():
+        here = dict(free)
+        parts = placement.place(j.procs, here, machines)
+        while parts is not None:
+            end = t + j.estimate_on(min(speeds[x.machine] for x in parts))
+            if p.fits(t, end, parts):
+                return t, parts
+            for u, later in p.breakpoints():
+                if t <= u < end:
+                    here = {m: min(v, later[m]) for m, v in here.items()}
+            parts = placement.place(j.procs, here, machines)
+    return None
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([1.0, 1.5, 2.0]), min_size=2, max_size=3),
+    bookings=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 15), st.integers(1, 4)),
+        max_size=10,
+    ),
+    procs=st.integers(1, 12),
+    walltime=st.integers(1, 20),
+    rule=st.sampled_from(list(PlacementRule)),
+)
+def test_earliest_fit_several_machines_matches_the_plain_search(
+    speeds: list[float],
+    bookings: list[tuple[int, int, int, int]],
+    procs: int,
+    walltime: int,
+    rule: PlacementRule,
+) -> None:
+    machines = sort_machines([Machine(id=f"m{k}", cpus=4, speed=s) for k, s in enumerate(speeds)])
+    by_id = {m.id: m.speed for m in machines}
+    p = Profile(now=0.0, machines=machines, free={m.id: 4 for m in machines}, ends=[])
+    for k, start, length, cpus in bookings:
+        b = (float(start), float(start + length), (Part(f"m{k % len(speeds)}", cpus),))
+        if p.fits(*b):
+            p.reserve(*b)
+    j = job(procs, float(walltime))
+    placement = Placement(rule=rule)
+    fit = fit_of(p, j, machines, by_id, placement=placement)
+    assert fit == reference_fit(p, j, machines, by_id, placement)
+    if fit is not None:
+        t, parts = fit
+        assert p.fits(t, t + j.estimate_on(min(by_id[x.machine] for x in parts)), parts)

@@ -43,12 +43,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from model.job import Job
-from model.machine import Part
 from scheduler.alloc import pace, take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.profile import Profile
+from scheduler.profile import Booking, Profile
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 
@@ -75,7 +74,7 @@ class ConservativeBackfill:
         )
 
         # job id -> (start, end, parts) of its booking in ``profile``.
-        booked: dict[str, tuple[float, float, tuple[Part, ...]]] = {}
+        booked: dict[str, Booking] = {}
 
         # 2. Book every promise first, so compressing one job can never take
         # CPUs another job was promised. A promise whose start has passed (no
@@ -97,7 +96,7 @@ class ConservativeBackfill:
                     profile.reserve(start, end, old.parts)
                     booked[job.id] = (start, end, old.parts)
 
-        def earliest(job: Job) -> tuple[float, float, tuple[Part, ...]] | None:
+        def earliest(job: Job) -> Booking | None:
             fit = profile.earliest_fit(
                 job,
                 job.procs,
