@@ -1,4 +1,4 @@
-"""Shared test helpers: small job and cluster builders, and the shared traces' location."""
+"""Shared fixtures: where the real traces are (tests that need them skip when absent)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from model.job import Job
-
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PWA = SHARED / "workloads" / "pwa"
-
-
-def job(
-    jid: str,
-    procs: int,
-    runtime: float,
-    *,
-    submit: float = 0.0,
-    walltime: float | None = None,
-    **kw: object,
-) -> Job:
-    """A job with an exact estimate unless ``walltime`` says otherwise."""
-    return Job(
-        id=jid,
-        submit=submit,
-        procs=procs,
-        runtime=runtime,
-        walltime=walltime if walltime is not None else max(runtime, 1e-9),
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fifo_backfill import FifoBackfill
 from scheduler.snapshot import Policy
-from tests.conftest import job
+from tests.helpers import job
 from twin.simulate import simulate
 
 HOUR = 3600.0

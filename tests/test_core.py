@@ -12,7 +12,7 @@ from scheduler.core import Accepted, PolicyError, Rejected, SchedulerCore
 from scheduler.lifecycle import IllegalTransitionError, JobState, transition
 from scheduler.policies.fcfs import Fcfs
 from scheduler.snapshot import Decisions, Snapshot, Start
-from tests.conftest import job
+from tests.helpers import job
 
 
 def core(policy: object = None, cpus: int = 8) -> SchedulerCore:
