@@ -21,13 +21,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from accordion.chart import write_chart
-from accordion.runs import Run, load_workload, run_policy, safe_name, write_run
+from accordion.runs import Run, Variation, load_workload, run_policy, safe_name, write_run
+from model.execution import ExecutionModel
 from model.job import JobError
 from model.machine import MachineError
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import POLICIES, PRIORITIES, UnknownPolicyError, build_policy
 from workload.cluster import ClusterError
 from workload.convert import SwfRules
+from workload.deadlines import DeadlineRule
 from workload.swf import SwfError, write_swf
 from workload.synthetic import SyntheticSpec
 from workload.synthetic import generate as generate_records
@@ -133,8 +135,41 @@ WalltimeOpt = Annotated[
 ]
 
 
+DeadlinesOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--deadlines",
+        min=0.0,
+        max=1.0,
+        help="give this share of jobs a deadline (EG-EDF paper: 0.7); see workload/deadlines.py",
+    ),
+]
+SlackOpt = Annotated[
+    str, typer.Option("--deadline-slack", help="MIN:MAX slack factors times the wall time")
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="seed of the deadline draws")]
+MalleableOpt = Annotated[
+    bool, typer.Option("--malleable", help="treat every job as malleable (FCFS-malleable paper)")
+]
+OverheadOpt = Annotated[
+    float, typer.Option("--overhead", min=0.0, help="OV of formula (4) while a job runs shrunk")
+]
+
+
 def _rules(missing_walltime: str) -> SwfRules:
     return SwfRules.from_fallback(missing_walltime)
+
+
+def _variation(deadlines: float | None, slack: str, seed: int, malleable: bool) -> Variation:
+    rule = None
+    if deadlines is not None:
+        lo, sep, hi = slack.partition(":")
+        try:
+            slack_min, slack_max = float(lo), float(hi if sep else lo)
+        except ValueError as exc:
+            raise ValueError(f"--deadline-slack wants MIN:MAX, got {slack!r}") from exc
+        rule = DeadlineRule(share=deadlines, slack_min=slack_min, slack_max=slack_max, seed=seed)
+    return Variation(deadlines=rule, malleable=malleable)
 
 
 @app.command()
@@ -146,14 +181,28 @@ def simulate(
     out: Annotated[Path | None, typer.Option("--out", help="write CSV, JSON, SWF here")] = None,
     placement: PlacementOpt = PlacementRule.FASTEST,
     missing_walltime: WalltimeOpt = "runtime",
+    deadlines: DeadlinesOpt = None,
+    deadline_slack: SlackOpt = "1.5:4",
+    seed: SeedOpt = 0,
+    malleable: MalleableOpt = False,
+    overhead: OverheadOpt = 0.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Replay TRACE under one policy and print its metrics."""
     with user_errors():
         build_policy(policy, placement=placement)  # fail fast on a bad name
-        workload = load_workload(trace, cluster=cluster, jobs=jobs, rules=_rules(missing_walltime))
+        workload = load_workload(
+            trace,
+            cluster=cluster,
+            jobs=jobs,
+            rules=_rules(missing_walltime),
+            variation=_variation(deadlines, deadline_slack, seed, malleable),
+        )
+        execution = ExecutionModel(overhead=overhead)
         with progress_bar(policy, progress and len(workload.jobs) >= 2000) as update:
-            run = run_policy(workload, policy, placement=placement, progress=update)
+            run = run_policy(
+                workload, policy, placement=placement, execution=execution, progress=update
+            )
         table = Table(title=f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}")
         table.add_column("metric")
         table.add_column(policy, justify="right")
@@ -188,6 +237,11 @@ def compare(
     ] = Path("out/compare"),
     placement: PlacementOpt = PlacementRule.FASTEST,
     missing_walltime: WalltimeOpt = "runtime",
+    deadlines: DeadlinesOpt = None,
+    deadline_slack: SlackOpt = "1.5:4",
+    seed: SeedOpt = 0,
+    malleable: MalleableOpt = False,
+    overhead: OverheadOpt = 0.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Replay TRACE under several policies; print every metric against a baseline."""
@@ -203,11 +257,26 @@ def compare(
         if base not in specs:
             specs.insert(0, base)
             build_policy(base, placement=placement)
-        workload = load_workload(trace, cluster=cluster, jobs=jobs, rules=_rules(missing_walltime))
+        workload = load_workload(
+            trace,
+            cluster=cluster,
+            jobs=jobs,
+            rules=_rules(missing_walltime),
+            variation=_variation(deadlines, deadline_slack, seed, malleable),
+        )
+        execution = ExecutionModel(overhead=overhead)
         runs: list[Run] = []
         for spec in specs:
             with progress_bar(spec, progress and len(workload.jobs) >= 2000) as update:
-                runs.append(run_policy(workload, spec, placement=placement, progress=update))
+                runs.append(
+                    run_policy(
+                        workload,
+                        spec,
+                        placement=placement,
+                        execution=execution,
+                        progress=update,
+                    )
+                )
         for run in runs:
             write_run(out, run)
         base_run = next(r for r in runs if r.spec == base)

@@ -6,11 +6,13 @@ commands run.
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine
 from model.metrics import ScheduleMetrics
@@ -20,6 +22,7 @@ from twin.report import metrics_of, summary, write_jobs_csv, write_summary
 from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
 from workload.convert import SwfRules, load_jobs, records_from_schedule
+from workload.deadlines import DeadlineRule, assign_deadlines
 from workload.swf import read_header, write_swf
 
 
@@ -33,6 +36,7 @@ class Workload:
     machines: tuple[Machine, ...]
     cluster_source: str
     skipped: Counter[str]
+    variation: Variation
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -41,6 +45,7 @@ class Workload:
             "jobs": len(self.jobs),
             "skipped": dict(self.skipped),
             "cluster_source": self.cluster_source,
+            **self.variation.describe(),
         }
 
 
@@ -51,8 +56,43 @@ def trace_name(path: Path) -> str:
     return name
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Variation:
+    """What the run adds to the trace: deadlines (traces carry none), malleability."""
+
+    deadlines: DeadlineRule | None = None
+    malleable: bool = False
+
+    def apply(self, jobs: list[Job]) -> list[Job]:
+        if self.deadlines is not None:
+            jobs = assign_deadlines(jobs, self.deadlines)
+        if self.malleable:
+            jobs = [j if j.malleable else replace(j, malleable=True) for j in jobs]
+        return jobs
+
+    def describe(self) -> dict[str, Any]:
+        d = self.deadlines
+        return {
+            "deadlines": None
+            if d is None
+            else {
+                "share": d.share,
+                "slack_min": d.slack_min,
+                "slack_max": d.slack_max,
+                "estimate": d.estimate,
+                "seed": d.seed,
+            },
+            "all_malleable": self.malleable,
+        }
+
+
 def load_workload(
-    trace: Path, *, cluster: Path | None, jobs: int | None, rules: SwfRules | None = None
+    trace: Path,
+    *,
+    cluster: Path | None,
+    jobs: int | None,
+    rules: SwfRules | None = None,
+    variation: Variation | None = None,
 ) -> Workload:
     """Read ``trace`` (SWF) and the machines: a cluster file, or the trace's header."""
     if cluster is not None:
@@ -67,13 +107,15 @@ def load_workload(
     loaded = load_jobs(trace, rules or SwfRules(), limit=jobs, total_cpus=total)
     if not loaded.jobs:
         raise ValueError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
+    variation = variation or Variation()
     return Workload(
         name=trace_name(trace),
         path=trace,
-        jobs=loaded.jobs,
+        jobs=variation.apply(loaded.jobs),
         machines=tuple(machines),
         cluster_source=source,
         skipped=loaded.skipped,
+        variation=variation,
     )
 
 
@@ -92,13 +134,25 @@ def run_policy(
     spec: str,
     *,
     placement: PlacementRule = PlacementRule.FASTEST,
+    execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
 ) -> Run:
     policy = build_policy(spec, placement=placement)
-    result = simulate(workload.jobs, machines=workload.machines, policy=policy, progress=progress)
+    # The loaded trace is long-lived: keep the cyclic collector from rescanning it,
+    # or its full collections show up as 100 ms "decisions" in the timing.
+    gc.collect()
+    gc.freeze()
+    result = simulate(
+        workload.jobs,
+        machines=workload.machines,
+        policy=policy,
+        execution=execution,
+        progress=progress,
+    )
     metrics = metrics_of(result)
     data = summary(result, metrics, workload=workload.describe())
     data["placement"] = str(placement)
+    data["execution_model"] = {"overhead": execution.overhead}
     return Run(spec=spec, result=result, metrics=metrics, summary=data)
 
 

@@ -125,3 +125,24 @@ def test_user_errors_are_one_line_and_exit_2(
     assert message in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) <= 2
+
+
+def test_deadlines_and_malleability_options(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    result = runner.invoke(
+        app,
+        ["compare", str(trace), "--policies", "easy,flexible,fcfs-malleable", "--deadlines",
+         "0.7", "--deadline-slack", "1.5:4", "--seed", "3", "--malleable", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "fcfs-malleable.summary.json").read_text())
+    assert summary["workload"]["all_malleable"] is True
+    assert summary["workload"]["deadlines"]["share"] == 0.7
+    assert 0.55 <= summary["metrics"]["deadline_jobs"] / 150 <= 0.85
+    assert summary["metrics"]["busy_mpl"] >= 1.0
+
+
+def test_policy_with_its_own_order_refuses_a_priority_source(trace: Path) -> None:
+    result = runner.invoke(app, ["simulate", str(trace), "--policy", "flexible:fairshare"])
+    assert result.exit_code == 2
+    assert "own order" in result.output

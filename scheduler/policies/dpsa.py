@@ -54,14 +54,25 @@ stops and the best subset so far starts. Every search reports
 ``dpsa_searches``, ``dpsa_expansions`` and ``dpsa_budget_hits`` in the
 decision's counters (the core sums them over a run).
 
-Two prunings keep the search exhaustive in effect while it visits fewer
-nodes; neither changes the subset an unbounded search returns:
+Prunings make the search visit fewer nodes without changing the subset an
+unbounded search returns (the first one, in search order, of the highest
+utilisation):
 
-* the search stops once the subset uses every free CPU (nothing can do
-  strictly better, and what comes later ranks lower);
-* a job that cannot fit the CPUs left is skipped (line 22), and a branch
-  whose jobs could not use more CPUs than the best subset, even all together,
-  is not entered (only a strictly better subset would replace the best).
+* a job that cannot fit the CPUs left is skipped (line 22);
+* a branch is not entered when even all the jobs after it could not use more
+  CPUs than the best subset so far (on one machine: short jobs plus long
+  jobs up to the extra CPUs), and the search stops once a subset reaches that
+  bound at the root: only a strictly better subset would replace the best
+  (line 16);
+* of interchangeable jobs (equal size, and on one machine a short job stands
+  in for a long one; on several machines equal estimates) only the first is
+  tried at a given depth: a later one would only build subsets of the same
+  utilisation that come later in search order. Traces queue dozens of
+  one-CPU jobs; without this a search that cannot fill every CPU tries every
+  way of choosing among them;
+* on one machine a branch is fixed by ``(next position, free, extra)``; a
+  state reached again is not searched again (the dynamic programming of the
+  paper's title, as a memo of states searched).
 
 Default budget: ``DEFAULT_BUDGET`` node expansions (see its note for the
 measurement on CTC-SP2).
@@ -85,17 +96,17 @@ from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 Variant = Literal["p", "n", "w"]
 
-DEFAULT_BUDGET = 2000
+DEFAULT_BUDGET = 1000
 """Node expansions per search.
 
-Chosen on CTC-SP2 (338 CPUs, 77,222 jobs, FIFO priority): an expansion costs
-about 1 µs on the one-machine path, so 2,000 of them stay far below the 10 ms
-p99 decision time we aim at even on a loaded host. In that replay (see the
-measurements in the report that introduced this module) fewer than 1 % of
-searches reach the budget, and raising it tenfold leaves mean bounded slowdown
-within noise: the searches that hit it are the few wide ones where many
-subsets tie near the best, which the budget cuts short with a near-best
-subset.
+Measured on CTC-SP2 (338 CPUs, 77,222 jobs, FIFO priority), unbounded: every
+DPSAp search needs at most 567 expansions and every DPSAw one fewer than
+500; of 49,622 DPSAn searches all but 5 need under 1,000 (those 5: about
+2,400 to 2,700, a 64-CPU job behind dozens of one-CPU ones). An expansion
+costs 2 to 6 µs of CPU on those hard searches (it scans the eligible list),
+so 1,000 caps the worst search near 5 ms, half the 10 ms we allow a decision,
+while the budget binds in one search per replay or none: DPSAp and DPSAw give
+the unbounded schedule, DPSAn a mean bounded slowdown of 34.28 against 34.10.
 """
 
 
@@ -300,10 +311,29 @@ def _search_one(
     (``nexts``: per depth, the next list position to try) because a subset can
     hold as many jobs as there are free CPUs, deeper than Python's recursion
     limit on a large machine.
+
+    Prunings (none changes the subset returned, see the module docstring):
+
+    * bound: from position ``k`` on a branch can add at most the short jobs'
+      CPUs plus the long jobs' CPUs up to ``extra`` (and never more than
+      ``free``, which cannot prune: ``util + free`` is the root's free CPUs);
+    * twins: job ``k`` is not tried at a depth that started at or before
+      ``covered[k]``, an earlier job of its size that is short or as long as
+      it; whatever ``k`` would build, that job built (or could not);
+    * states: util is the root's free CPUs minus ``free``, so a branch is
+      fixed by ``(next position, free, extra)``; one reached before, by a
+      subset that comes earlier in search order, is not searched again.
     """
     n = len(procs)
-    suffix = _suffix_sums(procs)
-    target = free  # no subset can use more than the CPUs free at the root
+    short_left = _suffix_sums([0 if lg else p for p, lg in zip(procs, long, strict=True)])
+    long_left = _suffix_sums([p if lg else 0 for p, lg in zip(procs, long, strict=True)])
+    covered = _covered_by(procs, long)
+    # The most any subset can use: once reached, nothing later can do strictly better.
+    target = min(free, short_left[0] + min(extra, long_left[0]))
+    # Branch states as one int each, ``(position * width + free) * height + extra``.
+    width = free + 1
+    height = extra + 1
+    searched: set[int] = set()
     best_util = 0
     best: tuple[int, ...] = ()
     chosen: list[int] = []
@@ -311,15 +341,17 @@ def _search_one(
     util = 0
     expansions = 1  # the root call, with the empty subset (never better than nothing)
     hit = False
-    while nexts:
+    while nexts and best_util < target:
         k = nexts[-1]
+        depth_start = chosen[-1] + 1 if chosen else 0
         p = 0
         while k < n:
-            if util + suffix[k] <= best_util:
-                k = n  # even every job left would not beat the best: back up
+            lg = long_left[k]
+            if util + short_left[k] + (lg if lg < extra else extra) <= best_util:
+                k = n  # every job left together would not beat the best: back up
                 break
             p = procs[k]
-            if p <= free and (p <= extra or not long[k]):
+            if p <= free and covered[k] < depth_start and (p <= extra or not long[k]):
                 break
             k += 1
         if k == n:
@@ -333,6 +365,11 @@ def _search_one(
                     extra += q
             continue
         nexts[-1] = k + 1
+        after = extra - p if long[k] else extra
+        state = ((k + 1) * width + free - p) * height + after
+        if state in searched:
+            continue
+        searched.add(state)
         if expansions >= budget or (out_of_time is not None and out_of_time()):
             hit = True
             break
@@ -340,15 +377,29 @@ def _search_one(
         chosen.append(k)
         util += p
         free -= p
-        if long[k]:
-            extra -= p
+        extra = after
         if util > best_util:
             best_util = util
             best = tuple(chosen)
-            if util == target:
-                break
         nexts.append(k + 1)
     return _Found(best, expansions, hit)
+
+
+def _covered_by(procs: Sequence[int], long: Sequence[bool]) -> list[int]:
+    """Per job, the last earlier job of its size that can stand in for it, else -1.
+
+    A short job stands in for a short or a long one of its size (it needs only
+    the free CPUs, a long one the extra ones too); a long job only for a long one.
+    """
+    last_short: dict[int, int] = {}
+    last_any: dict[int, int] = {}
+    out: list[int] = []
+    for k, (p, lg) in enumerate(zip(procs, long, strict=True)):
+        out.append(last_any.get(p, -1) if lg else last_short.get(p, -1))
+        last_any[p] = k
+        if not lg:
+            last_short[p] = k
+    return out
 
 
 def _search_many(
@@ -367,13 +418,22 @@ def _search_many(
     """OptimizeUtilization on several machines: the placement rule on scratch maps.
 
     ``free`` and ``extra`` are the caller's scratch copies; every change is
-    undone when the search backs up (and they are not used afterwards).
+    undone when the search backs up (and they are not used afterwards). Of the
+    prunings of :func:`_search_one` this keeps the plain bound (every job left,
+    up to the free CPUs) and twins, here jobs of equal size and equal estimate,
+    which the placement rule treats alike. Kept simple: traces are one machine.
     """
     n = len(jobs)
     procs = [job.procs for job in jobs]
-    suffix = _suffix_sums(procs)
+    left = _suffix_sums(procs)
+    covered: list[int] = []
+    last: dict[tuple[int, float], int] = {}
+    for k, job in enumerate(jobs):
+        key = (job.procs, job.walltime * job.ref_speed)
+        covered.append(last.get(key, -1))
+        last[key] = k
     total_free = sum(free.values())
-    target = total_free
+    target = min(total_free, left[0])
     best_util = 0
     best: tuple[int, ...] = ()
     best_parts: tuple[tuple[Part, ...], ...] = ()
@@ -395,14 +455,15 @@ def _search_many(
         parts = placement.place(job.procs, caps, machines)
         return None if parts is None else (parts, True)
 
-    while nexts:
+    while nexts and best_util < target:
         k = nexts[-1]
+        depth_start = chosen[-1] + 1 if chosen else 0
         got: tuple[tuple[Part, ...], bool] | None = None
         while k < n:
-            if util + suffix[k] <= best_util:
+            if util + min(total_free, left[k]) <= best_util:
                 k = n
                 break
-            if procs[k] <= total_free:
+            if procs[k] <= total_free and covered[k] < depth_start:
                 got = fit(jobs[k])
                 if got is not None:
                     break
@@ -435,7 +496,5 @@ def _search_many(
             best_util = util
             best = tuple(chosen)
             best_parts = tuple(h[0] for h in holds)
-            if util == target:
-                break
         nexts.append(k + 1)
     return _Found(best, expansions, hit, best_parts)

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 
 from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.conservative import ConservativeBackfill
+from scheduler.policies.dpsa import Dpsa
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
+from scheduler.policies.fcfs_malleable import FcfsMalleable
 from scheduler.policies.fifo_backfill import FifoBackfill
+from scheduler.policies.flexible import FlexibleBackfill
 from scheduler.priority import PrioritySource
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.fifo import Fifo
@@ -31,6 +34,9 @@ class PolicyInfo:
     name: str
     summary: str
     build: Callable[[PrioritySource, Placement, str], Policy]
+    #: False for policies whose paper fixes the order (Flexible backfilling's own
+    #: priority, FCFS-malleable's arrival order): ``POLICY:PRIORITY`` is refused.
+    takes_priority: bool = True
 
 
 POLICIES: dict[str, PolicyInfo] = {
@@ -54,6 +60,33 @@ POLICIES: dict[str, PolicyInfo] = {
         "conservative backfilling (a reservation for every job)",
         lambda pr, pl, name: ConservativeBackfill(priority=pr, placement=pl, name=name),
     ),
+    "dpsa-p": PolicyInfo(
+        "dpsa-p",
+        "DPSA: EASY reservation + best-fill subset search, ties by priority",
+        lambda pr, pl, name: Dpsa(variant="p", priority=pr, placement=pl, name=name),
+    ),
+    "dpsa-n": PolicyInfo(
+        "dpsa-n",
+        "DPSA, search presorted by size ascending (favours narrow jobs)",
+        lambda pr, pl, name: Dpsa(variant="n", priority=pr, placement=pl, name=name),
+    ),
+    "dpsa-w": PolicyInfo(
+        "dpsa-w",
+        "DPSA, search presorted by size descending (favours wide jobs)",
+        lambda pr, pl, name: Dpsa(variant="w", priority=pr, placement=pl, name=name),
+    ),
+    "flexible": PolicyInfo(
+        "flexible",
+        "Flexible backfilling: aging + deadline + wait priority, EASY reservation",
+        lambda _pr, pl, name: FlexibleBackfill(placement=pl, name=name),
+        takes_priority=False,
+    ),
+    "fcfs-malleable": PolicyInfo(
+        "fcfs-malleable",
+        "FCFS with virtual malleability (shrink to MPL 2, expand when the queue empties)",
+        lambda _pr, pl, name: FcfsMalleable(placement=pl, name=name),
+        takes_priority=False,
+    ),
 }
 
 PRIORITIES: dict[str, Callable[[], PrioritySource]] = {
@@ -70,6 +103,10 @@ def build_policy(spec: str, *, placement: PlacementRule = PlacementRule.FASTEST)
     if info is None:
         raise UnknownPolicyError(
             f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}"
+        )
+    if prio and not info.takes_priority:
+        raise UnknownPolicyError(
+            f"policy {name!r} has its own order from its paper; drop ':{prio}'"
         )
     make_priority = PRIORITIES.get(prio or "fifo")
     if make_priority is None:
