@@ -325,6 +325,8 @@ class Profile:
         if stop == 0 or max(self._total[:stop]) < cpus:
             return None
         nb = not_before if not_before > times[0] else times[0]
+        if nb >= start:
+            return None
         if len(self._cols) == 1:
             only = self._ids[0]
             duration = job.estimate_on(speeds[only])
@@ -337,6 +339,15 @@ class Profile:
             self.release(*booking)
             self.reserve(*moved)
             return moved
+        # Several machines: the same reasoning on the totals column, with the
+        # job's shortest possible run, rules out most jobs before anything is
+        # released; candidates before the first it lets through fail for good.
+        first = bisect_right(times, nb, 0, stop) - 1
+        shortest = job.estimate_on(self._fastest)
+        i = self._scan(self._total, cpus, shortest, first=first, stop=stop, nb=nb, cap=start)
+        if i < 0:
+            return None
+        from_t = times[i] if i > first else nb  # before releasing moves the indices
         self.release(*booking)
         fit = self.earliest_fit(
             job,
@@ -344,7 +355,7 @@ class Profile:
             placement=placement,
             machines=machines,
             speeds=speeds,
-            not_before=nb,
+            not_before=from_t,
             before=start,
         )
         if fit is None:

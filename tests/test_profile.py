@@ -323,3 +323,56 @@ def test_earliest_fit_several_machines_matches_the_plain_search(
     if fit is not None:
         t, parts = fit
         assert p.fits(t, t + j.estimate_on(min(by_id[x.machine] for x in parts)), parts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    speeds=st.lists(st.sampled_from([1.0, 1.5, 2.0]), min_size=2, max_size=3),
+    bookings=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 15), st.integers(1, 4)),
+        max_size=10,
+    ),
+    procs=st.integers(1, 8),
+    walltime=st.integers(1, 20),
+    rule=st.sampled_from(list(PlacementRule)),
+)
+def test_move_earlier_several_machines_matches_release_and_search(
+    speeds: list[float],
+    bookings: list[tuple[int, int, int, int]],
+    procs: int,
+    walltime: int,
+    rule: PlacementRule,
+) -> None:
+    """The totals shortcut only skips what the full search would reject."""
+    machines = sort_machines([Machine(id=f"m{k}", cpus=4, speed=s) for k, s in enumerate(speeds)])
+    by_id = {m.id: m.speed for m in machines}
+    placement = Placement(rule=rule)
+    p = Profile(now=0.0, machines=machines, free={m.id: 4 for m in machines}, ends=[])
+    for k, start, length, cpus in bookings:
+        b = (float(start), float(start + length), (Part(f"m{k % len(speeds)}", cpus),))
+        if p.fits(*b):
+            p.reserve(*b)
+    j = job(procs, float(walltime))
+    # The job's own booking: its latest possible slot, after everything else.
+    last = max([0.0, *(float(s + n) for _, s, n, _ in bookings)])
+    parts = placement.place(procs, {m.id: 4 for m in machines}, machines)
+    assert parts is not None or rule is PlacementRule.SINGLE
+    if parts is None:
+        return
+    own = (last, last + j.estimate_on(min(by_id[x.machine] for x in parts)), parts)
+    p.reserve(*own)
+    steps_with_own = p.breakpoints()
+
+    p.release(*own)
+    expected = fit_of(p, j, machines, by_id, placement=placement, before=own[0])
+    p.reserve(*own)
+
+    moved = p.move_earlier(
+        j, own, placement=placement, machines=machines, speeds=by_id, not_before=0.0
+    )
+    if expected is None:
+        assert moved is None
+        assert p.breakpoints() == steps_with_own
+    else:
+        t, new_parts = expected
+        assert moved == (t, t + j.estimate_on(min(by_id[x.machine] for x in new_parts)), new_parts)

@@ -86,10 +86,17 @@ def simulate(
     next_report = progress_every
     inf = float("inf")
 
+    # Instants at which a reservation falls due without any job ending then (possible
+    # when a placement rule spans machines): the policy must look again at them.
+    wakes: list[float] = []
     while next_job < n or ends:
         t_arrival = jobs[next_job].submit if next_job < n else inf
         t_end = ends[0][0] if ends else inf
         now = t_arrival if t_arrival < t_end else t_end
+        if wakes and wakes[0] < now:
+            now = wakes[0]
+        while wakes and wakes[0] <= now:
+            heapq.heappop(wakes)
         while ends and ends[0][0] <= now:
             _, _, job_id, version = heapq.heappop(ends)
             if not agents.is_current(job_id, version):
@@ -115,6 +122,10 @@ def simulate(
             end, version = agents.start(start.job, start.parts, now)
             heapq.heappush(ends, (end, seq, start.job.id, version))
             seq += 1
+        if decisions.reservations:
+            due = min(r.start for r in decisions.reservations)
+            if now < due < (ends[0][0] if ends else inf) and (not wakes or due < wakes[0]):
+                heapq.heappush(wakes, due)
         if progress is not None and events >= next_report:
             progress(len(outcomes), total)
             next_report = events + progress_every

@@ -2,14 +2,15 @@
 
 Mu'alem and Feitelson, "Utilization, predictability, workloads, and user
 runtime estimates in scheduling the IBM SP2 with backfilling", IEEE TPDS
-12(6), 2001, sec. 2: every job gets a reservation when it arrives, at the
-earliest time the availability profile has its CPUs free for its whole
-estimated run; a job may be moved earlier (the schedule is "compressed" when
-a job ends before its estimate) but never later. The DPSA paper (Grudenic
-and Bogunovic, sec. II) names it beside EASY as the most widely used variant:
-"conservative backfilling that create reservation for all the jobs in the
-system". EASY (``scheduler.policies.easy``) protects only the top job; here a
-backfilled job may delay nobody.
+12(6):529-543, 2001: small jobs "move ahead only if they do not delay any job
+in the queue". Every job holds a reservation at the earliest time the
+availability profile has its CPUs free for its whole estimated run; when
+jobs end before their estimates the schedule is compressed, each job moving
+earlier if it can, never later. The DPSA paper (Grudenic and Bogunovic,
+sec. II) names it beside EASY as the most widely used variant: "conservative
+backfilling that create reservation for all the jobs in the system". EASY
+(``scheduler.policies.easy``) protects only the top job; here a backfilled
+job may delay nobody.
 
 Reservations are promises kept across events: the core hands back the last
 decision's reservations in ``snapshot.reservations``. At each decision
@@ -17,12 +18,16 @@ decision's reservations in ``snapshot.reservations``. At each decision
 1. the profile (``scheduler.profile``) is built from the running jobs'
    estimated ends (an overdue end counts as now);
 2. every previous reservation of a still-queued job is booked at its old
-   start and parts, for its estimate on those parts, in priority order;
+   start (now, if that has passed) and parts, for its estimate on those
+   parts. If they do not all fit (a running job outlived its estimate and
+   holds CPUs they were promised), they are booked one by one in priority
+   order and a promise that no longer fits is re-placed at its earliest fit
+   in step 3: the only way a reservation moves later;
 3. in priority order, each job that had one is compressed: its booking is
    released, its earliest fit before the old start is searched and booked,
-   else the old one is booked again. Its old slot is still free, so a search
-   that found only later slots means the placement rule picked other
-   machines; the promise wins;
+   else the old one is kept. Its old slot is still free, so a search that
+   finds nothing earlier keeps the promise even where the placement rule,
+   asked afresh, would pick other machines for a later slot;
 4. in priority order, every job without a reservation gets its earliest fit
    around what is booked.
 
@@ -36,6 +41,12 @@ machine) gets no reservation and holds nothing back.
 On heterogeneous machines a job's estimate is its wall time scaled to the pace
 of the parts the placement rule picks at its reserved start. Durations assume
 MPL 1 (the job on ``procs`` CPUs), as the core's estimate of a started job does.
+
+Cost: re-planning every queued job at every event is ``O(queue x
+breakpoints)`` in the worst case. The profile books all promises in one
+sweep and rules out, with one C-level ``max`` or one scan that releases
+nothing, the many jobs of a busy queue that cannot move: on the Parallel
+Workloads Archive traces a decision costs about ten microseconds per queued job.
 """
 
 from __future__ import annotations
