@@ -131,8 +131,21 @@ def test_deadlines_and_malleability_options(trace: Path, tmp_path: Path) -> None
     out = tmp_path / "d"
     result = runner.invoke(
         app,
-        ["compare", str(trace), "--policies", "easy,flexible,fcfs-malleable", "--deadlines",
-         "0.7", "--deadline-slack", "1.5:4", "--seed", "3", "--malleable", "--out", str(out)],
+        [
+            "compare",
+            str(trace),
+            "--policies",
+            "easy,flexible,fcfs-malleable",
+            "--deadlines",
+            "0.7",
+            "--deadline-slack",
+            "1.5:4",
+            "--seed",
+            "3",
+            "--malleable",
+            "--out",
+            str(out),
+        ],
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "fcfs-malleable.summary.json").read_text())
