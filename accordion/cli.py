@@ -243,6 +243,9 @@ def compare(
     malleable: MalleableOpt = False,
     overhead: OverheadOpt = 0.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    per_job: Annotated[
+        bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
+    ] = True,
 ) -> None:
     """Replay TRACE under several policies; print every metric against a baseline."""
     with user_errors():
@@ -278,7 +281,7 @@ def compare(
                     )
                 )
         for run in runs:
-            write_run(out, run)
+            write_run(out, run, per_job=per_job)
         base_run = next(r for r in runs if r.spec == base)
         _compare_table(workload.name, len(workload.jobs), runs, base_run)
         _print_skipped(workload.skipped)

@@ -160,14 +160,16 @@ def safe_name(spec: str) -> str:
     return spec.replace(":", "+").replace("/", "_")
 
 
-def write_run(out: Path, run: Run, *, swf: bool = True) -> list[Path]:
-    """``<policy>.jobs.csv``, ``<policy>.summary.json`` and ``<policy>.swf`` under ``out``."""
+def write_run(out: Path, run: Run, *, per_job: bool = True) -> list[Path]:
+    """``<policy>.summary.json`` under ``out``, and with ``per_job`` the per-job
+    ``<policy>.jobs.csv`` and the schedule as ``<policy>.swf``."""
     out.mkdir(parents=True, exist_ok=True)
     stem = safe_name(run.spec)
-    paths = [out / f"{stem}.jobs.csv", out / f"{stem}.summary.json"]
-    write_jobs_csv(paths[0], run.result)
-    write_summary(paths[1], run.summary)
-    if swf:
+    paths = [out / f"{stem}.summary.json"]
+    write_summary(paths[0], run.summary)
+    if per_job:
+        paths.append(out / f"{stem}.jobs.csv")
+        write_jobs_csv(paths[-1], run.result)
         path = out / f"{stem}.swf"
         rows = sorted(run.result.outcomes, key=lambda o: (o.job.submit, o.job.id))
         write_swf(
