@@ -1,0 +1,269 @@
+"""One message type per kind, with its schema (msgspec structs, validated on decode).
+
+Every message is a tagged struct: the ``kind`` field names it on the wire,
+so one decoder reads any of them and refuses unknown kinds. Constraints
+(positive sizes, bounded strings) are part of the types, so a payload that
+decodes is well-formed; what is *reasonable* (a job wider than the cluster)
+is the scheduler's to judge and answer.
+
+Names: events are past tense (``PartStarted``), commands imperative
+(``StartPart``), requests and replies say so.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from broker.topics import PROTOCOL_VERSION
+
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
+Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+Workload = Literal["sleep", "mpi"]
+
+
+class Message(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, frozen=True):
+    """Base of every message; ``v`` is the protocol version of the sender."""
+
+    v: int = PROTOCOL_VERSION
+
+
+# -- jobs ---------------------------------------------------------------------
+
+
+class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A job as a client submits it. Times are seconds at the cluster's time base.
+
+    ``work`` is the job's run time on a machine of speed ``ref_speed`` at MPL 1
+    (what the sleep workload performs); ``walltime`` is the user's estimate of
+    it, the only one the scheduler uses. ``deadline`` is relative to the
+    submission.
+    """
+
+    id: Id
+    procs: Cpus
+    walltime: PositiveSeconds
+    work: Seconds
+    workload: Workload = "sleep"
+    user: Name = "nobody"
+    group: Name = "nobody"
+    qos: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
+    deadline: PositiveSeconds | None = None
+    malleable: bool = False
+    cpu_util: Fraction = 1.0
+    ref_speed: Speed = 1.0
+
+
+class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    id: Id
+    cpus: Cpus
+    speed: Speed = 1.0
+    labels: tuple[Name, ...] = ()
+
+
+class PartSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    machine: Id
+    cpus: Cpus
+
+
+# -- requests and replies (clients <-> scheduler) --------------------------------
+
+
+class SubmitJobs(Message, tag="submit_jobs", frozen=True):
+    """Submit one or many jobs; answered by one ``SubmitReply`` on ``reply_to``."""
+
+    request_id: Id = "-"
+    reply_to: Name = "-"
+    jobs: tuple[JobSpec, ...] = ()
+
+
+class CancelJob(Message, tag="cancel_job", frozen=True):
+    request_id: Id = "-"
+    reply_to: Name = "-"
+    job_id: Id = "-"
+
+
+class StatusRequest(Message, tag="status_request", frozen=True):
+    request_id: Id = "-"
+    reply_to: Name = "-"
+
+
+class SubmitResult(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    job_id: str
+    accepted: bool
+    reason: str | None = None
+    duplicate: bool = False
+
+
+class SubmitReply(Message, tag="submit_reply", frozen=True):
+    request_id: str = "-"
+    results: tuple[SubmitResult, ...] = ()
+
+
+class CancelReply(Message, tag="cancel_reply", frozen=True):
+    request_id: str = "-"
+    job_id: str = "-"
+    cancelled: bool = False
+    reason: str | None = None
+
+
+class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    id: str
+    state: str
+    procs: int
+    user: str
+    submit: float
+    start: float | None = None
+    parts: tuple[PartSpec, ...] = ()
+
+
+class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    id: str
+    cpus: int
+    speed: float
+    free: int
+    online: bool
+
+
+class StatusReply(Message, tag="status_reply", frozen=True):
+    request_id: str = "-"
+    now: float = 0.0
+    machines: tuple[MachineStatus, ...] = ()
+    queue: tuple[JobStatus, ...] = ()
+    running: tuple[JobStatus, ...] = ()
+
+
+class ErrorReply(Message, tag="error_reply", frozen=True):
+    """A request the scheduler could not read or accept as a whole."""
+
+    request_id: str | None = None
+    error: str = ""
+
+
+# -- agents <-> scheduler ---------------------------------------------------------
+
+
+class RunningPart(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A part an agent is running, as it reports on (re)registration."""
+
+    job_id: Id
+    cpus: Cpus
+    started: float
+
+
+class AgentOnline(Message, tag="agent_online", frozen=True):
+    """Retained on the agent's state topic while it lives."""
+
+    machine: MachineSpec | None = None
+    incarnation: Id = "-"
+    running: tuple[RunningPart, ...] = ()
+
+
+class AgentOffline(Message, tag="agent_offline", frozen=True):
+    """The agent's Last Will (``lost``) or its clean goodbye (``goodbye``)."""
+
+    agent_id: Id = "-"
+    incarnation: Id = "-"
+    reason: Literal["lost", "goodbye"] = "lost"
+
+
+class Heartbeat(Message, tag="heartbeat", frozen=True):
+    agent_id: Id = "-"
+    seq: Annotated[int, msgspec.Meta(ge=0)] = 0
+    running: tuple[Id, ...] = ()
+
+
+class PartStarted(Message, tag="part_started", frozen=True):
+    job_id: Id = "-"
+    agent_id: Id = "-"
+    pid: int = 0
+    at: float = 0.0
+
+
+class PartProgress(Message, tag="part_progress", frozen=True):
+    """Work done so far (units of ``JobSpec.work``), from the job process."""
+
+    job_id: Id = "-"
+    agent_id: Id = "-"
+    done: Seconds = 0.0
+    rate: float = 0.0
+    at: float = 0.0
+
+
+class PartFinished(Message, tag="part_finished", frozen=True):
+    """The part's process exited: ``exit_code`` 0 is success; ``reason`` says why not."""
+
+    job_id: Id = "-"
+    agent_id: Id = "-"
+    exit_code: int = 0
+    at: float = 0.0
+    reason: Literal["done", "failed", "cancelled", "walltime", "lost"] = "done"
+
+
+class StartPart(Message, tag="start_part", frozen=True):
+    """Run ``cpus`` CPUs of ``job`` on this agent at the job's ``pace`` (slowest part)."""
+
+    job: JobSpec | None = None
+    cpus: Cpus = 1
+    pace: Speed = 1.0
+    part: Annotated[int, msgspec.Meta(ge=0)] = 0
+    parts: Annotated[int, msgspec.Meta(ge=1)] = 1
+    time_scale: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 1.0
+
+
+class ResizePart(Message, tag="resize_part", frozen=True):
+    job_id: Id = "-"
+    cpus: Cpus = 1
+    pace: Speed = 1.0
+
+
+class CancelPart(Message, tag="cancel_part", frozen=True):
+    job_id: Id = "-"
+
+
+# -- for everyone -------------------------------------------------------------------
+
+
+class ClusterSummary(Message, tag="cluster_summary", frozen=True):
+    now: float = 0.0
+    machines: Annotated[int, msgspec.Meta(ge=0)] = 0
+    cpus: Annotated[int, msgspec.Meta(ge=0)] = 0
+    free: Annotated[int, msgspec.Meta(ge=0)] = 0
+    queued: Annotated[int, msgspec.Meta(ge=0)] = 0
+    running: Annotated[int, msgspec.Meta(ge=0)] = 0
+    policy: str = ""
+
+
+class JobEvent(Message, tag="job_event", frozen=True):
+    job_id: str = "-"
+    state: str = ""
+    at: float = 0.0
+    detail: str = ""
+
+
+AnyMessage = (
+    SubmitJobs
+    | CancelJob
+    | StatusRequest
+    | SubmitReply
+    | CancelReply
+    | StatusReply
+    | ErrorReply
+    | AgentOnline
+    | AgentOffline
+    | Heartbeat
+    | PartStarted
+    | PartProgress
+    | PartFinished
+    | StartPart
+    | ResizePart
+    | CancelPart
+    | ClusterSummary
+    | JobEvent
+)

@@ -1,0 +1,108 @@
+"""Every topic name of the protocol, under one configurable root.
+
+Layout (``R`` is the root, ``accordion/v1`` by default; the version is part
+of the root so two protocol versions can share a broker):
+
+- ``R/scheduler/requests``: clients to the scheduler; SubmitJobs, CancelJob,
+  StatusRequest.
+- ``R/clients/<client>/replies``: the scheduler to one client; SubmitReply,
+  CancelReply, StatusReply, ErrorReply.
+- ``R/agents/<agent>/state``: an agent's AgentOnline, retained; its Last Will
+  and its goodbye are AgentOffline.
+- ``R/agents/<agent>/events``: an agent and its job processes to the
+  scheduler; Heartbeat, PartStarted, PartProgress, PartFinished.
+- ``R/agents/<agent>/commands``: the scheduler to an agent; StartPart,
+  CancelPart, ResizePart.
+- ``R/jobs/<job>/control``: an agent to its job process; ResizePart, CancelPart.
+- ``R/cluster``: ClusterSummary, retained, for anyone.
+- ``R/events``: JobEvent, for watchers.
+
+Commands and events use QoS 1; handlers are idempotent (by job id, part and
+sequence number), since QoS 1 may deliver twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PROTOCOL_VERSION = 1
+DEFAULT_ROOT = f"accordion/v{PROTOCOL_VERSION}"
+
+
+class TopicError(ValueError):
+    """A name that cannot be a topic level (empty, or holding ``/ + #``)."""
+
+
+def _level(name: str) -> str:
+    if not name or any(c in name for c in "/+#\0"):
+        raise TopicError(f"{name!r} cannot be a topic level (empty, or has / + # or NUL)")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Topic names under ``root``; ``Topics()`` is the default root."""
+
+    root: str = DEFAULT_ROOT
+
+    def __post_init__(self) -> None:
+        if not self.root or self.root.endswith("/") or any(c in self.root for c in "+#\0"):
+            raise TopicError(f"bad topic root {self.root!r}")
+
+    @property
+    def requests(self) -> str:
+        return f"{self.root}/scheduler/requests"
+
+    def replies(self, client: str) -> str:
+        return f"{self.root}/clients/{_level(client)}/replies"
+
+    def agent_state(self, agent: str) -> str:
+        return f"{self.root}/agents/{_level(agent)}/state"
+
+    def agent_events(self, agent: str) -> str:
+        return f"{self.root}/agents/{_level(agent)}/events"
+
+    def agent_commands(self, agent: str) -> str:
+        return f"{self.root}/agents/{_level(agent)}/commands"
+
+    def job_control(self, job: str) -> str:
+        return f"{self.root}/jobs/{_level(job)}/control"
+
+    @property
+    def cluster(self) -> str:
+        return f"{self.root}/cluster"
+
+    @property
+    def events(self) -> str:
+        return f"{self.root}/events"
+
+    # Subscriptions of the scheduler.
+    @property
+    def all_agent_states(self) -> str:
+        return f"{self.root}/agents/+/state"
+
+    @property
+    def all_agent_events(self) -> str:
+        return f"{self.root}/agents/+/events"
+
+    def agent_of(self, topic: str) -> str | None:
+        """The agent id in an ``R/agents/<agent>/...`` topic, else None."""
+        prefix = f"{self.root}/agents/"
+        if not topic.startswith(prefix):
+            return None
+        agent, sep, _ = topic[len(prefix) :].partition("/")
+        return agent if sep and agent else None
+
+
+def matches(pattern: str, topic: str) -> bool:
+    """MQTT topic filter matching (``+`` one level, ``#`` the rest)."""
+    p_levels = pattern.split("/")
+    t_levels = topic.split("/")
+    for i, p in enumerate(p_levels):
+        if p == "#":
+            return True
+        if i >= len(t_levels):
+            return False
+        if p not in ("+", t_levels[i]):
+            return False
+    return len(p_levels) == len(t_levels)
