@@ -20,8 +20,9 @@ from broker.topics import PROTOCOL_VERSION
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0)]
+# Bounded above so inf and absurd values (a job of 30,000 years) fail on decode.
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]
+PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e12)]
 Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
 Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
@@ -79,19 +80,21 @@ class SubmitJobs(Message, tag="submit_jobs", frozen=True):
     """Submit one or many jobs; answered by one ``SubmitReply`` on ``reply_to``."""
 
     request_id: Id = "-"
-    reply_to: Name = "-"
+    #: The client id: replies go to ``Topics.replies(reply_to)``, never to a topic the
+    #: client names, so a request cannot make the scheduler publish anywhere else.
+    reply_to: Id = "-"
     jobs: tuple[JobSpec, ...] = ()
 
 
 class CancelJob(Message, tag="cancel_job", frozen=True):
     request_id: Id = "-"
-    reply_to: Name = "-"
+    reply_to: Id = "-"
     job_id: Id = "-"
 
 
 class StatusRequest(Message, tag="status_request", frozen=True):
     request_id: Id = "-"
-    reply_to: Name = "-"
+    reply_to: Id = "-"
 
 
 class SubmitResult(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

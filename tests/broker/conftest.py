@@ -1,0 +1,35 @@
+"""Fixtures of the broker tests: every async test runs on asyncio and on uvloop.
+
+The real brokers come from ``tests/integration/conftest.py`` (the shared
+session fixtures), re-exported here so the bus tests can sit beside the other
+broker tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+
+import pytest
+import uvloop
+from _pytest.terminal import TerminalReporter
+
+from tests.broker.scenarios import LATENCIES
+from tests.integration.conftest import embedded_broker, mosquitto, mqtt_broker
+
+__all__ = ["embedded_broker", "mosquitto", "mqtt_broker"]
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """pytest-asyncio's hook: parametrize every async test over these loops."""
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:
+    lines = config.stash.get(LATENCIES, [])
+    if lines:
+        terminalreporter.section("MQTT QoS 1 request/response round trip (recorded)")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -1,0 +1,305 @@
+"""The codec: every kind round-trips; every malformed payload is a WireError that says why."""
+
+from __future__ import annotations
+
+import math
+import typing
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker import messages as m
+from broker.codec import WireError, decode, encode, peek_reply_to
+
+JOB = m.JobSpec(
+    id="job-1",
+    procs=8,
+    walltime=3600.0,
+    work=1800.0,
+    workload="mpi",
+    user="alice",
+    group="physics",
+    qos=5,
+    deadline=7200.0,
+    malleable=True,
+    cpu_util=0.5,
+    ref_speed=2.0,
+)
+MACHINE = m.MachineSpec(id="node-1", cpus=32, speed=1.5, labels=("gpu", "fast"))
+PARTS = (m.PartSpec(machine="node-1", cpus=4), m.PartSpec(machine="node-2", cpus=4))
+
+ONE_OF_EACH: tuple[m.Message, ...] = (
+    m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, m.JobSpec("j2", 1, 1.0, 0.0))),
+    m.CancelJob(request_id="r2", reply_to="cli-1", job_id="job-1"),
+    m.StatusRequest(request_id="r3", reply_to="cli-1"),
+    m.SubmitReply(
+        request_id="r1",
+        results=(
+            m.SubmitResult("job-1", accepted=True),
+            m.SubmitResult("j2", accepted=False, reason="wider than the cluster"),
+            m.SubmitResult("j3", accepted=True, duplicate=True),
+        ),
+    ),
+    m.CancelReply(request_id="r2", job_id="job-1", cancelled=False, reason="already done"),
+    m.StatusReply(
+        request_id="r3",
+        now=12.5,
+        machines=(m.MachineStatus("node-1", 32, 1.5, free=24, online=True),),
+        queue=(m.JobStatus("j2", "queued", 1, "bob", submit=3.0),),
+        running=(m.JobStatus("job-1", "running", 8, "alice", 1.0, start=2.0, parts=PARTS),),
+    ),
+    m.ErrorReply(request_id="r9", error="invalid message: ..."),
+    m.AgentOnline(
+        machine=MACHINE,
+        incarnation="inc-7",
+        running=(m.RunningPart(job_id="job-1", cpus=4, started=2.0),),
+    ),
+    m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="goodbye"),
+    m.Heartbeat(agent_id="node-1", seq=42, running=("job-1",)),
+    m.PartStarted(job_id="job-1", agent_id="node-1", pid=4242, at=2.0),
+    m.PartProgress(job_id="job-1", agent_id="node-1", done=10.0, rate=0.5, at=22.0),
+    m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=137, at=30.0, reason="lost"),
+    m.StartPart(job=JOB, cpus=4, pace=0.5, part=1, parts=2, time_scale=60.0),
+    m.ResizePart(job_id="job-1", cpus=2, pace=0.75),
+    m.CancelPart(job_id="job-1"),
+    m.ClusterSummary(now=1.0, machines=2, cpus=64, free=8, queued=3, running=2, policy="easy"),
+    m.JobEvent(job_id="job-1", state="finished", at=30.0, detail="exit 0"),
+)
+
+
+def test_one_of_each_covers_every_kind() -> None:
+    kinds = {cls.__struct_config__.tag for cls in typing.get_args(m.AnyMessage)}
+    assert {type(msg).__struct_config__.tag for msg in ONE_OF_EACH} == kinds
+
+
+@pytest.mark.parametrize("message", ONE_OF_EACH, ids=lambda msg: type(msg).__name__)
+def test_round_trip(message: m.Message) -> None:
+    payload = encode(message)
+    assert decode(payload) == message
+    assert msgspec.msgpack.decode(payload)["kind"] == type(message).__struct_config__.tag
+
+
+def test_defaults_round_trip() -> None:
+    for cls in typing.get_args(m.AnyMessage):
+        assert decode(encode(cls())) == cls()
+
+
+def _raw(**fields: Any) -> bytes:
+    return msgspec.msgpack.encode(fields)
+
+
+def _job(**overrides: Any) -> dict[str, Any]:
+    return {"id": "j", "procs": 1, "walltime": 10.0, "work": 5.0} | overrides
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        pytest.param(b"\xc1\x00", "not a msgpack message", id="not-msgpack"),
+        pytest.param(b"", "not a msgpack message", id="empty"),
+        pytest.param(encode(m.Heartbeat()) + b"\x00", "trailing", id="trailing-bytes"),
+        pytest.param(msgspec.msgpack.encode([1, 2]), "Expected `object`, got `array`", id="array"),
+        pytest.param(_raw(v=1), "missing required field `kind`", id="no-kind"),
+        pytest.param(_raw(kind="launch_missiles"), "'launch_missiles' - at `$.kind`", id="kind"),
+        pytest.param(_raw(kind=3), "Expected `str`, got `int` - at `$.kind`", id="kind-type"),
+        pytest.param(
+            _raw(kind="heartbeat", seq="one"), "Expected `int`, got `str` - at `$.seq`", id="type"
+        ),
+        pytest.param(_raw(kind="heartbeat", v="1"), "at `$.v`", id="version-type"),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(procs=-1)]),
+            "Expected `int` >= 1 - at `$.jobs[0].procs`",
+            id="negative-procs",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(procs=0)]),
+            "Expected `int` >= 1 - at `$.jobs[0].procs`",
+            id="zero-procs",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(procs=10**9)]),
+            "Expected `int` <= 1048576 - at `$.jobs[0].procs`",
+            id="absurd-procs",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(walltime=0.0)]),
+            "> 0.0 - at `$.jobs[0].walltime`",
+            id="zero-walltime",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(walltime=math.nan)]),
+            "at `$.jobs[0].walltime`",
+            id="nan-walltime",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(work=-1.0)]),
+            ">= 0.0 - at `$.jobs[0].work`",
+            id="negative-work",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(cpu_util=1.5)]),
+            "at `$.jobs[0].cpu_util`",
+            id="utilisation-above-1",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(qos=10**9)]),
+            "<= 1000000 - at `$.jobs[0].qos`",
+            id="absurd-qos",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(workload="bitcoin")]),
+            "at `$.jobs[0].workload`",
+            id="unknown-workload",
+        ),
+        pytest.param(
+            _raw(kind="cancel_job", job_id="j", extra=1),
+            "unknown field `extra`",
+            id="unknown-field",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(colour="red")]),
+            "unknown field `colour` - at `$.jobs[0]`",
+            id="unknown-nested-field",
+        ),
+        pytest.param(_raw(kind="cancel_job", job_id="a/b"), "at `$.job_id`", id="id-slash"),
+        pytest.param(_raw(kind="cancel_job", job_id="+"), "at `$.job_id`", id="id-plus"),
+        pytest.param(_raw(kind="cancel_job", job_id="a#"), "at `$.job_id`", id="id-hash"),
+        pytest.param(_raw(kind="cancel_job", job_id=""), "length >= 1", id="id-empty"),
+        pytest.param(_raw(kind="cancel_job", job_id="a" * 129), "length <= 128", id="id-long"),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(id="x/y")]), "at `$.jobs[0].id`", id="job-id-slash"
+        ),
+        pytest.param(
+            _raw(kind="heartbeat", agent_id="node+1"), "at `$.agent_id`", id="agent-id-plus"
+        ),
+        pytest.param(
+            _raw(kind="start_part", cpus=0), "Expected `int` >= 1 - at `$.cpus`", id="zero-cpus"
+        ),
+        pytest.param(_raw(kind="heartbeat", seq=-1), ">= 0 - at `$.seq`", id="negative-seq"),
+    ],
+)
+def test_malformed_payload_is_a_wire_error_that_says_why(payload: bytes, says: str) -> None:
+    with pytest.raises(WireError) as caught:
+        decode(payload)
+    assert says in str(caught.value)
+    assert isinstance(caught.value.__cause__, msgspec.MsgspecError)
+
+
+@pytest.mark.parametrize("reply_to", ["a/b", "+", "#"])
+def test_reply_to_that_cannot_be_a_topic_level_is_refused(reply_to: str) -> None:
+    with pytest.raises(WireError):
+        decode(_raw(kind="status_request", request_id="r", reply_to=reply_to))
+
+
+def test_infinite_walltime_is_refused() -> None:
+    with pytest.raises(WireError):
+        decode(_raw(kind="submit_jobs", jobs=[_job(walltime=math.inf)]))
+
+
+def test_peek_reply_to_of_a_bad_request_gives_its_envelope() -> None:
+    bad = _raw(kind="submit_jobs", request_id="r7", reply_to="cli-2", jobs=[_job(procs=0)])
+    with pytest.raises(WireError):
+        decode(bad)
+    assert peek_reply_to(bad) == ("r7", "cli-2")
+
+
+@pytest.mark.parametrize(
+    ("payload", "envelope"),
+    [
+        pytest.param(b"\xc1", (None, None), id="not-msgpack"),
+        pytest.param(msgspec.msgpack.encode([1]), (None, None), id="array"),
+        pytest.param(
+            _raw(kind="submit_jobs", request_id=3, reply_to=["x"]), (None, None), id="wrong-types"
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", request_id="r", reply_to=""), ("r", None), id="no-reply-to"
+        ),
+    ],
+)
+def test_peek_reply_to_without_a_usable_envelope(
+    payload: bytes, envelope: tuple[str | None, str | None]
+) -> None:
+    assert peek_reply_to(payload) == envelope
+
+
+# -- properties -----------------------------------------------------------------------
+
+ids = st.from_regex(r"[A-Za-z0-9_.:@-]{1,128}", fullmatch=True)
+names = st.text(min_size=1, max_size=128)
+positive = st.floats(
+    min_value=0.0, exclude_min=True, max_value=1e12, allow_nan=False, allow_infinity=False
+)
+
+job_specs = st.builds(
+    m.JobSpec,
+    id=ids,
+    procs=st.integers(1, 1_048_576),
+    walltime=positive,
+    work=st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False),
+    workload=st.sampled_from(["sleep", "mpi"]),
+    user=names,
+    group=names,
+    qos=st.integers(0, 1_000_000),
+    deadline=st.none() | positive,
+    malleable=st.booleans(),
+    cpu_util=st.floats(
+        min_value=0.0, exclude_min=True, max_value=1.0, allow_nan=False, allow_infinity=False
+    ),
+    ref_speed=st.floats(
+        min_value=0.0, exclude_min=True, max_value=1e6, allow_nan=False, allow_infinity=False
+    ),
+)
+submits = st.builds(
+    m.SubmitJobs,
+    request_id=ids,
+    reply_to=ids,
+    jobs=st.lists(job_specs, max_size=20).map(tuple),
+)
+
+
+@given(job_specs)
+def test_job_spec_round_trips_inside_a_start_part(job: m.JobSpec) -> None:
+    message = m.StartPart(job=job, cpus=job.procs)
+    assert decode(encode(message)) == message
+
+
+@given(submits)
+def test_submit_jobs_round_trips(message: m.SubmitJobs) -> None:
+    assert decode(encode(message)) == message
+
+
+@given(st.binary(max_size=256))
+def test_arbitrary_bytes_decode_or_raise_a_wire_error(payload: bytes) -> None:
+    try:
+        decoded = decode(payload)
+    except WireError:
+        return
+    assert decode(encode(decoded)) == decoded
+
+
+kinds = st.sampled_from(sorted(cls.__struct_config__.tag for cls in typing.get_args(m.AnyMessage)))
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+field_names = st.sampled_from(["v", "job_id", "jobs", "procs", "seq", "reply_to", "cpus", "x"])
+
+
+@given(kinds, st.dictionaries(field_names, values, max_size=4))
+def test_well_formed_msgpack_of_any_shape_decodes_or_raises_a_wire_error(
+    kind: str, fields: dict[str, Any]
+) -> None:
+    payload = msgspec.msgpack.encode({"kind": kind} | fields)
+    try:
+        decoded = decode(payload)
+    except WireError:
+        return
+    assert type(decoded).__struct_config__.tag == kind
