@@ -17,7 +17,7 @@ from model.job import Job
 from model.machine import Machine
 from model.metrics import ScheduleMetrics
 from scheduler.placement import PlacementRule
-from scheduler.policies.registry import build_policy
+from scheduler.policies.registry import build_policy, policy_info
 from twin.report import metrics_of, summary, write_jobs_csv, write_summary
 from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
@@ -138,6 +138,15 @@ def run_policy(
     progress: ProgressFn | None = None,
 ) -> Run:
     policy = build_policy(spec, placement=placement)
+    if policy_info(spec).single_machine:
+        widest = max(m.cpus for m in workload.machines)
+        too_wide = sum(1 for j in workload.jobs if j.min_cpus > widest)
+        if too_wide:
+            raise ValueError(
+                f"{spec} runs each job on one machine, but {too_wide} job(s) need more "
+                f"than the widest machine's {widest} CPUs; use a cluster file whose "
+                "machines fit every job"
+            )
     # The loaded trace is long-lived: keep the cyclic collector from rescanning it,
     # or its full collections show up as 100 ms "decisions" in the timing.
     gc.collect()

@@ -14,10 +14,12 @@ from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.conservative import ConservativeBackfill
 from scheduler.policies.dpsa import Dpsa
 from scheduler.policies.easy import EasyBackfill
+from scheduler.policies.eg_edf import EgEdf
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fcfs_malleable import FcfsMalleable
 from scheduler.policies.fifo_backfill import FifoBackfill
 from scheduler.policies.flexible import FlexibleBackfill
+from scheduler.policies.tabu import EgEdfTabu
 from scheduler.priority import PrioritySource
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.fifo import Fifo
@@ -37,6 +39,8 @@ class PolicyInfo:
     #: False for policies whose paper fixes the order (Flexible backfilling's own
     #: priority, FCFS-malleable's arrival order): ``POLICY:PRIORITY`` is refused.
     takes_priority: bool = True
+    #: True for policies that run a job on one machine only (EG-EDF's model).
+    single_machine: bool = False
 
 
 POLICIES: dict[str, PolicyInfo] = {
@@ -81,6 +85,20 @@ POLICIES: dict[str, PolicyInfo] = {
         lambda _pr, pl, name: FlexibleBackfill(placement=pl, name=name),
         takes_priority=False,
     ),
+    "eg-edf": PolicyInfo(
+        "eg-edf",
+        "EG-EDF: earliest gap in the schedule, else EDF insertion; one machine per job",
+        lambda _pr, _pl, name: EgEdf(name=name),
+        takes_priority=False,
+        single_machine=True,
+    ),
+    "eg-edf-tabu": PolicyInfo(
+        "eg-edf-tabu",
+        "EG-EDF, then Tabu search moving delayed jobs into earlier gaps",
+        lambda _pr, _pl, name: EgEdfTabu(name=name),
+        takes_priority=False,
+        single_machine=True,
+    ),
     "fcfs-malleable": PolicyInfo(
         "fcfs-malleable",
         "FCFS with virtual malleability (shrink to MPL 2, expand when the queue empties)",
@@ -94,6 +112,17 @@ PRIORITIES: dict[str, Callable[[], PrioritySource]] = {
     "fairshare": FairShare,
     "multifactor": MultiFactor,
 }
+
+
+def policy_info(spec: str) -> PolicyInfo:
+    """The registry entry of ``spec``'s policy name."""
+    name = spec.strip().partition(":")[0]
+    info = POLICIES.get(name)
+    if info is None:
+        raise UnknownPolicyError(
+            f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}"
+        )
+    return info
 
 
 def build_policy(spec: str, *, placement: PlacementRule = PlacementRule.FASTEST) -> Policy:
