@@ -13,6 +13,23 @@ decisions and returns them so the caller can turn them into commands.
 
 The core never reads a clock: time is the ``now`` it is given.
 
+Machines come and go (live runtime). ``machine_left`` applies the rule for the
+jobs of a lost machine, stated once here so the actor, the twin and the tests
+share it: every job with a part on the machine leaves its CPUs; it is
+*requeued* (same id, same submit time, back at its place in arrival order; its
+CPUs on the other machines are freed, the caller cancels those parts) unless it
+was already requeued ``max_requeues`` times (default 2), in which case it
+*fails*. A queued job wider than the cluster that is left (it was accepted
+when the cluster was bigger) stays queued but is hidden from the policy until
+enough machines are back, so it never blocks the jobs behind it.
+
+Restart. A restarted live scheduler rebuilds the core from its journal with
+the ``restore_*`` methods: queued jobs in submission order, finished ones for
+idempotency (and the usage ledger), and running ones as *pending*: known and
+``RUNNING``, but holding no CPUs until the caller has heard from their agents.
+``restore_running`` then puts a pending job on its CPUs; ``job_lost``
+applies the lost-machine rule to it.
+
 Estimates. A running job's expected end comes from the user's wall time and
 the shared execution model (``model.execution``) at the job's allocation: the
 core keeps how much of the wall time it believes done, so a resize moves the
@@ -23,12 +40,12 @@ estimate is expected to end "now" (policies see ``max(est_end, now)``).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Machine, Part, parts_cpus
 from scheduler.lifecycle import JobState, transition
 from scheduler.placement import sort_machines
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
@@ -53,13 +70,26 @@ class Rejected:
 
 @dataclass(frozen=True, slots=True)
 class Left:
-    """A job that left the CPUs, with what the core knew of it."""
+    """A job that left the CPUs, with what the core knew of it.
+
+    ``state`` is where it went: finished, failed, cancelled, or ``QUEUED`` when
+    it was requeued after its machine was lost.
+    """
 
     job: Job
     start: float
     end: float
     parts: tuple[Part, ...]
     state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    """A restored running job awaiting its agents (see ``SchedulerCore.restore_pending``)."""
+
+    job: Job
+    parts: tuple[Part, ...]
+    start: float
 
 
 class SchedulerCore:
@@ -72,9 +102,13 @@ class SchedulerCore:
         machines: Iterable[Machine],
         execution: ExecutionModel = DEFAULT_MODEL,
         usage_period: float = 86400.0,
+        max_requeues: int = 2,
     ) -> None:
+        if max_requeues < 0:
+            raise ValueError(f"max_requeues must be >= 0, got {max_requeues!r}")
         self.policy = policy
         self.execution = execution
+        self.max_requeues = max_requeues
         self._machines: list[Machine] = []
         self._speeds: dict[str, float] = {}
         self._free: dict[str, int] = {}
@@ -91,6 +125,14 @@ class SchedulerCore:
         self._reservations: dict[str, Reservation] = {}
         self.usage = UsageLedger(usage_period)
         self.counters: dict[str, int] = {}
+        # Arrival order of every job, so a requeued job goes back to its place.
+        self._order: dict[str, int] = {}
+        self._requeues: dict[str, int] = {}
+        # The most CPUs any queued job ever needed: while the cluster has at least
+        # that many, no queued job can be too wide and snapshot() filters nothing.
+        self._widest = 0
+        # Restored running jobs not yet confirmed by their agents: (job, parts, start).
+        self._pending: dict[str, PendingJob] = {}
 
     # -- state, read-only -------------------------------------------------
 
@@ -121,6 +163,23 @@ class SchedulerCore:
     def state_of(self, job_id: str) -> JobState | None:
         return self._state.get(job_id)
 
+    def job(self, job_id: str) -> Job | None:
+        """The job known by ``job_id`` (in any state), if any."""
+        return self._known.get(job_id)
+
+    def requeues(self, job_id: str) -> int:
+        """How many times the job was requeued after losing a machine."""
+        return self._requeues.get(job_id, 0)
+
+    @property
+    def speeds(self) -> Mapping[str, float]:
+        return self._speeds
+
+    @property
+    def pending(self) -> Mapping[str, PendingJob]:
+        """Restored running jobs awaiting their agents' confirmation, by id."""
+        return self._pending
+
     # -- events -----------------------------------------------------------
 
     def machine_joined(self, machine: Machine) -> None:
@@ -145,15 +204,45 @@ class SchedulerCore:
                 f"job needs {job.min_cpus} CPUs for its {job.procs} processes, "
                 f"the cluster has {self._total}",
             )
-        self._known[job.id] = job
-        self._state[job.id] = JobState.QUEUED
-        self._queue.append(job)
+        self._enqueue(job)
         return Accepted(job.id)
+
+    def machine_left(self, machine_id: str, now: float) -> list[Left]:
+        """A machine is gone: apply the lost-machine rule (module docstring) to its jobs.
+
+        Returns one :class:`Left` per job that had a part there, in start order,
+        with ``state`` ``QUEUED`` (requeued) or ``FAILED``; the caller cancels
+        the jobs' parts on the other machines.
+        """
+        if machine_id not in self._speeds:
+            raise KeyError(f"machine {machine_id!r} is not known")
+        hit = [r for r in self._running.values() if any(p.machine == machine_id for p in r.parts)]
+        lost = [self._lose_running(run, now) for run in hit]
+        lost += [
+            self.job_lost(jid, now)
+            for jid, p in list(self._pending.items())
+            if any(part.machine == machine_id for part in p.parts)
+        ]
+        self._machines = [m for m in self._machines if m.id != machine_id]
+        del self._speeds[machine_id]
+        # Every job with a part here has left, so all of the machine's CPUs are free.
+        self._total -= self._free.pop(machine_id)
+        # A promise on a machine that is gone cannot be kept; policies plan afresh.
+        self._reservations = {
+            jid: r
+            for jid, r in self._reservations.items()
+            if all(p.machine != machine_id for p in r.parts)
+        }
+        return lost
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
         run = self._running.pop(job_id, None)
         if run is None:
+            if job_id in self._pending:
+                return self._end_pending(
+                    job_id, now, JobState.FAILED if failed else JobState.FINISHED
+                )
             raise KeyError(f"job {job_id!r} is not running")
         self._unlist(run)
         state = JobState.FAILED if failed else JobState.FINISHED
@@ -171,6 +260,8 @@ class SchedulerCore:
             self._queue = [j for j in self._queue if j.id != job_id]
             self._reservations.pop(job_id, None)
             return self._known[job_id]
+        if state is JobState.RUNNING and job_id in self._pending:
+            return self._end_pending(job_id, now, JobState.CANCELLED)
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
             self._unlist(run)
@@ -181,15 +272,108 @@ class SchedulerCore:
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
 
+    # -- restart ----------------------------------------------------------
+
+    def restore_queued(self, job: Job, *, requeues: int = 0) -> None:
+        """A journalled queued job, restored in submission order (no width check:
+        it was accepted before, and its machines may not have re-registered yet)."""
+        self._check_new(job)
+        self._requeues[job.id] = requeues
+        self._enqueue(job)
+
+    def restore_final(
+        self,
+        job: Job,
+        state: JobState,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        parts: tuple[Part, ...] = (),
+    ) -> None:
+        """A journalled job that is over: known again (so its id stays taken) and,
+        when it ran, charged to the usage ledger with its last allocation."""
+        if state not in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED):
+            raise ValueError(f"restore_final takes a final state, not {state}")
+        self._check_new(job)
+        self._known[job.id] = job
+        self._state[job.id] = state
+        self._order[job.id] = len(self._order)
+        if start is not None and end is not None and parts:
+            self.usage.charge(
+                user=job.user, group=job.group, start=start, end=end, cpus=parts_cpus(parts)
+            )
+
+    def restore_pending(
+        self, job: Job, parts: tuple[Part, ...], start: float, *, requeues: int = 0
+    ) -> None:
+        """A journalled running job: known and ``RUNNING``, holding no CPUs until
+        :meth:`restore_running` or :meth:`job_lost` settles it."""
+        if not parts:
+            raise ValueError(f"job {job.id!r}: a running job has parts")
+        self._check_new(job)
+        self._known[job.id] = job
+        self._state[job.id] = JobState.RUNNING
+        self._order[job.id] = len(self._order)
+        self._requeues[job.id] = requeues
+        self._pending[job.id] = PendingJob(job, parts, start)
+
+    def restore_running(self, job_id: str, now: float) -> RunningJob:
+        """Put a pending job back on its CPUs; its machines must be known, with room.
+
+        Its estimate is taken as if it had run on these parts since its start
+        (the journal keeps the last allocation, not the history of resizes).
+        """
+        pending = self._pending[job_id]
+        job, parts = pending.job, pending.parts
+        # Checked before taking anything: _take books part by part, and a caller
+        # that is refused here carries on with the core as it was.
+        short = [p for p in parts if p.cpus > self._free.get(p.machine, 0)]
+        if short:
+            have = {p.machine: self._free.get(p.machine) for p in short}
+            raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
+        cpus = self._take(job, parts)
+        del self._pending[job_id]
+        rate = self._rate(job, parts, cpus)
+        done = min(job.walltime, max(now - pending.start, 0.0) * rate)
+        run = RunningJob(
+            job=job,
+            parts=parts,
+            start=pending.start,
+            est_end=pending.start + job.walltime / rate,
+            cpus=cpus,
+            est_done=done,
+            changed=now,
+            rate=rate,
+            charged_from=pending.start,
+        )
+        self._running[job_id] = run
+        bisect.insort_right(self._by_end, run, key=_end_key)
+        return run
+
+    def job_lost(self, job_id: str, now: float) -> Left:
+        """One running or pending job lost a part (its agent no longer runs it, or a
+        restored job was not confirmed): the lost-machine rule, for this job only."""
+        run = self._running.get(job_id)
+        if run is not None:
+            return self._lose_running(run, now)
+        pending = self._pending.pop(job_id, None)
+        if pending is None:
+            raise KeyError(f"job {job_id!r} is not running")
+        return self._requeue_or_fail(pending.job, pending.start, pending.parts, now)
+
     # -- scheduling -------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
+        queue: Sequence[Job] = self._queue
+        if self._widest > self._total:
+            # Jobs wider than what is left of the cluster wait hidden (module docstring).
+            queue = [j for j in self._queue if j.min_cpus <= self._total]
         return Snapshot(
             now=now,
             machines=self._machines,
             free=self._free,
             running=self._by_end,
-            queue=self._queue,
+            queue=queue,
             usage=self.usage,
             total_cpus=self._total,
             speeds=self._speeds,
@@ -212,6 +396,52 @@ class SchedulerCore:
         return decisions
 
     # -- internals --------------------------------------------------------
+
+    def _check_new(self, job: Job) -> None:
+        if job.id in self._known:
+            raise ValueError(f"job {job.id!r} is already known")
+
+    def _enqueue(self, job: Job) -> None:
+        self._known[job.id] = job
+        self._state[job.id] = JobState.QUEUED
+        self._order[job.id] = len(self._order)
+        self._widest = max(self._widest, job.min_cpus)
+        self._queue.append(job)
+
+    def _lose_running(self, run: RunningJob, now: float) -> Left:
+        del self._running[run.job.id]
+        self._unlist(run)
+        for part in run.parts:
+            self._free[part.machine] += part.cpus
+        self._charge(run, now)
+        return self._requeue_or_fail(run.job, run.start, run.parts, now)
+
+    def _requeue_or_fail(self, job: Job, start: float, parts: tuple[Part, ...], now: float) -> Left:
+        """The lost-machine rule for one job that already left its CPUs."""
+        done = self._requeues.get(job.id, 0)
+        if done >= self.max_requeues:
+            self._state[job.id] = transition(self._state[job.id], JobState.FAILED)
+            return Left(job, start, now, parts, JobState.FAILED)
+        self._requeues[job.id] = done + 1
+        self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
+        # A restored job was never queued here: it may be the widest one yet.
+        self._widest = max(self._widest, job.min_cpus)
+        order = self._order
+        bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
+        return Left(job, start, now, parts, JobState.QUEUED)
+
+    def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:
+        pending = self._pending.pop(job_id)
+        self._state[job_id] = transition(self._state[job_id], state)
+        job = pending.job
+        self.usage.charge(
+            user=job.user,
+            group=job.group,
+            start=pending.start,
+            end=now,
+            cpus=parts_cpus(pending.parts),
+        )
+        return Left(job, pending.start, now, pending.parts, state)
 
     def _take(self, job: Job, parts: tuple[Part, ...]) -> int:
         cpus = 0

@@ -1,0 +1,189 @@
+"""``python -m scheduler``: the live scheduler on an MQTT broker.
+
+Theory of operation. The edge of the program: parse the options, build the
+policy, open the journal (its stored epoch and time scale win, so a restart
+goes on in the same cluster time), start the metrics endpoint on an injected
+registry, connect to the broker and run the :class:`~scheduler.actor.SchedulerActor`
+until SIGINT or SIGTERM, which stop it cleanly (the current batch is
+finished, the last ClusterSummary published, the journal closed). uvloop is
+used when it can be imported.
+
+Times: ``--time-scale K`` compresses time (cluster seconds = wall seconds x
+K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from prometheus_client import CollectorRegistry
+
+from broker.bus import BusError
+from broker.topics import DEFAULT_ROOT, TopicError, Topics
+from scheduler.actor import ActorSettings, SchedulerActor
+from scheduler.clock import WallClock
+from scheduler.exporter import SchedulerMetrics, serve
+from scheduler.journal import Journal, JournalError
+from scheduler.placement import PlacementRule
+from scheduler.policies.registry import UnknownPolicyError, build_policy
+
+log = logging.getLogger("scheduler")
+
+MAX_TIME_SCALE = 1e6
+"""The wire's bound on ``StartPart.time_scale``."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m scheduler", description="The accordion live scheduler (MQTT)."
+    )
+    p.add_argument("--host", default="localhost", help="MQTT broker host")
+    p.add_argument("--port", type=int, default=1883, help="MQTT broker port")
+    p.add_argument("--root", default=DEFAULT_ROOT, help="topic root (default %(default)s)")
+    p.add_argument("--client-id", default="accordion-scheduler", help="MQTT client id")
+    p.add_argument("--policy", default="easy", help="POLICY[:PRIORITY], e.g. easy:fairshare")
+    p.add_argument(
+        "--placement",
+        default=PlacementRule.FASTEST.value,
+        choices=[r.value for r in PlacementRule],
+        help="how a job is placed on machines",
+    )
+    p.add_argument("--journal", default="scheduler-journal.sqlite", help="SQLite journal path")
+    p.add_argument(
+        "--synchronous",
+        default="FULL",
+        choices=["FULL", "NORMAL"],
+        help="journal durability: FULL survives power loss, NORMAL only a killed process",
+    )
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus text here")
+    p.add_argument("--metrics-addr", default="0.0.0.0", help="address of the metrics endpoint")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="K: cluster seconds per wall second (default: the journal's, else 1)",
+    )
+    p.add_argument("--heartbeat-interval", type=float, default=2.0, help="agents' period, wall s")
+    p.add_argument(
+        "--reconcile-grace", type=float, default=10.0, help="restart grace for agents, wall s"
+    )
+    p.add_argument("--max-requeues", type=int, default=2, help="requeues before a lost job fails")
+    p.add_argument(
+        "--job-events",
+        default="lifecycle",
+        choices=["all", "lifecycle", "none"],
+        help="JobEvents for watchers: all, all but 'queued' (fast bulk submission), none",
+    )
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
+    args = p.parse_args(argv)
+    if args.time_scale is not None and not 0 < args.time_scale <= MAX_TIME_SCALE:
+        p.error(f"--time-scale must be in (0, {MAX_TIME_SCALE:g}]")
+    return args
+
+
+async def serve_scheduler(args: argparse.Namespace) -> int:
+    """Run until SIGINT/SIGTERM; returns the exit status."""
+    # Imported here: the MQTT transport is written beside this module and is the
+    # only part of the program that needs aiomqtt (PLC0415 is deliberate).
+    from broker.mqtt import MqttBus, MqttSettings  # noqa: PLC0415
+
+    try:
+        policy = build_policy(args.policy, placement=PlacementRule(args.placement))
+        topics = Topics(args.root)
+        mqtt = MqttSettings(host=args.host, port=args.port)
+        settings = ActorSettings(
+            heartbeat_interval=args.heartbeat_interval,
+            reconcile_grace=args.reconcile_grace,
+            max_requeues=args.max_requeues,
+            job_events=args.job_events,
+        )
+    except (UnknownPolicyError, TopicError, ValueError) as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        journal = Journal(args.journal, synchronous=args.synchronous)
+    except (JournalError, OSError) as exc:
+        log.error("cannot open the journal: %s", exc)
+        return 2
+    with journal:
+        stored = journal.meta()
+        scale = args.time_scale
+        if scale is None:
+            scale = stored.time_scale if stored is not None else 1.0
+        try:
+            meta = journal.ensure_meta(epoch=time.time(), time_scale=scale, policy=policy.name)
+        except JournalError as exc:
+            log.error("%s", exc)
+            return 2
+        clock = WallClock(time_scale=meta.time_scale, epoch=meta.epoch)
+        registry = CollectorRegistry()
+        metrics = SchedulerMetrics(registry)
+        server = (
+            serve(registry, args.metrics_port, args.metrics_addr) if args.metrics_port else None
+        )
+        if server is not None:
+            log.info("metrics on http://%s:%d/metrics", args.metrics_addr, server.port)
+        # A persistent session: the broker queues the agents' QoS 1 events while the
+        # scheduler restarts, and the journal reconciles with them.
+        bus = MqttBus(mqtt, args.client_id, clean_session=False)
+        actor = SchedulerActor(
+            bus,
+            topics,
+            policy=policy,
+            journal=journal,
+            clock=clock,
+            settings=settings,
+            metrics=metrics,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, actor.stop)
+        log.info(
+            "scheduler for %s, root %s, policy %s, journal %s, time scale %g "
+            "(cluster seconds = wall seconds x %g)",
+            mqtt.url,
+            topics.root,
+            policy.name,
+            args.journal,
+            clock.time_scale,
+            clock.time_scale,
+        )
+        status = 0
+        try:
+            async with bus:
+                await actor.run()
+        except* BusError as group:
+            # The transport is gone: exit non-zero so a supervisor restarts us; the
+            # journal has everything, and the restart reconciles with the agents.
+            for err in group.exceptions:
+                log.error("%s", err)
+            status = 1
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            if server is not None:
+                server.close()
+    log.info("scheduler stopped" if status == 0 else "scheduler lost its broker")
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        import uvloop  # noqa: PLC0415 (optional: plain asyncio without it)
+    except ImportError:
+        return asyncio.run(serve_scheduler(args))
+    return uvloop.run(serve_scheduler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

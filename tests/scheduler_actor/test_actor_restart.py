@@ -1,0 +1,168 @@
+"""A scheduler killed and restarted on its journal loses no job and reconciles with agents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.messages import ResizePart, RunningPart
+from scheduler.journal import Journal
+from tests.scheduler_actor.harness import Cluster, eventually, spec
+
+
+async def started_cluster(path: Path) -> Cluster:
+    c = Cluster(path)
+    await c.client.start()
+    await c.start()
+    return c
+
+
+async def test_killed_scheduler_restarts_without_losing_an_accepted_job(tmp_path: Path) -> None:
+    c = await started_cluster(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 4)
+        reply = await c.client.submit(spec("run", 4), spec("q1", 2), spec("q2", 4), spec("q3", 1))
+        assert all(r.accepted for r in reply.results)
+        await eventually(lambda: a1.started("run"))
+        await c.kill_scheduler()
+
+        c.clock.advance(3.0)
+        actor = await c.start()
+        # Everything accepted is back: the queue in its order, the running job pending.
+        assert [j.id for j in actor.core.queue] == ["q1", "q2", "q3"]
+        assert list(actor.core.pending) == ["run"]
+        assert actor.reconciling
+        assert [j.submit for j in actor.core.queue] == [1000.0] * 3
+        # The agent's retained AgentOnline lists no part (it was published at its
+        # start); its next heartbeat does, and that confirms the part.
+        await eventually(lambda: c.online("a1"))
+        assert actor.reconciling
+        await a1.heartbeat()
+        await eventually(lambda: not actor.reconciling)
+        assert c.state("run") == "running"
+        assert [r.job.id for r in actor.core.running] == ["run"]
+        assert actor.core.free("a1") == 0
+        assert a1.cancels("run") == 0
+        # Idempotency survives the restart; a new job queues behind the old ones.
+        again = await c.client.submit(spec("q1", 2), spec("run", 4), spec("new", 1))
+        assert [(r.accepted, r.duplicate) for r in again.results] == [
+            (True, True),
+            (True, True),
+            (True, False),
+        ]
+        assert [j.id for j in actor.core.queue] == ["q1", "q2", "q3", "new"]
+        # The reconciled job ends normally and the queue moves on, in order.
+        await a1.finish("run")
+        await eventually(lambda: a1.started("q1"))
+        assert c.state("run") == "finished"
+        assert not a1.started("q2")
+    finally:
+        await c.stop()
+
+
+async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    c = await started_cluster(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(spec("run", 4))
+        await eventually(lambda: a1.started("run"))
+        await c.kill_scheduler()
+        await a1.kill()  # its will is retained: the restarted scheduler ignores it
+        actor = await c.start()
+        a2 = await c.agent("a2", 4)
+        await c.tick(5.0)
+        assert actor.reconciling
+        assert not a2.started("run")
+        await a2.heartbeat()
+        await c.tick(6.0)  # past the 10 s grace (K = 1)
+        await eventually(lambda: a2.started("run"))
+        await eventually(lambda: not actor.reconciling)
+        assert actor.core.requeues("run") == 1
+        with Journal(tmp_path / "j.sqlite") as journal:
+            row = journal.job("run")
+        assert row is not None
+        assert row.requeues == 1
+    finally:
+        await c.stop()
+
+
+async def test_an_agent_whose_heartbeat_omits_the_job_makes_it_requeue_at_once(
+    tmp_path: Path,
+) -> None:
+    c = await started_cluster(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(spec("run", 2))
+        await eventually(lambda: a1.started("run"))
+        await c.kill_scheduler()
+        a1.running.clear()  # the part ended while no scheduler was listening
+        actor = await c.start()
+        await eventually(lambda: c.online("a1"))
+        await a1.heartbeat()
+        await eventually(lambda: not actor.reconciling)
+        await eventually(lambda: len(a1.starts()) == 2)
+        assert actor.core.requeues("run") == 1
+    finally:
+        await c.stop()
+
+
+async def test_a_part_reannounced_with_other_cpus_is_resized_to_the_journal(
+    tmp_path: Path,
+) -> None:
+    c = await started_cluster(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(spec("run", 4, malleable=True))
+        await eventually(lambda: a1.started("run"))
+        await c.kill_scheduler()
+        # An agent that keeps its retained state current re-announces its parts.
+        await a1.announce([RunningPart(job_id="run", cpus=2, started=0.0)])
+        actor = await c.start()
+        await eventually(lambda: not actor.reconciling)
+        assert c.state("run") == "running"
+        await eventually(lambda: any(isinstance(cmd, ResizePart) for cmd in a1.commands))
+        resizes = [cmd for cmd in a1.commands if isinstance(cmd, ResizePart)]
+        assert [(r.job_id, r.cpus) for r in resizes] == [("run", 4)]
+    finally:
+        await c.stop()
+
+
+async def test_a_part_end_queued_for_the_restarting_scheduler_still_counts(
+    tmp_path: Path,
+) -> None:
+    c = await started_cluster(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(spec("run", 2))
+        await eventually(lambda: a1.started("run"))
+        await c.kill_scheduler()
+        actor = await c.start()
+        # The end arrives before the agent is heard of again (MQTT queued it).
+        await a1.finish("run")
+        await eventually(lambda: c.state("run") == "finished")
+        assert not actor.reconciling
+    finally:
+        await c.stop()
+
+
+async def test_a_clean_stop_and_restart_keeps_the_clock_base(tmp_path: Path) -> None:
+    path = tmp_path / "j.sqlite"
+    c = await started_cluster(path)
+    try:
+        await c.agent("a1", 1)
+        await c.client.submit(spec("a", 1), spec("b", 1))
+        assert c.actor is not None
+        c.actor.stop()
+        assert c.task is not None
+        await c.task
+        assert c.journal is not None
+        c.journal.close()
+        c.journal = None
+        assert c.bus is not None
+        await c.bus.__aexit__(None, None, None)
+        actor = await c.start()
+        assert [j.id for j in actor.core.queue] == ["b"]
+        assert list(actor.core.pending) == ["a"]
+    finally:
+        await c.stop()

@@ -1,0 +1,92 @@
+"""The scheduler's metrics: collector values at scrape time, counters, the HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client import CollectorRegistry
+
+from scheduler.exporter import GaugeState, SchedulerMetrics, serve
+from tests.scheduler_actor.harness import Cluster, eventually, spec
+
+
+def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
+    registry = CollectorRegistry()
+    metrics = SchedulerMetrics(registry)
+    sample = registry.get_sample_value
+    assert sample("accordion_scheduler_queued_jobs") == 0
+    metrics.publish_state(
+        GaugeState(
+            queued=7,
+            running=2,
+            cpus=16,
+            cpus_free=3,
+            machines_online=2,
+            machines_offline=1,
+            cluster_time=500.0,
+            time_scale=10.0,
+            reconciling=True,
+        )
+    )
+    assert sample("accordion_scheduler_queued_jobs") == 7
+    assert sample("accordion_scheduler_running_jobs") == 2
+    assert sample("accordion_scheduler_cpus") == 16
+    assert sample("accordion_scheduler_cpus_free") == 3
+    assert sample("accordion_scheduler_machines_online") == 2
+    assert sample("accordion_scheduler_machines_offline") == 1
+    assert sample("accordion_scheduler_cluster_time_seconds") == 500.0
+    assert sample("accordion_scheduler_time_scale") == 10.0
+    assert sample("accordion_scheduler_reconciling") == 1.0
+    # Every known label value is there from the start, at zero.
+    assert sample("accordion_scheduler_submissions_total", {"result": "duplicate"}) == 0
+    assert sample("accordion_scheduler_bad_messages_total", {"reason": "version"}) == 0
+
+
+def test_two_actors_can_share_a_process() -> None:
+    SchedulerMetrics(CollectorRegistry())
+    SchedulerMetrics(CollectorRegistry())  # no clash: never the global registry
+
+
+def test_metrics_are_served_as_prometheus_text() -> None:
+    registry = CollectorRegistry()
+    metrics = SchedulerMetrics(registry)
+    metrics.decision_seconds.observe(0.002)
+    server = serve(registry, 0, "127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    finally:
+        server.close()
+    assert "accordion_scheduler_decision_seconds_count 1.0" in text
+    assert "cluster seconds (= wall seconds x time_scale)" in text
+    assert 'accordion_scheduler_submissions_total{result="accepted"} 0.0' in text
+
+
+async def test_actor_metrics_follow_the_cluster(cluster: Cluster) -> None:
+    a1 = await cluster.agent("a1", 4)
+    a2 = await cluster.agent("a2", 2)
+    await cluster.client.submit(spec("r", 3), spec("s", 2), spec("q", 4), spec("q", 4))
+    await cluster.client.submit(spec("w", 9))
+    await eventually(lambda: a1.started("r") and a2.started("s"))
+    await a2.kill()
+    await eventually(lambda: not cluster.online("a2"))
+    await cluster.settle()
+    actor = cluster.actor
+    assert actor is not None
+    sample = actor.metrics.registry.get_sample_value
+    assert sample("accordion_scheduler_submissions_total", {"result": "accepted"}) == 3
+    assert sample("accordion_scheduler_submissions_total", {"result": "duplicate"}) == 1
+    assert sample("accordion_scheduler_submissions_total", {"result": "rejected"}) == 1
+    assert sample("accordion_scheduler_agents_lost_total", {"reason": "will"}) == 1
+    assert sample("accordion_scheduler_requeues_total") == 1
+    assert sample("accordion_scheduler_machines_online") == 1
+    assert sample("accordion_scheduler_machines_offline") == 1
+    assert sample("accordion_scheduler_cpus") == 4
+    assert sample("accordion_scheduler_cpus_free") == 1
+    assert sample("accordion_scheduler_running_jobs") == 1
+    assert sample("accordion_scheduler_queued_jobs") == 2  # s (requeued) and q
+    assert sample("accordion_scheduler_cluster_time_seconds") == 1000.0
+    assert sample("accordion_scheduler_time_scale") == 1.0
+    decisions = sample("accordion_scheduler_decision_seconds_count")
+    assert decisions is not None
+    assert decisions >= 2
