@@ -1,5 +1,10 @@
-"""Node agents of the live runtime (one per machine); arrives with issue 4.
+"""Node agents of the live runtime: one per machine.
 
-The execution model the agents' sleep workload will follow already lives in
-``model.execution``, shared with the twin's modelled agents.
+``nodeagent.agent`` is the actor (registration with a Last Will, heartbeats,
+one supervised OS process per job part, wall-time limits, cancel and resize),
+``nodeagent.job`` the job process itself (an MQTT client running the sleep
+workload at the rate of the shared ``model.execution`` model),
+``nodeagent.spawn`` and ``nodeagent.pipe`` how parts are started,
+``nodeagent.exporter`` its Prometheus metrics, and ``python -m nodeagent`` the
+command.
 """

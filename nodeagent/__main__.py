@@ -1,0 +1,114 @@
+"""``python -m nodeagent``: run one node agent on an MQTT broker until SIGINT or SIGTERM.
+
+The bus is created with the agent's Last Will (``agent_will``), job processes
+are MQTT clients of the same broker (``MqttSpawn``), the loop is uvloop when
+installed, and SIGINT/SIGTERM ask for the clean shutdown of
+``nodeagent.agent`` (parts ended and reported ``lost``, then a retained
+goodbye). Exit status: 0 after a clean goodbye, 1 if the broker connection
+failed or was lost (the broker has then published the will).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from broker.bus import BusError
+from broker.mqtt import MqttBus, MqttSettings
+from broker.topics import DEFAULT_ROOT, Topics
+from model.machine import Machine, MachineError
+from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
+from nodeagent.exporter import serve_metrics
+from nodeagent.runner import run
+from nodeagent.spawn import MqttSpawn
+
+log = logging.getLogger("nodeagent")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m nodeagent", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1", help="MQTT broker host")
+    p.add_argument("--port", type=int, default=1883, help="MQTT broker port")
+    p.add_argument("--name", required=True, help="machine id (letters, digits, _ . : @ -)")
+    p.add_argument("--cpus", type=int, required=True, help="CPUs this machine offers")
+    p.add_argument("--speed", type=float, default=1.0, help="benchmark speed of this machine")
+    p.add_argument("--labels", default="", help="comma-separated labels")
+    p.add_argument("--root", default=DEFAULT_ROOT, help="topic root")
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="accept only parts with this time compression (default: the scheduler's)",
+    )
+    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (0: any)")
+    p.add_argument("--metrics-addr", default="0.0.0.0", help="Prometheus listen address")
+    p.add_argument("--heartbeat", type=float, default=2.0, help="heartbeat interval (s)")
+    p.add_argument("--kill-grace", type=float, default=5.0, help="SIGTERM to SIGKILL (s)")
+    p.add_argument("--walltime-grace", type=float, default=2.0, help="past the limit (s)")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSettings) -> int:
+    topics = Topics(args.root)
+    incarnation = new_incarnation()
+    mqtt = MqttSettings(host=args.host, port=args.port)
+    will = agent_will(topics, machine.id, incarnation)
+    failed = False
+    try:
+        async with MqttBus(mqtt, f"agent-{machine.id}", will=will) as bus:
+            agent = NodeAgent(
+                bus=bus,
+                topics=topics,
+                machine=machine,
+                spawn=MqttSpawn(args.host, args.port),
+                settings=settings,
+                incarnation=incarnation,
+            )
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, agent.stop)
+            metrics = None
+            if args.metrics_port is not None:
+                metrics = serve_metrics(agent.stats, port=args.metrics_port, addr=args.metrics_addr)
+                log.info("metrics on http://%s:%d/metrics", args.metrics_addr, metrics.port)
+            try:
+                await agent.run()
+            finally:
+                if metrics is not None:
+                    metrics.close()
+    except* BusError as group:  # a failed connect, or the connection lost while running
+        log.error("agent %s: %s", machine.id, "; ".join(map(str, group.exceptions)))
+        failed = True
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    labels = tuple(label for label in args.labels.split(",") if label)
+    try:
+        machine = Machine(id=args.name, cpus=args.cpus, speed=args.speed, labels=labels)
+        machine_spec(machine)
+        settings = AgentSettings(
+            heartbeat_interval=args.heartbeat,
+            kill_grace=args.kill_grace,
+            walltime_grace=args.walltime_grace,
+            time_scale=args.time_scale,
+        )
+    except (MachineError, ValueError) as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    return run(_main(args, machine, settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Prometheus metrics of one node agent, served over HTTP.
+
+A :class:`AgentCollector` reads the agent's state when Prometheus scrapes
+(``NodeAgent.stats()``, a snapshot of plain numbers the agent keeps anyway),
+so the agent's loop never updates metric objects. It is registered in a
+registry the caller owns, never prometheus_client's global default, so
+several agents (or an agent and a scheduler) can share one process.
+
+Every series has the label ``agent`` (one value per machine: bounded);
+``accordion_agent_parts_finished_total`` also has ``reason`` (the five reasons
+of ``PartFinished``; a refused part counts there as ``failed``, or as
+``lost`` while the agent stops). Times are not exported here; counts and CPUs
+have no time base.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from threading import Thread
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from nodeagent.agent import REASONS, AgentStats
+
+
+class AgentCollector(Collector):
+    """The agent's metrics, computed from ``stats()`` at every scrape."""
+
+    def __init__(self, stats: Callable[[], AgentStats]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        agent = [s.agent_id]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=["agent"])
+            family.add_metric(agent, value)
+            return family
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, doc, labels=["agent"])
+            family.add_metric(agent, value)
+            return family
+
+        yield gauge("accordion_agent_cpus", "CPUs of this machine.", s.cpus)
+        yield gauge("accordion_agent_cpus_busy", "CPUs held by running parts.", s.cpus_busy)
+        yield gauge("accordion_agent_parts_running", "Job parts running here.", s.parts_running)
+        yield counter("accordion_agent_parts_started", "Job processes started.", s.parts_started)
+        finished = CounterMetricFamily(
+            "accordion_agent_parts_finished",
+            "Parts reported finished (PartFinished), by reason; refusals included.",
+            labels=["agent", "reason"],
+        )
+        for reason in REASONS:
+            finished.add_metric([s.agent_id, reason], s.parts_finished.get(reason, 0))
+        yield finished
+        yield counter(
+            "accordion_agent_bad_messages",
+            "Commands that could not be decoded or applied.",
+            s.bad_messages,
+        )
+        yield counter("accordion_agent_heartbeats", "Heartbeats published.", s.heartbeats)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsServer:
+    """A running metrics endpoint; ``close()`` stops it."""
+
+    port: int
+    registry: CollectorRegistry
+    _server: WSGIServer
+    _thread: Thread
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+
+def serve_metrics(
+    stats: Callable[[], AgentStats],
+    *,
+    port: int = 0,
+    addr: str = "127.0.0.1",
+    registry: CollectorRegistry | None = None,
+) -> MetricsServer:
+    """Serve the agent's metrics on ``addr:port`` (port 0 picks a free one; see ``.port``)."""
+    registry = registry if registry is not None else CollectorRegistry()
+    registry.register(AgentCollector(stats))
+    server, thread = start_http_server(port, addr=addr, registry=registry)
+    return MetricsServer(server.server_port, registry, server, thread)

@@ -1,0 +1,317 @@
+"""The job process: one part of one job, running the sleep workload.
+
+Theory of operation. The process is a bus client of its own (MQTT with
+``--host/--port``, or its agent's relay with ``--pipe``). It subscribes to
+``job_control(J)`` and performs ``work`` units at the rate the one execution
+model gives its allocation (``model.execution``, through
+:meth:`Launch.rate`): ``rate`` units per cluster second, so ``rate * K`` per
+wall second under a time compression ``K``. Progress is computed from the
+monotonic clock, not summed over sleeps, so oversleeping never accumulates
+error; the loop only sleeps in short steps (``JobSettings.step``) so a
+command, a signal or the end of the work is noticed promptly. The work is
+counted from ``--start-at`` when given (the agent passes its
+``PartStarted.at``): the interpreter's start-up is then part of the modelled
+run instead of being added to it, so the scheduler sees the part end when the
+model says (if the start-up was shorter than the whole run).
+
+A ``ResizePart`` (new CPUs and pace) folds the progress made so far at the
+old rate and goes on at the new one. The agent publishes it *retained* on the
+control topic, so a resize sent before this process subscribed still reaches
+it. ``CancelPart`` on the control topic, SIGTERM and SIGINT all cancel: the
+process reports its progress and exits with :data:`EXIT_CANCELLED`.
+
+Reports (``PartProgress`` on the agent's events topic: ``done`` in work
+units, ``rate`` in work units per cluster second, ``at`` in wall seconds since
+the epoch) are coalesced: one at the start, one at every rate change, at most
+one per ``report_every`` wall seconds in between, and one at the end. A
+message costs real CPU in the MQTT client; a report per step would not.
+
+Exit codes: :data:`EXIT_DONE` (the work is done), :data:`EXIT_CANCELLED`,
+:data:`EXIT_LOST` (the bus, the agent's pipe or the agent itself is gone, so
+nobody would hear of the result), :data:`EXIT_USAGE` (bad options, or a
+workload this version does not run). Only ``sleep`` is implemented; the
+MPI-like workload is a later issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+
+from broker.bus import Bus, BusError, Delivery
+from broker.codec import WireError, decode, encode
+from broker.messages import CancelPart, PartProgress, ResizePart
+from broker.mqtt import MqttBus, MqttSettings
+from broker.topics import Topics
+from nodeagent.pipe import PipeBus
+from nodeagent.runner import run
+from nodeagent.spawn import Launch, LaunchError
+
+log = logging.getLogger(__name__)
+
+EXIT_DONE = 0
+EXIT_USAGE = 2
+EXIT_LOST = 129
+"""128 + SIGHUP, as a shell reports a process whose terminal hung up."""
+EXIT_CANCELLED = 143
+"""128 + SIGTERM, as a shell reports a process ended by SIGTERM; also for a CancelPart."""
+
+WORKLOADS = ("sleep",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSettings:
+    """``step``: longest sleep between checks; ``report_every``: progress period (wall s)."""
+
+    step: float = 0.1
+    report_every: float = 1.0
+    inbox_size: int = 64
+
+    def __post_init__(self) -> None:
+        if not (self.step > 0 and self.report_every > 0 and self.inbox_size > 0):
+            raise ValueError("step, report_every and inbox_size must be positive")
+
+
+class SleepJob:
+    """The sleep workload of one launch, as a tiny actor on ``bus``.
+
+    ``cancel()`` may be called from a signal handler; ``parent_pid``, when
+    given, is watched every step: a job whose agent died exits
+    (:data:`EXIT_LOST`) instead of running on unseen.
+    """
+
+    def __init__(
+        self,
+        launch: Launch,
+        bus: Bus,
+        *,
+        settings: JobSettings | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        parent_pid: int | None = None,
+    ) -> None:
+        self.launch = launch
+        self._bus = bus
+        self._settings = settings or JobSettings()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._parent_pid = parent_pid
+        topics = Topics(launch.root)
+        self._control = topics.job_control(launch.job_id)
+        self._events = topics.agent_events(launch.agent)
+        self._inbox: asyncio.Queue[Delivery | None] = asyncio.Queue(self._settings.inbox_size)
+        self._cancelled = False
+        self._lost: str | None = None
+        self.bad_messages = 0
+        # Progress: ``done`` units at monotonic time ``changed``, then ``rate`` onwards.
+        self.rate = launch.rate()
+        self.done = 0.0
+        self._changed = 0.0
+        self.cpus = launch.cpus
+        self.pace = launch.pace
+
+    def cancel(self) -> None:
+        """Ask the job to stop (signal-safe): it reports and exits EXIT_CANCELLED."""
+        self._cancelled = True
+        self._wake()
+
+    def _wake(self) -> None:
+        # A full inbox wakes the loop anyway; the flag is what it reads.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._inbox.put_nowait(None)
+
+    async def run(self) -> int:
+        """Perform the work; the exit code."""
+        await self._bus.subscribe(self._control)
+        async with asyncio.TaskGroup() as tg:
+            reader = tg.create_task(self._read_control(), name=f"job-{self.launch.job_id}-control")
+            try:
+                return await self._work()
+            except BusError as exc:
+                log.error("job %s: bus lost while reporting: %s", self.launch.job_id, exc)
+                return EXIT_LOST
+            finally:
+                reader.cancel()
+
+    async def _read_control(self) -> None:
+        try:
+            async for delivery in self._bus.deliveries():
+                await self._inbox.put(delivery)
+        except BusError as exc:
+            self._lost = str(exc)
+        else:
+            self._lost = "the bus closed"
+        self._wake()
+
+    def _progress(self, now: float) -> float:
+        elapsed = now - self._changed
+        return min(self.launch.work, self.done + self.rate * self.launch.time_scale * elapsed)
+
+    async def _report(self) -> None:
+        message = PartProgress(
+            job_id=self.launch.job_id,
+            agent_id=self.launch.agent,
+            done=self.done,
+            rate=self.rate,
+            at=self._clock(),
+        )
+        await self._bus.publish(self._events, encode(message))
+
+    async def _work(self) -> int:
+        launch, settings = self.launch, self._settings
+        now = self._monotonic()
+        self._changed = now
+        if launch.start_at is not None:
+            # The work counts from the agent's PartStarted, not from when this
+            # interpreter got going: the part then ends when the model says,
+            # seen from the scheduler, whatever the start-up took (0.2-0.5 s here).
+            self._changed = now - max(0.0, self._clock() - launch.start_at)
+        self._fold(now)
+        await self._report()
+        next_report = now + settings.report_every
+        while True:
+            now = self._monotonic()
+            done = self._progress(now)
+            if done >= launch.work:
+                break
+            if self._cancelled:
+                self._fold(now)
+                await self._report()
+                return EXIT_CANCELLED
+            if self._lost is not None or (
+                self._parent_pid is not None and os.getppid() != self._parent_pid
+            ):
+                log.error("job %s: stopping, %s", launch.job_id, self._lost or "the agent died")
+                return EXIT_LOST
+            if now >= next_report:
+                self._fold(now)
+                await self._report()
+                next_report = now + settings.report_every
+            finish_at = self._changed + (launch.work - self.done) / (self.rate * launch.time_scale)
+            timeout = min(settings.step, finish_at - now, next_report - now)
+            delivery = await self._next(timeout)
+            if delivery is not None and await self._handle(delivery):
+                next_report = self._monotonic() + settings.report_every
+        self.done = launch.work
+        await self._report()
+        return EXIT_DONE
+
+    def _fold(self, now: float) -> None:
+        self.done = self._progress(now)
+        self._changed = now
+
+    async def _next(self, timeout: float) -> Delivery | None:
+        with contextlib.suppress(asyncio.QueueEmpty):
+            return self._inbox.get_nowait()
+        if timeout <= 0:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._inbox.get()
+        except TimeoutError:
+            return None
+
+    async def _handle(self, delivery: Delivery) -> bool:
+        """Apply one control message; True when it changed the rate (and was reported)."""
+        if not delivery.payload:
+            return False  # a cleared retained message, not a command
+        try:
+            message = decode(delivery.payload)
+        except WireError as exc:
+            self.bad_messages += 1
+            log.warning("job %s: bad control message: %s", self.launch.job_id, exc)
+            return False
+        if isinstance(message, CancelPart) and message.job_id == self.launch.job_id:
+            self.cancel()
+            return False
+        if not isinstance(message, ResizePart) or message.job_id != self.launch.job_id:
+            self.bad_messages += 1
+            log.warning("job %s: unexpected control message %r", self.launch.job_id, message)
+            return False
+        try:
+            rate = self.launch.rate(cpus=message.cpus, pace=message.pace)
+        except LaunchError as exc:
+            self.bad_messages += 1
+            log.warning("job %s: resize refused: %s", self.launch.job_id, exc)
+            return False
+        self._fold(self._monotonic())
+        self.rate, self.cpus, self.pace = rate, message.cpus, message.pace
+        await self._report()
+        return True
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m nodeagent.job", description="Run one part of one job (sleep workload)."
+    )
+    transport = parser.add_mutually_exclusive_group(required=True)
+    transport.add_argument("--host", help="MQTT broker host (the job is an MQTT client)")
+    transport.add_argument(
+        "--pipe", action="store_true", help="bus frames on stdin/stdout, relayed by the agent"
+    )
+    parser.add_argument("--port", type=int, default=1883, help="MQTT broker port")
+    Launch.add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.workload not in WORKLOADS:
+        print(
+            f"nodeagent.job: workload {args.workload!r} is not available: this version runs "
+            f"only {', '.join(WORKLOADS)} (the MPI-like workload is a later issue)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        launch = Launch.from_args(args)
+    except LaunchError as exc:
+        print(f"nodeagent.job: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format=f"%(asctime)s job {launch.job_id} %(levelname)s %(message)s",
+    )
+    return run(_main(args, launch))
+
+
+async def _main(args: argparse.Namespace, launch: Launch) -> int:
+    client_id = f"job-{launch.agent}-{launch.job_id}"
+    code = EXIT_LOST
+    try:
+        connect: AbstractAsyncContextManager[Bus]
+        if args.pipe:
+            connect, parent = await PipeBus.stdio(client_id), None
+        else:
+            # The pipe ends when the agent dies; over MQTT the job watches its parent.
+            settings = MqttSettings(host=args.host, port=args.port)
+            connect, parent = MqttBus(settings, client_id), os.getppid()
+        async with connect as bus:
+            job = SleepJob(launch, bus, parent_pid=parent)
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, job.cancel)
+            code = await job.run()
+    except BusError as exc:
+        log.error("job %s: %s", launch.job_id, exc)
+    return code
+
+
+if __name__ == "__main__":
+    exit_code = main()
+    # The agent reports the part finished when this process is gone: skip the
+    # interpreter's teardown (50 to 100 ms here, 5 to 10 cluster seconds at
+    # 100x). The bus is closed and every frame sent; only stdio may hold bytes.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code)

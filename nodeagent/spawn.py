@@ -1,0 +1,197 @@
+"""How an agent starts a job process: the launch description and the spawn strategies.
+
+A :class:`Launch` is everything a job process needs to run one part: which
+job, how many processes on how many CPUs at which pace, how much work, and
+the time compression. It converts to and from the job module's command line
+(``python -m nodeagent.job ...``), so what the agent decides is exactly what
+the process parses. It is validated against the execution model at
+construction: an allocation outside MPL 1..2 never reaches a process.
+
+A *spawn strategy* turns a launch into a running :class:`JobProcess` (an
+``asyncio.subprocess.Process`` fits the protocol as it is). The agent only
+knows the protocol, so tests and the CLI choose the transport:
+
+- :class:`MqttSpawn` runs the job module as an MQTT client of the same broker
+  (the production path: the job process subscribes to its control topic and
+  publishes its progress itself);
+- ``nodeagent.pipe.PipeSpawn`` runs the same module with its bus relayed over
+  its stdin/stdout through a client the agent opens (any bus, e.g. the
+  in-process memory broker of the tests);
+- any callable ``Launch -> Awaitable[JobProcess]`` (tests inject one that runs
+  ``python -c 'import sys; sys.exit(3)'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.topics import DEFAULT_ROOT, Topics
+from model.execution import DEFAULT_MODEL, AllocationError
+
+JOB_MODULE = "nodeagent.job"
+
+
+class LaunchError(ValueError):
+    """A launch that cannot run (bad allocation, non-positive scale, ...)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Launch:
+    """One part of one job, as its process runs it.
+
+    ``procs`` and ``cpus`` are the processes and CPUs whose ratio is the part's
+    MPL; ``pace`` the speed the job proceeds at (its slowest part's machine);
+    ``work`` the units to perform (seconds at ``ref_speed`` and MPL 1);
+    ``time_scale`` how many cluster seconds pass per wall second;
+    ``start_at`` the wall time (seconds since the epoch) the work is counted
+    from: the agent's ``PartStarted.at``, so the time an interpreter takes to
+    start is part of the run, as the scheduler sees it (None: from the moment
+    the process is ready).
+    """
+
+    agent: str
+    job_id: str
+    procs: int
+    cpus: int
+    pace: float
+    work: float
+    ref_speed: float = 1.0
+    cpu_util: float = 1.0
+    time_scale: float = 1.0
+    workload: str = "sleep"
+    root: str = DEFAULT_ROOT
+    start_at: float | None = None
+
+    def __post_init__(self) -> None:
+        def finite_positive(name: str, value: float) -> None:
+            if not (value > 0 and math.isfinite(value)):
+                raise LaunchError(f"job {self.job_id!r}: {name} must be > 0, got {value!r}")
+
+        finite_positive("pace", self.pace)
+        finite_positive("ref_speed", self.ref_speed)
+        finite_positive("time_scale", self.time_scale)
+        if not (self.work >= 0 and math.isfinite(self.work)):
+            raise LaunchError(f"job {self.job_id!r}: work must be >= 0, got {self.work!r}")
+        if self.start_at is not None and not math.isfinite(self.start_at):
+            raise LaunchError(f"job {self.job_id!r}: start_at must be finite")
+        if not 0 < self.cpu_util <= 1:
+            raise LaunchError(f"job {self.job_id!r}: cpu_util must be in (0, 1]")
+        # Builds every topic this part will use: a name that cannot be a topic
+        # level fails here, in the agent, not later in the child.
+        Topics(self.root).job_control(self.job_id)
+        Topics(self.root).agent_events(self.agent)
+        self.rate()
+
+    def rate(self, *, cpus: int | None = None, pace: float | None = None) -> float:
+        """Work units per cluster second on this allocation (or on a resized one)."""
+        try:
+            return DEFAULT_MODEL.rate(
+                procs=self.procs,
+                cpus=self.cpus if cpus is None else cpus,
+                speed=self.pace if pace is None else pace,
+                ref_speed=self.ref_speed,
+                cpu_util=self.cpu_util,
+            )
+        except AllocationError as exc:
+            raise LaunchError(f"job {self.job_id!r}: {exc}") from exc
+
+    def argv(self) -> list[str]:
+        """The job module's options for this launch (the transport options excluded)."""
+        # repr() of a float round-trips exactly: the child computes the same rate.
+        start = [] if self.start_at is None else [f"--start-at={self.start_at!r}"]
+        return [
+            f"--root={self.root}",
+            f"--agent={self.agent}",
+            f"--job-id={self.job_id}",
+            f"--procs={self.procs}",
+            f"--cpus={self.cpus}",
+            f"--pace={self.pace!r}",
+            f"--ref-speed={self.ref_speed!r}",
+            f"--cpu-util={self.cpu_util!r}",
+            f"--work={self.work!r}",
+            f"--time-scale={self.time_scale!r}",
+            f"--workload={self.workload}",
+            *start,
+        ]
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The options :meth:`argv` writes, for the job module's parser."""
+        parser.add_argument("--root", default=DEFAULT_ROOT, help="topic root")
+        parser.add_argument("--agent", required=True, help="the agent that started this part")
+        parser.add_argument("--job-id", required=True)
+        parser.add_argument("--procs", type=int, required=True, help="processes of the part")
+        parser.add_argument("--cpus", type=int, required=True, help="CPUs of the part")
+        parser.add_argument("--pace", type=float, required=True, help="speed of the slowest part")
+        parser.add_argument("--ref-speed", type=float, default=1.0)
+        parser.add_argument("--cpu-util", type=float, default=1.0)
+        parser.add_argument("--work", type=float, required=True, help="work units (ref seconds)")
+        parser.add_argument("--time-scale", type=float, default=1.0, help="cluster s per wall s")
+        parser.add_argument("--workload", default="sleep")
+        parser.add_argument(
+            "--start-at", type=float, default=None, help="count the work from (epoch s)"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Launch:
+        return cls(
+            root=args.root,
+            agent=args.agent,
+            job_id=args.job_id,
+            procs=args.procs,
+            cpus=args.cpus,
+            pace=args.pace,
+            ref_speed=args.ref_speed,
+            cpu_util=args.cpu_util,
+            work=args.work,
+            time_scale=args.time_scale,
+            workload=args.workload,
+            start_at=args.start_at,
+        )
+
+
+class JobProcess(Protocol):
+    """A started job process, as the agent supervises it."""
+
+    @property
+    def pid(self) -> int: ...
+
+    async def wait(self) -> int:
+        """The exit code (negative: killed by that signal)."""
+        ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+Spawn = Callable[[Launch], Awaitable[JobProcess]]
+"""A spawn strategy: start the process of a launch (raises OSError if it cannot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MqttSpawn:
+    """Runs ``python -m nodeagent.job --host H --port P ...``: the job is an MQTT client."""
+
+    host: str
+    port: int
+    python: str = sys.executable
+
+    async def __call__(self, launch: Launch) -> JobProcess:
+        # stdin is closed so a job never waits on the agent's terminal; stdout and
+        # stderr are the agent's own, so a job's log lines land in the agent's log.
+        return await asyncio.create_subprocess_exec(
+            self.python,
+            "-m",
+            JOB_MODULE,
+            f"--host={self.host}",
+            f"--port={self.port}",
+            *launch.argv(),
+            stdin=asyncio.subprocess.DEVNULL,
+        )

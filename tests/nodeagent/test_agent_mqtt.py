@@ -1,0 +1,203 @@
+"""The node agent and its job processes on a real Mosquitto.
+
+Each test uses its own topic root: the broker lives for the whole session and
+keeps retained messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from broker.messages import (
+    AgentOffline,
+    AgentOnline,
+    CancelPart,
+    Heartbeat,
+    MachineSpec,
+    PartFinished,
+    PartProgress,
+    PartStarted,
+    ResizePart,
+)
+from broker.mqtt import MqttBus, MqttSettings
+from broker.topics import Topics
+from model.machine import Machine
+from nodeagent.agent import AgentSettings, NodeAgent, agent_will
+from nodeagent.job import EXIT_CANCELLED
+from nodeagent.spawn import MqttSpawn
+from tests.integration.conftest import BrokerEndpoint, free_port
+from tests.nodeagent.harness import Scheduler, job, start
+
+pytestmark = pytest.mark.integration
+
+
+@asynccontextmanager
+async def watching(
+    endpoint: BrokerEndpoint, topics: Topics, agent_id: str
+) -> AsyncIterator[Scheduler]:
+    settings = MqttSettings(host=endpoint.host, port=endpoint.port)
+    async with MqttBus(settings, f"sched-{uuid.uuid4().hex[:8]}") as bus:
+        await bus.subscribe(topics.agent_state(agent_id))
+        await bus.subscribe(topics.agent_events(agent_id))
+        scheduler = Scheduler(bus, agent_id, topics)
+        async with asyncio.TaskGroup() as tg:
+            reader = tg.create_task(scheduler.read(), name="test-mqtt-scheduler")
+            try:
+                yield scheduler
+            finally:
+                reader.cancel()
+
+
+async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
+    topics = Topics(f"it-{uuid.uuid4().hex[:8]}/v1")
+    settings = MqttSettings(host=mosquitto.host, port=mosquitto.port)
+    machine = Machine(id="m1", cpus=4, speed=2.0)
+    async with watching(mosquitto, topics, "m1") as scheduler:
+        will = agent_will(topics, "m1", "inc-1")
+        async with MqttBus(settings, "agent-m1", will=will) as bus:
+            agent = NodeAgent(
+                bus=bus,
+                topics=topics,
+                machine=machine,
+                spawn=MqttSpawn(mosquitto.host, mosquitto.port),
+                settings=AgentSettings(heartbeat_interval=0.1, walltime_grace=1.0),
+                incarnation="inc-1",
+            )
+            async with asyncio.TaskGroup() as tg:
+                running = tg.create_task(agent.run(), name="test-agent-m1")
+                online = await scheduler.expect(AgentOnline)
+                assert online.machine == MachineSpec(id="m1", cpus=4, speed=2.0)
+                await scheduler.expect(Heartbeat)
+
+                # A part that completes: 400 units at pace 2 and 100x take 2 s.
+                spec = job("ok", procs=2, work=400.0, walltime=1e6, malleable=True)
+                await scheduler.send(start(spec, cpus=2, pace=2.0, time_scale=100.0))
+                started = await scheduler.expect(PartStarted)
+                first = await scheduler.expect(PartProgress)
+                # Shrink it to MPL 2: the job process applies it (over the retained control topic).
+                await scheduler.send(ResizePart(job_id="ok", cpus=1, pace=2.0))
+                resized = await scheduler.expect(PartProgress, lambda p: p.rate == 1.0)
+                done = await scheduler.expect(PartFinished)
+                assert (done.reason, done.exit_code) == ("done", 0)
+                assert first.rate == 2.0
+                assert resized.done < 400.0
+                assert done.at >= started.at
+
+                # A part cancelled over MQTT.
+                await scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+                await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
+                await scheduler.send(CancelPart(job_id="long"))
+                cancelled = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
+                assert (cancelled.reason, cancelled.exit_code) == ("cancelled", EXIT_CANCELLED)
+
+                agent.stop()
+            assert running.done()
+        goodbye = await scheduler.expect(AgentOffline)
+        assert goodbye == AgentOffline(agent_id="m1", incarnation="inc-1", reason="goodbye")
+
+
+async def _start_agent_process(
+    endpoint: BrokerEndpoint, topics: Topics, name: str, log: Path, metrics_port: int
+) -> asyncio.subprocess.Process:
+    with log.open("wb") as out:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "nodeagent",
+            f"--host={endpoint.host}",
+            f"--port={endpoint.port}",
+            f"--name={name}",
+            "--cpus=2",
+            "--speed=1.5",
+            "--labels=gpu,big",
+            f"--root={topics.root}",
+            f"--metrics-port={metrics_port}",
+            "--metrics-addr=127.0.0.1",
+            "--heartbeat=0.2",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_path: Path) -> None:
+    topics = Topics(f"it-{uuid.uuid4().hex[:8]}/v1")
+    port = free_port()
+    async with watching(mosquitto, topics, "cli1") as scheduler:
+        agent = await _start_agent_process(mosquitto, topics, "cli1", tmp_path / "a.log", port)
+        try:
+            online = await scheduler.expect(AgentOnline)
+            assert online.machine == MachineSpec(
+                id="cli1", cpus=2, speed=1.5, labels=("gpu", "big")
+            )
+            await scheduler.send(start(job("j", work=10.0), time_scale=100.0))
+            finished = await scheduler.expect(PartFinished)
+            assert finished.reason == "done"
+            metrics = await asyncio.to_thread(_scrape, port)
+            assert 'accordion_agent_parts_finished_total{agent="cli1",reason="done"} 1.0' in metrics
+            await scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+            await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
+            agent.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(20):
+                assert await agent.wait() == 0
+        finally:
+            if agent.returncode is None:
+                agent.kill()
+                await agent.wait()
+        lost = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
+        assert lost.reason == "lost"
+        goodbye = await scheduler.expect(AgentOffline)
+        assert (goodbye.reason, goodbye.incarnation) == ("goodbye", online.incarnation)
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+async def test_killed_cli_agent_is_announced_by_its_will(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    topics = Topics(f"it-{uuid.uuid4().hex[:8]}/v1")
+    async with watching(mosquitto, topics, "cli2") as scheduler:
+        agent = await _start_agent_process(
+            mosquitto, topics, "cli2", tmp_path / "a.log", free_port()
+        )
+        try:
+            online = await scheduler.expect(AgentOnline)
+            await scheduler.send(start(job("orphan", work=1e6), time_scale=1.0))
+            started = await scheduler.expect(PartStarted)
+            await scheduler.expect(PartProgress)
+            agent.kill()
+            await agent.wait()
+        finally:
+            if agent.returncode is None:
+                agent.kill()
+                await agent.wait()
+        offline = await scheduler.expect(AgentOffline)
+        assert offline == AgentOffline(
+            agent_id="cli2", incarnation=online.incarnation, reason="lost"
+        )
+        # The job process notices its agent is gone and does not run on unseen.
+        async with asyncio.timeout(10):
+            while not _gone(started.pid):
+                await asyncio.sleep(0.05)

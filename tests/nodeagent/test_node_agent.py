@@ -1,0 +1,321 @@
+"""The node agent over the memory broker, with real job processes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from broker.codec import decode, encode
+from broker.memory import MemoryBroker
+from broker.messages import (
+    AgentOffline,
+    AgentOnline,
+    CancelPart,
+    Heartbeat,
+    JobSpec,
+    MachineSpec,
+    PartFinished,
+    PartProgress,
+    PartStarted,
+    ResizePart,
+)
+from model.machine import Machine
+from nodeagent.__main__ import main as cli_main
+from nodeagent.agent import AgentSettings, NodeAgent, agent_will
+from nodeagent.job import EXIT_CANCELLED
+from tests.nodeagent.harness import (
+    FAST,
+    TOPICS,
+    Scheduler,
+    command_spawn,
+    job,
+    running_agent,
+    start,
+)
+
+
+async def test_registers_retained_with_its_machine() -> None:
+    async with running_agent(cpus=8, speed=2.5) as run:
+        online = await run.scheduler.expect(AgentOnline)
+        assert online.machine == MachineSpec(id="node1", cpus=8, speed=2.5)
+        assert online.incarnation == run.agent.incarnation
+        assert len(online.incarnation) == 32
+        assert online.running == ()
+        # A scheduler that connects later still learns of the agent: it is retained.
+        async with run.broker.client("late") as late:
+            await late.subscribe(TOPICS.agent_state("node1"))
+            delivery = await anext(late.deliveries())
+            assert delivery.retain
+            assert decode(delivery.payload) == online
+
+
+async def test_heartbeats_count_up_and_name_running_parts() -> None:
+    async with running_agent() as run:
+        await run.scheduler.expect(Heartbeat, lambda h: h.seq == 2)
+        beats = run.scheduler.all(Heartbeat)[:3]
+        assert [b.seq for b in beats] == [0, 1, 2]
+        assert [b.agent_id for b in beats] == ["node1"] * 3
+        assert all(b.running == () for b in beats)
+        await run.scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartStarted)
+        beat = await run.scheduler.expect(Heartbeat, lambda h: h.running == ("long",))
+        assert beat.seq >= 3
+        assert run.agent.stats().heartbeats >= 4
+
+
+async def test_start_part_runs_a_process_and_reports_done() -> None:
+    async with running_agent() as run:
+        await run.scheduler.send(start(job("j1", work=10.0), time_scale=1000.0))
+        started = await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+        assert started.job_id == "j1"
+        assert started.agent_id == "node1"
+        assert started.pid > 0
+        assert finished == PartFinished(
+            job_id="j1", agent_id="node1", exit_code=0, at=finished.at, reason="done"
+        )
+        assert finished.at >= started.at
+        # The job process itself reported its start and its end.
+        progress = run.scheduler.all(PartProgress)
+        assert [p.done for p in progress] == sorted(p.done for p in progress)
+        assert progress[-1].done == 10.0
+        assert progress[-1].rate == 1.0
+        stats = run.agent.stats()
+        assert stats.parts_started == 1
+        assert stats.parts_finished["done"] == 1
+        assert stats.cpus_busy == 0
+        assert stats.parts_running == 0
+
+
+async def test_duplicate_start_part_is_ignored() -> None:
+    async with running_agent() as run:
+        command = start(job("dup", work=300.0), time_scale=1000.0)
+        await run.scheduler.send(command)
+        await run.scheduler.send(command)  # a QoS 1 redelivery while it runs
+        await run.scheduler.expect(PartFinished)
+        await run.scheduler.send(command)  # and one after it finished
+        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
+        assert len(run.scheduler.all(PartStarted)) == 1
+        assert len(run.scheduler.all(PartFinished)) == 1
+        assert run.agent.stats().parts_started == 1
+
+
+async def test_cancel_part_terminates_and_reports_cancelled() -> None:
+    async with running_agent() as run:
+        await run.scheduler.send(start(job("c1", work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartProgress)  # the process is up and working
+        assert run.agent.stats().cpus_busy == 2
+        await run.scheduler.send(CancelPart(job_id="c1"))
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "cancelled"
+        assert finished.exit_code == EXIT_CANCELLED  # the job exits cleanly on SIGTERM
+        last = run.scheduler.all(PartProgress)[-1]
+        assert 0 < last.done < 1e6  # it reported how far it got
+        assert run.agent.stats().cpus_busy == 0
+        await run.scheduler.send(CancelPart(job_id="c1"))  # redelivered: nothing to do
+        await run.scheduler.send(CancelPart(job_id="never-started"))
+        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
+        assert len(run.scheduler.all(PartFinished)) == 1
+
+
+async def test_a_process_ignoring_sigterm_is_killed_after_the_grace() -> None:
+    settings = AgentSettings(heartbeat_interval=0.05, kill_grace=0.3, walltime_grace=0.5)
+    stubborn = command_spawn(
+        "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+    )
+    async with running_agent(spawn=stubborn, settings=settings) as run:
+        await run.scheduler.send(start(job("s1", work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartStarted)
+        await asyncio.sleep(0.2)  # let the interpreter install its handler
+        await run.scheduler.send(CancelPart(job_id="s1"))
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "cancelled"
+        assert finished.exit_code == -9
+
+
+async def test_walltime_limit_kills_the_part() -> None:
+    # 100 units at rate 1 and 10x take 10 s; the limit is 1 unit: 0.1 s + 0.5 s grace.
+    async with running_agent() as run:
+        await run.scheduler.send(start(job("w1", work=100.0, walltime=1.0), time_scale=10.0))
+        started = await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "walltime"
+        assert finished.exit_code == EXIT_CANCELLED
+        assert 0.6 <= finished.at - started.at < 5.0
+        assert run.agent.stats().parts_finished["walltime"] == 1
+
+
+async def test_walltime_limit_follows_the_allocation_rate() -> None:
+    # Shrunk to MPL 2 (u = 1) the part runs at half speed, so its limit doubles,
+    # as the scheduler core's estimate does: 2 units at rate 0.5 and 10x = 0.4 s.
+    async with running_agent() as run:
+        spec = job("w2", procs=2, work=100.0, walltime=2.0, malleable=True)
+        await run.scheduler.send(start(spec, cpus=1, time_scale=10.0))
+        started = await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "walltime"
+        assert 0.9 <= finished.at - started.at < 5.0
+
+
+async def test_crashing_process_is_reported_failed_with_its_exit_code() -> None:
+    async with running_agent(spawn=command_spawn("-c", "import sys; sys.exit(3)")) as run:
+        await run.scheduler.send(start(job("crash")))
+        await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "failed"
+        assert finished.exit_code == 3
+        assert run.agent.stats().parts_finished["failed"] == 1
+
+
+async def test_unknown_workload_fails_clearly() -> None:
+    async with running_agent() as run:
+        spec = JobSpec(id="mpi1", procs=2, walltime=1e9, work=1.0, workload="mpi")
+        await run.scheduler.send(start(spec))
+        finished = await run.scheduler.expect(PartFinished)
+        assert (finished.reason, finished.exit_code) == ("failed", 2)
+
+
+async def test_part_wider_than_the_free_cpus_is_refused() -> None:
+    async with running_agent(cpus=4) as run:
+        await run.scheduler.send(start(job("big", procs=8, work=1.0)))
+        refused = await run.scheduler.expect(PartFinished)
+        assert (refused.job_id, refused.reason, refused.exit_code) == ("big", "failed", -1)
+        # CPUs held by a running part are not free.
+        await run.scheduler.send(start(job("a", procs=3, work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartStarted)
+        await run.scheduler.send(start(job("b", procs=2, work=1.0)))
+        refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "b")
+        assert refused.reason == "failed"
+        # Neither was started, and the agent is still serving.
+        assert [s.job_id for s in run.scheduler.all(PartStarted)] == ["a"]
+        assert run.agent.stats().cpus_busy == 3
+
+
+async def test_allocation_outside_mpl_bounds_is_refused() -> None:
+    async with running_agent(cpus=8) as run:
+        await run.scheduler.send(start(job("x", procs=6, work=1.0), cpus=2))  # MPL 3
+        refused = await run.scheduler.expect(PartFinished)
+        assert (refused.reason, refused.exit_code) == ("failed", -1)
+
+
+async def test_malformed_commands_are_counted_and_the_next_good_one_served() -> None:
+    async with running_agent() as run:
+        await run.scheduler.send_raw(b"\xc1 not msgpack")
+        await run.scheduler.send_raw(encode(CancelPart(job_id="x"))[:-3] + b"\x00")
+        await run.scheduler.send(Heartbeat(agent_id="node1"))  # valid, but not a command
+        await run.scheduler.send(start(job("good", work=10.0)))
+        finished = await run.scheduler.expect(PartFinished)
+        assert (finished.job_id, finished.reason) == ("good", "done")
+        assert run.agent.stats().bad_messages == 3
+
+
+async def test_resize_beyond_free_cpus_is_not_applied() -> None:
+    async with running_agent(cpus=4) as run:
+        spec = job("r", procs=4, work=1e6, malleable=True)
+        await run.scheduler.send(start(spec, cpus=2, time_scale=1.0))
+        await run.scheduler.expect(PartStarted)
+        await run.scheduler.send(start(job("other", procs=2, work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartStarted, lambda s: s.job_id == "other")
+        await run.scheduler.send(ResizePart(job_id="r", cpus=4))
+        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
+        assert run.agent.stats().bad_messages == 1
+        assert run.agent.stats().cpus_busy == 4
+
+
+async def test_clean_shutdown_reports_parts_lost_then_says_goodbye() -> None:
+    async with running_agent() as run:
+        await run.scheduler.send(start(job("s1", work=1e6), time_scale=1.0))
+        await run.scheduler.expect(PartProgress)
+        run.agent.stop()
+        await run.task
+        finished = await run.scheduler.expect(PartFinished)
+        goodbye = await run.scheduler.expect(AgentOffline)
+        assert finished.reason == "lost"
+        assert goodbye == AgentOffline(
+            agent_id="node1", incarnation=run.agent.incarnation, reason="goodbye"
+        )
+        kinds = [type(m) for _, m in run.scheduler.seen]
+        assert kinds.index(PartFinished) < kinds.index(AgentOffline)
+        # The goodbye replaced the retained registration.
+        async with run.broker.client("late") as late:
+            await late.subscribe(TOPICS.agent_state("node1"))
+            assert decode((await anext(late.deliveries())).payload) == goodbye
+
+
+async def test_will_announces_a_killed_agent_lost() -> None:
+    broker = MemoryBroker()
+    machine = Machine(id="node9", cpus=2)
+    async with broker.client("scheduler") as watcher:
+        await watcher.subscribe(TOPICS.agent_state("node9"))
+        agent_bus = broker.client("agent-node9", will=agent_will(TOPICS, "node9", "inc1"))
+        async with agent_bus:
+            agent = NodeAgent(
+                bus=agent_bus,
+                topics=TOPICS,
+                machine=machine,
+                spawn=command_spawn("-c", "pass"),
+                incarnation="inc1",
+            )
+            assert agent.will() == agent_will(TOPICS, "node9", "inc1")
+            will_task = agent_bus.kill()
+            assert will_task is not None
+            await will_task
+        offline = decode((await anext(watcher.deliveries())).payload)
+        assert offline == AgentOffline(agent_id="node9", incarnation="inc1", reason="lost")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "\nState:\tZ" in status
+
+
+async def test_an_agent_that_dies_uncleanly_kills_its_parts() -> None:
+    broker = MemoryBroker()
+    async with broker.client("scheduler") as sched_bus:
+        await sched_bus.subscribe(TOPICS.agent_events("node1"))
+        scheduler = Scheduler(sched_bus, "node1")
+        async with asyncio.TaskGroup() as tg:
+            watcher = tg.create_task(scheduler.read(), name="test-scheduler-reader")
+            async with broker.client("agent-node1") as bus:
+                agent = NodeAgent(
+                    bus=bus,
+                    topics=TOPICS,
+                    machine=Machine(id="node1", cpus=2),
+                    # A process that would run on for a minute if nobody ended it.
+                    spawn=command_spawn("-c", "import time; time.sleep(60)"),
+                    settings=FAST,
+                )
+                running = tg.create_task(agent.run(), name="test-agent")
+                await scheduler.expect(Heartbeat)
+                await scheduler.send(start(job("orphan", work=1e6), time_scale=1.0))
+                started = await scheduler.expect(PartStarted)
+                running.cancel()  # as if its bus had failed
+                with pytest.raises(asyncio.CancelledError):
+                    await running
+            async with asyncio.timeout(10):
+                while not _gone(started.pid):
+                    await asyncio.sleep(0.02)
+            watcher.cancel()
+        assert scheduler.all(PartFinished) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        pytest.param(["--name=node 1", "--cpus=2"], id="name-not-an-id"),
+        pytest.param(["--name=n1", "--cpus=0"], id="no-cpus"),
+        pytest.param(["--name=n1", "--cpus=2", "--heartbeat=0"], id="no-heartbeat"),
+    ],
+)
+def test_cli_refuses_a_bad_machine_before_connecting(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(argv)
+    assert exit_info.value.code == 2
+    assert "error:" in capsys.readouterr().err
