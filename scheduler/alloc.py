@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 
-from model.machine import Part
+from model.job import Job
+from model.machine import Machine, Part
+from scheduler.placement import Placement
+from scheduler.snapshot import Start
 
 
 def take(free: MutableMapping[str, int], parts: tuple[Part, ...]) -> None:
@@ -24,3 +27,24 @@ def pace(parts: tuple[Part, ...], speeds: Mapping[str, float]) -> float:
     if len(parts) == 1:
         return speeds[parts[0].machine]
     return min(speeds[p.machine] for p in parts)
+
+
+def start_while_fit(
+    order: Sequence[Job],
+    free: MutableMapping[str, int],
+    machines: Sequence[Machine],
+    placement: Placement,
+) -> tuple[list[Start], int]:
+    """Start jobs from the head of ``order`` while each fits (FCFS's rule, and the
+    first step of EASY and DPSA, Fig. 2 lines 3-7); books them out of ``free``.
+    Returns the starts and the index of the first job that did not fit."""
+    total_free = sum(free.values())
+    starts: list[Start] = []
+    for i, job in enumerate(order):
+        parts = placement.place(job.procs, free, machines) if job.procs <= total_free else None
+        if parts is None:
+            return starts, i
+        take(free, parts)
+        total_free -= job.procs
+        starts.append(Start(job, parts))
+    return starts, len(order)

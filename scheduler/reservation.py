@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 from model.job import Job
 from model.machine import Machine, Part
+from scheduler.alloc import pace
 from scheduler.placement import Placement
-from scheduler.snapshot import Reservation, RunningJob
+from scheduler.snapshot import Reservation, RunningJob, Snapshot, Start
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +126,29 @@ def _avail_at(t: float, free: Mapping[str, int], releases: Iterable[Release]) ->
 
 def _fits(parts: tuple[Part, ...], avail: Mapping[str, int]) -> bool:
     return all(avail.get(p.machine, 0) >= p.cpus for p in parts)
+
+
+def head_shadow(
+    snapshot: Snapshot,
+    head: Job,
+    *,
+    free: Mapping[str, int],
+    starts: Sequence[Start],
+    placement: Placement,
+) -> Shadow | None:
+    """EASY's reservation for ``head`` after this decision's ``starts``: they give
+    their CPUs back at their estimated ends too. Keeps an earlier promise to
+    ``head`` (``snapshot.reservations``) when it still holds."""
+    now = snapshot.now
+    speeds = snapshot.speeds
+    started = [(now + s.job.estimate_on(pace(s.parts, speeds)), s.parts) for s in starts]
+    return shadow_for(
+        head,
+        now=now,
+        free=free,
+        running=snapshot.running,
+        started=started,
+        machines=snapshot.machines,
+        placement=placement,
+        previous=snapshot.reservations.get(head.id),
+    )

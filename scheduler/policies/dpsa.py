@@ -87,11 +87,11 @@ from typing import Literal
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import give, pace, take
+from scheduler.alloc import give, pace, start_while_fit, take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.reservation import Shadow, shadow_for
+from scheduler.reservation import head_shadow
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 Variant = Literal["p", "n", "w"]
@@ -155,30 +155,16 @@ class Dpsa:
         now = snapshot.now
         machines = snapshot.machines
         free = dict(snapshot.free)
-        total_free = sum(free.values())
         order = self.priority.order(snapshot)
-        starts: list[Start] = []
-        n = len(order)
-
         # Lines 3-7: top-priority jobs start while they fit.
-        i = 0
-        while i < n:
-            job = order[i]
-            parts = (
-                self.placement.place(job.procs, free, machines) if job.procs <= total_free else None
-            )
-            if parts is None:
-                break
-            take(free, parts)
-            total_free -= job.procs
-            starts.append(Start(job, parts))
-            i += 1
-        if i == n:
+        starts, i = start_while_fit(order, free, machines, self.placement)
+        if i == len(order):
             return Decisions(starts=starts)
+        total_free = sum(free.values())
 
         # Line 8: EASY's reservation for p0.
         head = order[i]
-        shadow = self._shadow(snapshot, head, free, starts)
+        shadow = head_shadow(snapshot, head, free=free, starts=starts, placement=self.placement)
         reservations: list[Reservation] = []
         if shadow is None:
             # p0 can never run on these machines (a rule that never spans): it holds
@@ -259,24 +245,6 @@ class Dpsa:
 
         # Seconds replace expansions: the count is then unbounded on its own.
         return 2**62, out_of_time
-
-    def _shadow(
-        self, snapshot: Snapshot, head: Job, free: dict[str, int], starts: list[Start]
-    ) -> Shadow | None:
-        now = snapshot.now
-        speeds = snapshot.speeds
-        # Jobs started by lines 3-7 give their CPUs back at their estimated end too.
-        started = [(now + s.job.estimate_on(pace(s.parts, speeds)), s.parts) for s in starts]
-        return shadow_for(
-            head,
-            now=now,
-            free=free,
-            running=snapshot.running,
-            started=started,
-            machines=snapshot.machines,
-            placement=self.placement,
-            previous=snapshot.reservations.get(head.id),
-        )
 
 
 def _procs(job: Job) -> int:

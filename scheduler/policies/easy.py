@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from model.job import Job
-from scheduler.alloc import pace, take
+from scheduler.alloc import pace, start_while_fit, take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.reservation import Shadow, shadow_for
+from scheduler.reservation import head_shadow
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 
@@ -36,24 +35,11 @@ class EasyBackfill:
         machines = snapshot.machines
         speeds = snapshot.speeds
         free = dict(snapshot.free)
-        total_free = sum(free.values())
         order = self.priority.order(snapshot)
-        starts: list[Start] = []
-        n = len(order)
-        i = 0
-        while i < n:
-            job = order[i]
-            parts = (
-                self.placement.place(job.procs, free, machines) if job.procs <= total_free else None
-            )
-            if parts is None:
-                break
-            take(free, parts)
-            total_free -= job.procs
-            starts.append(Start(job, parts))
-            i += 1
-        if i == n:
+        starts, i = start_while_fit(order, free, machines, self.placement)
+        if i == len(order):
             return Decisions(starts=starts)
+        total_free = sum(free.values())
         head = order[i]
         # The reservation is only worked out once some job could backfill at all: at
         # most events of a busy trace no waiting job fits the free CPUs.
@@ -71,7 +57,9 @@ class EasyBackfill:
                 continue
             if not computed:
                 computed = True
-                shadow = self._shadow(snapshot, head, free, starts)
+                shadow = head_shadow(
+                    snapshot, head, free=free, starts=starts, placement=self.placement
+                )
                 if shadow is None:
                     # The head can never run on these machines (e.g. a rule that never
                     # spans): it holds nothing back, and the rest backfills freely.
@@ -102,27 +90,10 @@ class EasyBackfill:
             extra_cap = _cap(free, extra)
             starts.append(Start(job, parts))
         if not computed:
-            shadow = self._shadow(snapshot, head, free, starts)
+            shadow = head_shadow(snapshot, head, free=free, starts=starts, placement=self.placement)
             if shadow is not None:
                 reservations.append(shadow.reservation)
         return Decisions(starts=starts, reservations=reservations)
-
-    def _shadow(
-        self, snapshot: Snapshot, head: Job, free: dict[str, int], starts: list[Start]
-    ) -> Shadow | None:
-        now = snapshot.now
-        speeds = snapshot.speeds
-        started = [(now + s.job.estimate_on(pace(s.parts, speeds)), s.parts) for s in starts]
-        return shadow_for(
-            head,
-            now=now,
-            free=free,
-            running=snapshot.running,
-            started=started,
-            machines=snapshot.machines,
-            placement=self.placement,
-            previous=snapshot.reservations.get(head.id),
-        )
 
 
 def _cap(free: dict[str, int], extra: dict[str, int]) -> int:

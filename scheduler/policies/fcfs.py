@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.alloc import take
+from scheduler.alloc import start_while_fit
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.snapshot import Decisions, Snapshot, Start
+from scheduler.snapshot import Decisions, Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,16 +27,7 @@ class Fcfs:
     name: str = "fcfs"
 
     def decide(self, snapshot: Snapshot) -> Decisions:
-        free = dict(snapshot.free)
-        total_free = sum(free.values())
-        starts: list[Start] = []
-        for job in self.priority.order(snapshot):
-            if job.procs > total_free:
-                break
-            parts = self.placement.place(job.procs, free, snapshot.machines)
-            if parts is None:
-                break
-            take(free, parts)
-            total_free -= job.procs
-            starts.append(Start(job, parts))
+        starts, _ = start_while_fit(
+            self.priority.order(snapshot), dict(snapshot.free), snapshot.machines, self.placement
+        )
         return Decisions(starts=starts)
