@@ -1,0 +1,90 @@
+"""``accordion up --demo`` end to end, as a user runs it: a subprocess, on each broker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import BrokerEndpoint
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_up(*args: str, timeout: float = 100.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from accordion.cli import main; main()", "up", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def _check_summary(result: subprocess.CompletedProcess[str], jobs: int) -> None:
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    # The endpoints, then the summary in the layout of `accordion simulate`.
+    assert re.search(r"broker\s+│ \S.*mqtt://127\.0\.0\.1:\d+", out), out
+    assert "http://127.0.0.1:" in out
+    for row in ("mean wait (s)", "mean bounded slowdown (tau 10 s)", "utilisation"):
+        assert row in out
+    assert "live vs twin: mean wait" in out
+    assert f"jobs in the journal: {jobs} finished" in out
+    assert re.search(r"live in cluster seconds \(= wall seconds x [\d.]+\)", out)
+
+
+def test_up_demo_on_mosquitto(mosquitto: BrokerEndpoint, tmp_path: Path) -> None:
+    # `mosquitto` makes the test skip (or fail under CI) where it is not installed.
+    run_dir = tmp_path / "run"
+    result = run_up(
+        "--demo",
+        "--demo-jobs",
+        "12",
+        "--demo-seconds",
+        "8",
+        "--broker-kind",
+        "mosquitto",
+        "--no-progress",
+        "--run-dir",
+        str(run_dir),
+    )
+    _check_summary(result, 12)
+    assert "Mosquitto" in result.stdout
+    assert (run_dir / "journal.sqlite").is_file()
+    assert (run_dir / "mosquitto.conf").is_file()
+
+
+def test_up_demo_on_the_embedded_broker(tmp_path: Path) -> None:
+    result = run_up(
+        "--demo",
+        "--demo-jobs",
+        "8",
+        "--demo-seconds",
+        "6",
+        "--broker-kind",
+        "embedded",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    _check_summary(result, 8)
+    assert "embedded amqtt, MQTT 3.1.1" in result.stdout
+
+
+def test_up_refuses_a_bad_cluster_file_in_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[machine]]\nname = "m"\n')
+    result = run_up("--cluster", str(bad), timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("error:")
+    assert "cpus is required" in result.stderr
+    unknown = run_up("--policy", "nope", timeout=30)
+    assert unknown.returncode == 2
+    assert "nope" in unknown.stderr
