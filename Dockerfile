@@ -1,0 +1,34 @@
+# The accordion image: the scheduler, the node agent and the CLI (compose.yaml
+# runs every service of the testbed from it; see README "Docker compose testbed").
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# Only what `pip install .` reads (pyproject.toml, README.md, the packages),
+# plus examples/ (cluster.toml, demo.swf) for the `submit` tool.
+COPY pyproject.toml README.md ./
+COPY broker ./broker
+COPY model ./model
+COPY scheduler ./scheduler
+COPY nodeagent ./nodeagent
+COPY twin ./twin
+COPY workload ./workload
+COPY accordion ./accordion
+RUN pip install . \
+ && mkdir -p /opt/accordion \
+ && rm -rf /src/build /src/*.egg-info
+COPY examples /opt/accordion/examples
+
+# An unprivileged user; /data (the scheduler's journal volume) is theirs, so
+# a fresh named volume is created writable.
+RUN useradd --create-home --uid 10001 --user-group accordion \
+ && mkdir -p /data && chown accordion:accordion /data
+USER accordion
+WORKDIR /home/accordion
+VOLUME ["/data"]
+EXPOSE 9100 9101
+CMD ["accordion", "--help"]
