@@ -218,12 +218,17 @@ class StartPart(Message, tag="start_part", frozen=True):
     part: Annotated[int, msgspec.Meta(ge=0)] = 0
     parts: Annotated[int, msgspec.Meta(ge=1)] = 1
     time_scale: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 1.0
+    #: The job's CPUs over all its parts: with ``job.procs`` it gives the MPL every
+    #: part runs at. None from an older sender: a lone part then has ``cpus``.
+    job_cpus: Cpus | None = None
 
 
 class ResizePart(Message, tag="resize_part", frozen=True):
     job_id: Id = "-"
     cpus: Cpus = 1
     pace: Speed = 1.0
+    #: The job's CPUs over all its parts after the resize (see ``StartPart``).
+    job_cpus: Cpus | None = None
 
 
 class CancelPart(Message, tag="cancel_part", frozen=True):

@@ -423,16 +423,21 @@ class NodeAgent:
         job = command.job
         if job is None:  # checked by the caller; here for the type checker
             raise LaunchError("StartPart without a job")
-        # StartPart does not say how many CPUs the other parts of a multi-part job
-        # hold, so its MPL is unknown here: such a part is taken to run one process
-        # per CPU it starts with (MPL 1), and a resize changes its MPL from there.
-        procs = job.procs if command.parts == 1 else command.cpus
+        # Every part of a job runs at the job's MPL (its processes over all its CPUs)
+        # and pace. An older scheduler that does not send job_cpus leaves the MPL of
+        # a multi-part job unknown: such a part is then taken to run at MPL 1.
+        if command.job_cpus is not None:
+            procs, cpus = job.procs, command.job_cpus
+        elif command.parts == 1:
+            procs, cpus = job.procs, command.cpus
+        else:
+            procs, cpus = command.cpus, command.cpus
         return Launch(
             start_at=start_at,
             agent=self.agent_id,
             job_id=job.id,
             procs=procs,
-            cpus=command.cpus,
+            cpus=cpus,
             pace=command.pace,
             work=job.work,
             ref_speed=job.ref_speed,
@@ -525,7 +530,7 @@ class NodeAgent:
             self._bad(f"resize of {command.job_id} to {command.cpus} CPUs: only {free} free")
             return
         try:
-            rate = part.launch.rate(cpus=command.cpus, pace=command.pace)
+            rate = part.launch.rate(cpus=_mpl_cpus(command), pace=command.pace)
         except LaunchError as exc:
             self._bad(f"resize refused: {exc}")
             return
@@ -535,7 +540,9 @@ class NodeAgent:
         part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
         part.deadline = self._deadline(now, part.budget, rate, scale)
         self._busy += growth
-        forward = ResizePart(job_id=command.job_id, cpus=command.cpus, pace=command.pace)
+        forward = ResizePart(
+            job_id=command.job_id, cpus=command.cpus, pace=command.pace, job_cpus=command.job_cpus
+        )
         await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
         log.info(
             "part %s resized to %d CPUs at pace %g", command.job_id, command.cpus, command.pace
@@ -573,3 +580,8 @@ class NodeAgent:
 
     async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
         await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+
+
+def _mpl_cpus(command: ResizePart) -> int:
+    """The CPUs that, with the job's processes, give the resized part's MPL."""
+    return command.cpus if command.job_cpus is None else command.job_cpus

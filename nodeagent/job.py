@@ -238,7 +238,8 @@ class SleepJob:
             log.warning("job %s: unexpected control message %r", self.launch.job_id, message)
             return False
         try:
-            rate = self.launch.rate(cpus=message.cpus, pace=message.pace)
+            cpus = message.cpus if message.job_cpus is None else message.job_cpus
+            rate = self.launch.rate(cpus=cpus, pace=message.pace)
         except LaunchError as exc:
             self.bad_messages += 1
             log.warning("job %s: resize refused: %s", self.launch.job_id, exc)

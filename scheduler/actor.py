@@ -900,9 +900,13 @@ class SchedulerActor:
                 continue
             log.info("job %s reconciled on %s", job_id, [p.machine for p in pending.parts])
             pace = min(core.speeds[p.machine] for p in pending.parts)
+            total = sum(p.cpus for p in pending.parts)
             for p in pending.parts:
                 if live.announced.get(p.machine, p.cpus) != p.cpus:
-                    self._command(p.machine, ResizePart(job_id=job_id, cpus=p.cpus, pace=pace))
+                    self._command(
+                        p.machine,
+                        ResizePart(job_id=job_id, cpus=p.cpus, pace=pace, job_cpus=total),
+                    )
             self._event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
 
     def _reconciled(self) -> None:
@@ -948,8 +952,11 @@ class SchedulerActor:
             self._journal.record_parts(job_id, now, resize.parts)
             live.parts = resize.parts
             pace = min(speeds[p.machine] for p in resize.parts)
+            total = sum(p.cpus for p in resize.parts)
             for p in resize.parts:
-                self._command(p.machine, ResizePart(job_id=job_id, cpus=p.cpus, pace=pace))
+                self._command(
+                    p.machine, ResizePart(job_id=job_id, cpus=p.cpus, pace=pace, job_cpus=total)
+                )
             self._event(job_id, "resized", now, f"{sum(p.cpus for p in resize.parts)} CPUs")
         for start in decisions.starts:
             job_id = start.job.id
@@ -957,11 +964,20 @@ class SchedulerActor:
             self._journal.record_start(job_id, now, start.parts)
             self._track(job_id, _Live(start.parts))
             pace = min(speeds[p.machine] for p in start.parts)
+            total = sum(p.cpus for p in start.parts)
             n = len(start.parts)
             for i, p in enumerate(start.parts):
                 self._command(
                     p.machine,
-                    StartPart(job=spec, cpus=p.cpus, pace=pace, part=i, parts=n, time_scale=scale),
+                    StartPart(
+                        job=spec,
+                        cpus=p.cpus,
+                        pace=pace,
+                        part=i,
+                        parts=n,
+                        time_scale=scale,
+                        job_cpus=total,
+                    ),
                 )
             self._event(
                 job_id,

@@ -20,6 +20,7 @@ from broker.messages import (
     PartProgress,
     PartStarted,
     ResizePart,
+    StartPart,
 )
 from model.machine import Machine
 from nodeagent.__main__ import main as cli_main
@@ -154,6 +155,24 @@ async def test_walltime_limit_follows_the_allocation_rate() -> None:
         spec = job("w2", procs=2, work=100.0, walltime=2.0, malleable=True)
         await run.scheduler.send(start(spec, cpus=1, time_scale=10.0))
         started = await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "walltime"
+        assert 0.9 <= finished.at - started.at < 5.0
+
+
+async def test_a_part_of_a_multi_part_job_runs_at_the_jobs_mpl() -> None:
+    # One part of 2 CPUs of a job of 8 processes on 4 CPUs in all (MPL 2, u = 1):
+    # the part advances at half speed, so its wall-time limit doubles as in the test
+    # above; without job_cpus the part would be taken to run at MPL 1.
+    async with running_agent() as run:
+        spec = job("mp", procs=8, work=100.0, walltime=2.0, malleable=True)
+        command = StartPart(
+            job=spec, cpus=2, pace=1.0, part=0, parts=2, time_scale=10.0, job_cpus=4
+        )
+        await run.scheduler.send(command)
+        started = await run.scheduler.expect(PartStarted)
+        progress = await run.scheduler.expect(PartProgress)
+        assert progress.rate == pytest.approx(0.5)
         finished = await run.scheduler.expect(PartFinished)
         assert finished.reason == "walltime"
         assert 0.9 <= finished.at - started.at < 5.0
