@@ -23,12 +23,13 @@ import pytest
 
 from broker.bus import Bus, BusError, Delivery, Will
 from broker.codec import decode, encode
+from broker.local import free_port
 from broker.messages import StatusReply, StatusRequest
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from tests.broker import scenarios
 from tests.broker.scenarios import LATENCIES, Inbox
-from tests.integration.conftest import BrokerEndpoint, free_port
+from tests.integration.conftest import BrokerEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 integration = pytest.mark.integration

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,28 +26,10 @@ from pathlib import Path
 import pytest
 
 from broker.embedded import EmbeddedBrokerError, start_embedded_broker
+from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 
 MOSQUITTO_IMAGE = "eclipse-mosquitto:2"
 START_TIMEOUT = 15.0  # seconds for a broker to accept connections
-
-# Mosquitto 2.0 option names (checked against mosquitto.conf(5) of 2.0.11).
-MOSQUITTO_CONF = """\
-listener {port} {host}
-allow_anonymous true
-# Nagle's algorithm plus delayed ACKs add 40 ms to every small QoS 1 message.
-set_tcp_nodelay true
-# The default 1000 silently drops QoS 1 messages queued for a slow or offline
-# persistent session; 0 is unlimited. max_inflight_messages stays at its
-# default (20): past it messages wait in that unlimited queue, none is lost.
-max_queued_messages 0
-persistence false
-log_dest stderr
-log_type error
-log_type warning
-log_type notice
-log_type information
-connection_messages true
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,27 +44,6 @@ class BrokerEndpoint:
     @property
     def url(self) -> str:
         return f"mqtt://{self.host}:{self.port}"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the broker binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _mosquitto_binary() -> str | None:
-    # /usr/sbin is not on every user's PATH; Debian installs it there.
-    return shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
 
 
 def _docker_engine_reachable() -> bool:
@@ -101,13 +61,13 @@ def _start_mosquitto(binary: str, workdir: Path, attempts: int = 3) -> Iterator[
     for attempt in range(attempts):
         port = free_port(host)
         conf = workdir / f"mosquitto-{port}.conf"
-        conf.write_text(MOSQUITTO_CONF.format(host=host, port=port))
+        conf.write_text(mosquitto_config(host=host, port=port, verbose=True))
         log = workdir / f"mosquitto-{port}.log"
         with log.open("w") as out:
             proc = subprocess.Popen([binary, "-c", str(conf)], stdout=out, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + START_TIMEOUT
-            while proc.poll() is None and not _accepts(host, port):
+            while proc.poll() is None and not accepts(host, port):
                 if time.monotonic() > deadline:
                     pytest.fail(f"mosquitto did not listen on {host}:{port} in {START_TIMEOUT} s")
                 time.sleep(0.02)
@@ -131,7 +91,7 @@ def _mosquitto_container(workdir: Path) -> Iterator[BrokerEndpoint]:
     from testcontainers.core.container import DockerContainer  # optional dependency
 
     conf = workdir / "mosquitto.conf"
-    conf.write_text(MOSQUITTO_CONF.format(host="0.0.0.0", port=1883))
+    conf.write_text(mosquitto_config(host="0.0.0.0", port=1883, verbose=True))
     container = (
         DockerContainer(MOSQUITTO_IMAGE)
         .with_volume_mapping(str(conf), "/mosquitto/config/mosquitto.conf", "ro")
@@ -141,7 +101,7 @@ def _mosquitto_container(workdir: Path) -> Iterator[BrokerEndpoint]:
         host = container.get_container_host_ip()
         port = int(container.get_exposed_port(1883))
         deadline = time.monotonic() + START_TIMEOUT
-        while not _accepts(host, port):
+        while not accepts(host, port):
             if time.monotonic() > deadline:
                 pytest.fail(f"the {MOSQUITTO_IMAGE} container did not listen on {host}:{port}")
             time.sleep(0.1)
@@ -152,7 +112,7 @@ def _mosquitto_container(workdir: Path) -> Iterator[BrokerEndpoint]:
 def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerEndpoint]:
     """A Mosquitto for the whole session, on its own loopback port."""
     workdir = tmp_path_factory.mktemp("mosquitto")
-    binary = _mosquitto_binary()
+    binary = mosquitto_binary()
     if binary is not None:
         yield from _start_mosquitto(binary, workdir)
         return

@@ -23,8 +23,9 @@ from typer.testing import CliRunner, Result
 from accordion.cli import app
 from accordion.live import connect, run_async
 from accordion.up import LocalCluster
+from broker.local import free_port
 from broker.messages import StatusReply
-from tests.integration.conftest import BrokerEndpoint, free_port
+from tests.integration.conftest import BrokerEndpoint
 from tests.live.conftest import local_cluster
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from accordion.up import (
-    MOSQUITTO_CONF,
     decision_stats,
     demo_jobs,
     difference,
@@ -17,6 +16,7 @@ from accordion.up import (
     plan_demo,
     resolve_broker,
 )
+from broker.local import mosquitto_config
 from broker.messages import JobSpec
 from model.machine import Part
 from model.metrics import compute_metrics
@@ -59,7 +59,7 @@ def test_single_machine_policies_get_jobs_that_fit_one_machine() -> None:
 def test_broker_choice() -> None:
     assert resolve_broker("embedded") == "embedded"
     assert resolve_broker("auto") in ("mosquitto", "embedded")
-    conf = MOSQUITTO_CONF.format(host="127.0.0.1", port=1234)
+    conf = mosquitto_config(host="127.0.0.1", port=1234)
     for line in (
         "listener 1234 127.0.0.1",
         "set_tcp_nodelay true",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.local import free_port
 from broker.messages import (
     AgentOffline,
     AgentOnline,
@@ -34,7 +35,7 @@ from model.machine import Machine
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.job import EXIT_CANCELLED
 from nodeagent.spawn import MqttSpawn
-from tests.integration.conftest import BrokerEndpoint, free_port
+from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import Scheduler, job, start
 
 pytestmark = pytest.mark.integration

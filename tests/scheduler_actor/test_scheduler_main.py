@@ -15,6 +15,7 @@ import pytest
 
 from broker.bus import Will
 from broker.codec import decode, encode
+from broker.local import free_port
 from broker.messages import (
     AgentOffline,
     AgentOnline,
@@ -34,7 +35,7 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.journal import Journal
-from tests.integration.conftest import BrokerEndpoint, free_port
+from tests.integration.conftest import BrokerEndpoint
 from tests.scheduler_actor.harness import spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,59 @@
+"""Running an MQTT broker process on this machine: Mosquitto's settings and readiness.
+
+``accordion up`` and the integration tests' fixture both start Mosquitto with
+a generated configuration; the settings the runtime depends on live here once,
+so the broker the tests exercise is the broker users get.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from typing import Final
+
+# Mosquitto 2.0 option names, checked against mosquitto.conf(5) of 2.0.11.
+_MOSQUITTO_CONF: Final = """\
+listener {port} {host}
+allow_anonymous true
+# Nagle's algorithm plus delayed ACKs add 40 ms to every small QoS 1 message.
+set_tcp_nodelay true
+# The default 1000 silently drops QoS 1 messages queued for a slow or offline
+# persistent session; 0 is unlimited. max_inflight_messages stays at its
+# default (20): past it messages wait in that unlimited queue, none is lost.
+max_queued_messages 0
+persistence false
+log_dest stderr
+log_type error
+log_type warning
+log_type notice
+"""
+_VERBOSE: Final = "log_type information\nconnection_messages true\n"
+_QUIET: Final = "connection_messages false\n"
+
+
+def mosquitto_config(*, host: str, port: int, verbose: bool = False) -> str:
+    """A ``mosquitto.conf`` listening on ``host:port``; ``verbose`` logs connections."""
+    return _MOSQUITTO_CONF.format(host=host, port=port) + (_VERBOSE if verbose else _QUIET)
+
+
+def mosquitto_binary() -> str | None:
+    """The ``mosquitto`` executable, or None when it is not installed."""
+    # /usr/sbin is not on every user's PATH; Debian installs mosquitto there.
+    return shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the caller's child binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def accepts(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
