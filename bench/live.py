@@ -311,7 +311,7 @@ async def _real_latency(local: LocalCluster, samples: int) -> list[float]:
             for i in range(samples + 2):
                 job_id = f"real-{i}"
                 t0 = time.perf_counter()
-                await client.submit([job_spec(job_id=job_id, procs=1, walltime=5.0, work=0.0)])
+                await client.submit([job_spec(job_id=job_id, procs=1, walltime=5.0, work=0.001)])
                 async with asyncio.timeout(10):
                     while job_id not in started:
                         arrived.clear()

@@ -19,10 +19,20 @@ import msgspec
 from broker.topics import PROTOCOL_VERSION
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
+#: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
+#: topic name downstream) nor ``-`` (the protocol's "none" for request and reply ids).
+JobId = Annotated[
+    str,
+    msgspec.Meta(min_length=1, max_length=128, pattern=r"^(?!(?:\.|\.\.|-)$)[A-Za-z0-9_.:@-]+$"),
+]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 # Bounded above so inf and absurd values (a job of 30,000 years) fail on decode.
 Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]
 PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e12)]
+#: A part's attempt: 1 for a job's first start, n + 1 after its n-th requeue. 0 in a
+#: report or command means "not said" (any attempt), for commands sent before fencing.
+Attempt = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+Seq = Annotated[int, msgspec.Meta(ge=0)]
 Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
 Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
@@ -47,10 +57,12 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     submission.
     """
 
-    id: Id
+    id: JobId
     procs: Cpus
     walltime: PositiveSeconds
-    work: Seconds
+    #: Positive: a job of no work is a client's mistake (and -0.0 is refused too). The
+    #: scheduler also refuses work or wall time beyond its configured maximum.
+    work: PositiveSeconds
     workload: Workload = "sleep"
     user: Name = "nobody"
     group: Name = "nobody"
@@ -95,6 +107,15 @@ class CancelJob(Message, tag="cancel_job", frozen=True):
 class StatusRequest(Message, tag="status_request", frozen=True):
     request_id: Id = "-"
     reply_to: Id = "-"
+
+
+class HistoryRequest(Message, tag="history_request", frozen=True):
+    """Every journalled ``JobEvent`` of ``job_ids`` (a watcher filling a gap); answered
+    by one ``HistoryReply``. At most 10,000 jobs per request."""
+
+    request_id: Id = "-"
+    reply_to: Id = "-"
+    job_ids: Annotated[tuple[Id, ...], msgspec.Meta(max_length=10_000)] = ()
 
 
 class SubmitResult(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -142,6 +163,15 @@ class StatusReply(Message, tag="status_reply", frozen=True):
     running: tuple[JobStatus, ...] = ()
 
 
+class HistoryReply(Message, tag="history_reply", frozen=True):
+    """The events of the requested jobs, by job then ``seq``; unknown ids are listed
+    in ``unknown``."""
+
+    request_id: str = "-"
+    events: tuple[JobEvent, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
 class ErrorReply(Message, tag="error_reply", frozen=True):
     """A request the scheduler could not read or accept as a whole."""
 
@@ -153,11 +183,12 @@ class ErrorReply(Message, tag="error_reply", frozen=True):
 
 
 class RunningPart(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """A part an agent is running, as it reports on (re)registration."""
+    """A part an agent is running, as it reports on (re)registration and heartbeats."""
 
     job_id: Id
     cpus: Cpus
     started: float
+    attempt: Attempt = 0
 
 
 class AgentOnline(Message, tag="agent_online", frozen=True):
@@ -166,6 +197,10 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     machine: MachineSpec | None = None
     incarnation: Id = "-"
     running: tuple[RunningPart, ...] = ()
+    #: Wall seconds the agent keeps its parts running without the broker acknowledging
+    #: its heartbeats (its lease); 0 when it has none. The scheduler checks that it
+    #: declares an agent lost only later than that (see ``scheduler.agents``).
+    lease: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
 
 
 class AgentOffline(Message, tag="agent_offline", frozen=True):
@@ -177,9 +212,12 @@ class AgentOffline(Message, tag="agent_offline", frozen=True):
 
 
 class Heartbeat(Message, tag="heartbeat", frozen=True):
+    """The agent's liveness (only the agent's own heartbeat counts as such) and the
+    complete list of the parts it runs now."""
+
     agent_id: Id = "-"
-    seq: Annotated[int, msgspec.Meta(ge=0)] = 0
-    running: tuple[Id, ...] = ()
+    seq: Seq = 0
+    running: tuple[RunningPart, ...] = ()
 
 
 class PartStarted(Message, tag="part_started", frozen=True):
@@ -187,6 +225,7 @@ class PartStarted(Message, tag="part_started", frozen=True):
     agent_id: Id = "-"
     pid: int = 0
     at: float = 0.0
+    attempt: Attempt = 0
 
 
 class PartProgress(Message, tag="part_progress", frozen=True):
@@ -197,6 +236,7 @@ class PartProgress(Message, tag="part_progress", frozen=True):
     done: Seconds = 0.0
     rate: float = 0.0
     at: float = 0.0
+    attempt: Attempt = 0
 
 
 class PartFinished(Message, tag="part_finished", frozen=True):
@@ -207,6 +247,7 @@ class PartFinished(Message, tag="part_finished", frozen=True):
     exit_code: int = 0
     at: float = 0.0
     reason: Literal["done", "failed", "cancelled", "walltime", "lost"] = "done"
+    attempt: Attempt = 0
 
 
 class StartPart(Message, tag="start_part", frozen=True):
@@ -221,6 +262,9 @@ class StartPart(Message, tag="start_part", frozen=True):
     #: The job's CPUs over all its parts: with ``job.procs`` it gives the MPL every
     #: part runs at. None from an older sender: a lone part then has ``cpus``.
     job_cpus: Cpus | None = None
+    #: Fencing: which start of the job this is. A report or command of another
+    #: attempt is stale; an agent holding an older attempt's part kills it.
+    attempt: Attempt = 1
 
 
 class ResizePart(Message, tag="resize_part", frozen=True):
@@ -229,10 +273,14 @@ class ResizePart(Message, tag="resize_part", frozen=True):
     pace: Speed = 1.0
     #: The job's CPUs over all its parts after the resize (see ``StartPart``).
     job_cpus: Cpus | None = None
+    attempt: Attempt = 0
 
 
 class CancelPart(Message, tag="cancel_part", frozen=True):
+    """End a part; ``attempt`` 0 ends whatever attempt runs, n only attempt n."""
+
     job_id: Id = "-"
+    attempt: Attempt = 0
 
 
 # -- for everyone -------------------------------------------------------------------
@@ -249,10 +297,15 @@ class ClusterSummary(Message, tag="cluster_summary", frozen=True):
 
 
 class JobEvent(Message, tag="job_event", frozen=True):
+    """One transition of a job, journalled before it is published (QoS 1). ``seq``
+    counts a job's events from 1 without gaps, so a watcher that sees a jump knows
+    it missed some and asks for them (``HistoryRequest``)."""
+
     job_id: str = "-"
     state: str = ""
     at: float = 0.0
     detail: str = ""
+    seq: Seq = 0
 
 
 AnyMessage = (
@@ -263,6 +316,8 @@ AnyMessage = (
     | CancelReply
     | StatusReply
     | ErrorReply
+    | HistoryRequest
+    | HistoryReply
     | AgentOnline
     | AgentOffline
     | Heartbeat

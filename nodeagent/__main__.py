@@ -45,7 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         help="accept only parts with this time compression (default: the scheduler's)",
     )
     p.add_argument("--metrics-port", type=int, default=None, help="Prometheus port (0: any)")
-    p.add_argument("--metrics-addr", default="0.0.0.0", help="Prometheus listen address")
+    p.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="Prometheus listen address (0.0.0.0 to serve other hosts)",
+    )
     p.add_argument("--heartbeat", type=float, default=2.0, help="heartbeat interval (s)")
     p.add_argument("--kill-grace", type=float, default=5.0, help="SIGTERM to SIGKILL (s)")
     p.add_argument("--walltime-grace", type=float, default=2.0, help="past the limit (s)")

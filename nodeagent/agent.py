@@ -99,10 +99,12 @@ from broker.messages import (
     PartFinished,
     PartStarted,
     ResizePart,
+    RunningPart,
     StartPart,
 )
 from broker.topics import Topics
 from model.machine import Machine
+from nodeagent.lease import DEFAULT_LEASE, LeaseFile
 from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,12 @@ class AgentSettings:
     time_scale: float | None = None
     mailbox_size: int = 1024
     remember_finished: int = 100_000
+    #: Wall seconds a part runs on without the broker acknowledging this agent's
+    #: heartbeats (``nodeagent.lease``); 0: no lease. Keep it below the scheduler's
+    #: silence limit (6 heartbeats, 12 s by default) and above a broker restart.
+    lease: float = DEFAULT_LEASE
+    #: Where the lease file goes (None: the system's temporary directory).
+    lease_dir: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "kill_grace"):
@@ -139,6 +147,8 @@ class AgentSettings:
             self.time_scale > 0 and math.isfinite(self.time_scale)
         ):
             raise ValueError(f"time_scale must be > 0, got {self.time_scale!r}")
+        if not (self.lease >= 0 and math.isfinite(self.lease)):
+            raise ValueError(f"lease must be a finite number >= 0, got {self.lease!r}")
         if self.mailbox_size < 1 or self.remember_finished < 1:
             raise ValueError("mailbox_size and remember_finished must be >= 1")
 
@@ -187,6 +197,8 @@ class _Part:
     launch: Launch
     process: JobProcess
     cpus: int
+    attempt: int
+    started: float  # wall seconds since the epoch (PartStarted.at)
     rate: float
     budget: float  # wall-time units left at ``changed``
     changed: float
@@ -200,6 +212,7 @@ class _Part:
 class _Exited:
     job_id: str
     code: int
+    attempt: int
 
 
 _Mail = Delivery | _Exited | None  # None only wakes the loop (stop requested)
@@ -211,6 +224,8 @@ class _Counters:
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     bad_messages: int = 0
     heartbeats: int = 0
+    #: Commands and parts of an attempt other than the one running (fencing).
+    stale: int = 0
 
 
 class NodeAgent:
@@ -242,7 +257,12 @@ class NodeAgent:
         self._state = topics.agent_state(machine.id)
         self._mailbox: asyncio.Queue[_Mail] = asyncio.Queue(self.settings.mailbox_size)
         self._parts: dict[str, _Part] = {}
-        self._finished: OrderedDict[str, Reason] = OrderedDict()
+        # (job id, attempt) of parts this incarnation ended, for StartPart's idempotency.
+        self._finished: OrderedDict[tuple[str, int], Reason] = OrderedDict()
+        # A start of a newer attempt waiting for the stale attempt's process to exit.
+        self._deferred: dict[str, StartPart] = {}
+        self._lease: LeaseFile | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._busy = 0
         self._counters = _Counters()
         self._seq = 0
@@ -288,8 +308,20 @@ class NodeAgent:
         task is cancelled) the running parts are killed, not reported: the
         scheduler learns of them from the will.
         """
+        if self.settings.lease > 0:
+            self._lease = LeaseFile(self.settings.lease_dir, prefix=f"accordion-{self.agent_id}-")
+            self._lease.renew()
+        try:
+            await self._serve()
+        finally:
+            if self._lease is not None:
+                self._lease.remove()
+
+    async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
-        online = AgentOnline(machine=self._spec, incarnation=self.incarnation, running=())
+        online = AgentOnline(
+            machine=self._spec, incarnation=self.incarnation, running=(), lease=self.settings.lease
+        )
         await self._publish(self._state, online, retain=True)
         log.info("agent %s online (incarnation %s)", self.agent_id, self.incarnation)
         async with asyncio.TaskGroup() as tg:
@@ -299,6 +331,8 @@ class NodeAgent:
                 await tg.create_task(self._drain(), name=f"agent-{self.agent_id}-mailbox")
             finally:
                 reader.cancel()
+                if self._heartbeat_task is not None:
+                    self._heartbeat_task.cancel()
         goodbye = AgentOffline(
             agent_id=self.agent_id, incarnation=self.incarnation, reason="goodbye"
         )
@@ -311,7 +345,7 @@ class NodeAgent:
         async for delivery in self._bus.deliveries():
             await self._mailbox.put(delivery)
 
-    async def _supervise(self, job_id: str, process: JobProcess) -> None:
+    async def _supervise(self, job_id: str, attempt: int, process: JobProcess) -> None:
         try:
             code = await process.wait()
         except asyncio.CancelledError:
@@ -324,7 +358,7 @@ class NodeAgent:
                 process.kill()
             await process.wait()
             raise
-        await self._mailbox.put(_Exited(job_id, code))
+        await self._mailbox.put(_Exited(job_id, code, attempt))
 
     # -- the actor ----------------------------------------------------------------------
 
@@ -364,10 +398,7 @@ class NodeAgent:
 
     async def _due(self, now: float) -> None:
         if now >= self._next_heartbeat:
-            beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=tuple(self._parts))
-            await self._publish(self._events, beat)
-            self._seq += 1
-            self._counters.heartbeats += 1
+            self._heartbeat()
             # From now, not from the missed slot: a stalled loop sends one beat, not a burst.
             self._next_heartbeat = now + self.settings.heartbeat_interval
         for job_id, part in self._parts.items():
@@ -383,6 +414,37 @@ class NodeAgent:
                 part.kill_at = None  # SIGKILL cannot be ignored: once is enough
                 with contextlib.suppress(ProcessLookupError):
                     part.process.kill()
+
+    def _heartbeat(self) -> None:
+        """Send a heartbeat without waiting for it: its acknowledgement renews the lease.
+
+        The publish runs in a task of its own, so a broker outage (the bus waits
+        to reconnect) stalls neither the loop nor the lease's clock; a beat still
+        in flight when the next is due is not doubled.
+        """
+        if self._heartbeat_task is not None and not self._heartbeat_task.done():
+            return
+        running = tuple(
+            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
+            for job_id, p in self._parts.items()
+        )
+        beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=running)
+        self._seq += 1
+        if self._tg is None:
+            raise RuntimeError("heartbeats are sent by the drain loop, which run() starts")
+        self._heartbeat_task = self._tg.create_task(
+            self._beat(beat), name=f"agent-{self.agent_id}-heartbeat"
+        )
+
+    async def _beat(self, beat: Heartbeat) -> None:
+        await self._publish(self._events, beat)
+        self._counters.heartbeats += 1
+        if self._lease is not None:
+            self._lease.renew()
+
+    def lease_lapsed(self) -> bool:
+        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
+        return self._lease is not None and self._lease.age() > self.settings.lease
 
     def _end(self, part: _Part, reason: Reason, now: float) -> None:
         part.ending = reason
@@ -445,6 +507,9 @@ class NodeAgent:
             time_scale=command.time_scale,
             workload=job.workload,
             root=self._topics.root,
+            attempt=max(1, command.attempt),
+            lease_file=None if self._lease is None else str(self._lease.path),
+            lease=self.settings.lease,
         )
 
     async def _start(self, command: StartPart) -> None:
@@ -452,20 +517,36 @@ class NodeAgent:
         if job is None:
             self._bad("StartPart without a job")
             return
-        if job.id in self._parts or job.id in self._finished:
+        attempt = max(1, command.attempt)
+        running = self._parts.get(job.id)
+        if running is not None and attempt > running.attempt:
+            # A newer start of a job whose older attempt still runs here (this agent
+            # was cut off and the job requeued): fencing kills the stale one, and the
+            # new one starts once its CPUs are free.
+            log.warning(
+                "agent %s: attempt %d of %s supersedes attempt %d: killing it",
+                self.agent_id,
+                attempt,
+                job.id,
+                running.attempt,
+            )
+            self._kill_stale(running)
+            self._deferred[job.id] = command
+            return
+        if running is not None or (job.id, attempt) in self._finished:
             log.info("agent %s: duplicate StartPart for %s ignored", self.agent_id, job.id)
             return
         if self._stopping:
-            await self._refuse(job.id, "lost", "the agent is shutting down")
+            await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
             return
         free = self.machine.cpus - self._busy
         scale = self.settings.time_scale
         if command.cpus > free:
-            await self._refuse(job.id, "failed", f"{command.cpus} CPUs asked, {free} free")
+            await self._refuse(job.id, attempt, "failed", f"{command.cpus} CPUs asked, {free} free")
             return
         if scale is not None and command.time_scale != scale:
             why = f"time scale {command.time_scale} is not this agent's {scale}"
-            await self._refuse(job.id, "failed", why)
+            await self._refuse(job.id, attempt, "failed", why)
             return
         # A resize retained for an earlier run of this job id (another agent's,
         # which died before clearing it) must not reach this process.
@@ -476,18 +557,20 @@ class NodeAgent:
         try:
             launch = self._launch(command, at)
         except LaunchError as exc:
-            await self._refuse(job.id, "failed", str(exc))
+            await self._refuse(job.id, attempt, "failed", str(exc))
             return
         try:
             process = await self._spawn(launch)
         except OSError as exc:
-            await self._refuse(job.id, "failed", f"cannot start its process: {exc}")
+            await self._refuse(job.id, attempt, "failed", f"cannot start its process: {exc}")
             return
         rate = launch.rate()
         part = _Part(
             launch=launch,
             process=process,
             cpus=command.cpus,
+            attempt=attempt,
+            started=at,
             rate=rate,
             budget=job.walltime,
             changed=now,
@@ -499,9 +582,11 @@ class NodeAgent:
         if self._tg is None:
             raise RuntimeError("parts are started by the drain loop, which run() starts")
         self._tg.create_task(
-            self._supervise(job.id, process), name=f"agent-{self.agent_id}-part-{job.id}"
+            self._supervise(job.id, attempt, process), name=f"agent-{self.agent_id}-part-{job.id}"
         )
-        started = PartStarted(job_id=job.id, agent_id=self.agent_id, pid=process.pid, at=at)
+        started = PartStarted(
+            job_id=job.id, agent_id=self.agent_id, pid=process.pid, at=at, attempt=attempt
+        )
         await self._publish(self._events, started)
         log.info(
             "part %s started: pid %d, %d CPUs, rate %.4g, limit in %.3f s",
@@ -515,14 +600,26 @@ class NodeAgent:
     def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
         return now + budget / (rate * time_scale) + self.settings.walltime_grace
 
-    async def _refuse(self, job_id: str, reason: Reason, why: str) -> None:
+    async def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
         log.warning("agent %s: part %s refused (%s): %s", self.agent_id, job_id, reason, why)
-        await self._report_finished(job_id, -1, reason)
+        await self._report_finished(job_id, attempt, -1, reason)
+
+    def _kill_stale(self, part: _Part) -> None:
+        """End a part of an attempt the scheduler no longer holds: no grace."""
+        self._counters.stale += 1
+        part.ending = "cancelled"
+        part.kill_at = None
+        with contextlib.suppress(ProcessLookupError):
+            part.process.kill()
 
     async def _resize(self, command: ResizePart) -> None:
         part = self._parts.get(command.job_id)
         if part is None or part.ending is not None:
             log.info("agent %s: resize of %s ignored: not running", self.agent_id, command.job_id)
+            return
+        if command.attempt not in (0, part.attempt):
+            self._counters.stale += 1
+            log.info("agent %s: resize of a stale attempt of %s ignored", self.agent_id, part)
             return
         growth = command.cpus - part.cpus
         free = self.machine.cpus - self._busy
@@ -541,7 +638,11 @@ class NodeAgent:
         part.deadline = self._deadline(now, part.budget, rate, scale)
         self._busy += growth
         forward = ResizePart(
-            job_id=command.job_id, cpus=command.cpus, pace=command.pace, job_cpus=command.job_cpus
+            job_id=command.job_id,
+            cpus=command.cpus,
+            pace=command.pace,
+            job_cpus=command.job_cpus,
+            attempt=part.attempt,
         )
         await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
         log.info(
@@ -549,7 +650,13 @@ class NodeAgent:
         )
 
     def _cancel(self, command: CancelPart) -> None:
+        deferred = self._deferred.get(command.job_id)
+        if deferred is not None and command.attempt in (0, deferred.attempt):
+            del self._deferred[command.job_id]
         part = self._parts.get(command.job_id)
+        if part is not None and command.attempt not in (0, part.attempt):
+            log.info("agent %s: cancel of another attempt of %s ignored", self.agent_id, part)
+            return
         if part is None:
             log.info("agent %s: cancel of %s ignored: not running", self.agent_id, command.job_id)
         elif part.ending is None:
@@ -563,18 +670,30 @@ class NodeAgent:
         part = self._parts.pop(exited.job_id)
         self._busy -= part.cpus
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
+        if reason == "failed" and self.lease_lapsed():
+            # The process stopped itself because this agent lost the broker for longer
+            # than its lease (fencing): the part was lost, not failed.
+            reason = "lost"
         if part.resized:
             await self._bus.publish(self._topics.job_control(exited.job_id), b"", retain=True)
-        await self._report_finished(exited.job_id, exited.code, reason)
+        await self._report_finished(exited.job_id, exited.attempt, exited.code, reason)
         log.info("part %s finished: %s (exit code %d)", exited.job_id, reason, exited.code)
+        deferred = self._deferred.pop(exited.job_id, None)
+        if deferred is not None:
+            await self._start(deferred)
 
-    async def _report_finished(self, job_id: str, code: int, reason: Reason) -> None:
-        self._finished[job_id] = reason
+    async def _report_finished(self, job_id: str, attempt: int, code: int, reason: Reason) -> None:
+        self._finished[(job_id, attempt)] = reason
         while len(self._finished) > self.settings.remember_finished:
             self._finished.popitem(last=False)
         self._counters.finished[reason] += 1
         finished = PartFinished(
-            job_id=job_id, agent_id=self.agent_id, exit_code=code, at=self._clock(), reason=reason
+            job_id=job_id,
+            agent_id=self.agent_id,
+            exit_code=code,
+            at=self._clock(),
+            reason=reason,
+            attempt=attempt,
         )
         await self._publish(self._events, finished)
 

@@ -52,6 +52,7 @@ from broker.codec import WireError, decode, encode
 from broker.messages import CancelPart, PartProgress, ResizePart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
+from nodeagent.lease import lease_expired
 from nodeagent.pipe import PipeBus
 from nodeagent.runner import run
 from nodeagent.spawn import Launch, LaunchError
@@ -163,6 +164,7 @@ class SleepJob:
             done=self.done,
             rate=self.rate,
             at=self._clock(),
+            attempt=self.launch.attempt,
         )
         await self._bus.publish(self._events, encode(message))
 
@@ -187,10 +189,9 @@ class SleepJob:
                 self._fold(now)
                 await self._report()
                 return EXIT_CANCELLED
-            if self._lost is not None or (
-                self._parent_pid is not None and os.getppid() != self._parent_pid
-            ):
-                log.error("job %s: stopping, %s", launch.job_id, self._lost or "the agent died")
+            lost = self._lost_why()
+            if lost is not None:
+                log.error("job %s: stopping, %s", launch.job_id, lost)
                 return EXIT_LOST
             if now >= next_report:
                 self._fold(now)
@@ -204,6 +205,17 @@ class SleepJob:
         self.done = launch.work
         await self._report()
         return EXIT_DONE
+
+    def _lost_why(self) -> str | None:
+        """Why this part must stop unseen, if it must (bus, agent or lease gone)."""
+        if self._lost is not None:
+            return self._lost
+        if self._parent_pid is not None and os.getppid() != self._parent_pid:
+            return "the agent died"
+        launch = self.launch
+        if launch.lease_file is not None and lease_expired(launch.lease_file, launch.lease):
+            return f"the agent's lease lapsed ({launch.lease:g} s without the broker)"
+        return None
 
     def _fold(self, now: float) -> None:
         self.done = self._progress(now)
@@ -230,6 +242,11 @@ class SleepJob:
             self.bad_messages += 1
             log.warning("job %s: bad control message: %s", self.launch.job_id, exc)
             return False
+        if isinstance(message, CancelPart | ResizePart) and message.attempt not in (
+            0,
+            self.launch.attempt,
+        ):
+            return False  # meant for another start of the job (fencing)
         if isinstance(message, CancelPart) and message.job_id == self.launch.job_id:
             self.cancel()
             return False

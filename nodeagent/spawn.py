@@ -67,6 +67,13 @@ class Launch:
     workload: str = "sleep"
     root: str = DEFAULT_ROOT
     start_at: float | None = None
+    #: Which start of the job this part belongs to (fencing); its process ignores
+    #: control messages of other attempts.
+    attempt: int = 1
+    #: The agent's lease file and its length in wall seconds (``nodeagent.lease``);
+    #: None: no lease (the process then stops only when its agent dies).
+    lease_file: str | None = None
+    lease: float = 0.0
 
     def __post_init__(self) -> None:
         def finite_positive(name: str, value: float) -> None:
@@ -80,6 +87,10 @@ class Launch:
             raise LaunchError(f"job {self.job_id!r}: work must be >= 0, got {self.work!r}")
         if self.start_at is not None and not math.isfinite(self.start_at):
             raise LaunchError(f"job {self.job_id!r}: start_at must be finite")
+        if self.attempt < 1:
+            raise LaunchError(f"job {self.job_id!r}: attempt must be >= 1, got {self.attempt}")
+        if self.lease_file is not None and not (self.lease > 0 and math.isfinite(self.lease)):
+            raise LaunchError(f"job {self.job_id!r}: a lease file needs a lease > 0")
         if not 0 < self.cpu_util <= 1:
             raise LaunchError(f"job {self.job_id!r}: cpu_util must be in (0, 1]")
         # Builds every topic this part will use: a name that cannot be a topic
@@ -105,6 +116,11 @@ class Launch:
         """The job module's options for this launch (the transport options excluded)."""
         # repr() of a float round-trips exactly: the child computes the same rate.
         start = [] if self.start_at is None else [f"--start-at={self.start_at!r}"]
+        lease = (
+            []
+            if self.lease_file is None
+            else [f"--lease-file={self.lease_file}", f"--lease={self.lease!r}"]
+        )
         return [
             f"--root={self.root}",
             f"--agent={self.agent}",
@@ -117,7 +133,9 @@ class Launch:
             f"--work={self.work!r}",
             f"--time-scale={self.time_scale!r}",
             f"--workload={self.workload}",
+            f"--attempt={self.attempt}",
             *start,
+            *lease,
         ]
 
     @staticmethod
@@ -137,6 +155,9 @@ class Launch:
         parser.add_argument(
             "--start-at", type=float, default=None, help="count the work from (epoch s)"
         )
+        parser.add_argument("--attempt", type=int, default=1, help="the job's attempt (fencing)")
+        parser.add_argument("--lease-file", default=None, help="the agent's lease file")
+        parser.add_argument("--lease", type=float, default=0.0, help="lease length (wall s)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Launch:
@@ -153,6 +174,9 @@ class Launch:
             time_scale=args.time_scale,
             workload=args.workload,
             start_at=args.start_at,
+            attempt=args.attempt,
+            lease_file=args.lease_file,
+            lease=args.lease,
         )
 
 

@@ -62,7 +62,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="journal durability: FULL survives power loss, NORMAL only a killed process",
     )
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus text here")
-    p.add_argument("--metrics-addr", default="0.0.0.0", help="address of the metrics endpoint")
+    p.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        help="address of the metrics endpoint (0.0.0.0 to serve other hosts)",
+    )
     p.add_argument(
         "--time-scale",
         type=float,

@@ -164,6 +164,17 @@ class SchedulerMetrics:
             "Jobs requeued after losing a machine.",
             registry=registry,
         )
+        self.agents_suspect = Counter(
+            f"{PREFIX}_agents_suspect",
+            "Times an agent's heartbeats stopped long enough to make it suspect.",
+            registry=registry,
+        )
+        self.stale_reports = Counter(
+            f"{PREFIX}_stale_reports",
+            "Part reports of another attempt than the job's current one (fencing); each "
+            "is answered with a CancelPart of that attempt.",
+            registry=registry,
+        )
         # Zero-initialise the known label values so dashboards see every series.
         for result in SUBMISSION_RESULTS:
             self.submissions.labels(result=result)
@@ -202,7 +213,7 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
-def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+def serve(registry: CollectorRegistry, port: int, addr: str = "127.0.0.1") -> MetricsServer:
     """Serve ``registry`` as Prometheus text on ``http://addr:port/metrics`` (0: any port)."""
     server, thread = start_http_server(port, addr=addr, registry=registry)
     return MetricsServer(server, thread)

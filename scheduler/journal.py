@@ -28,7 +28,11 @@ Tables:
   and how many times it was requeued. Rows are never deleted; the implicit
   rowid is the submission order, which is the queue order on restore;
 - ``events``: append-only history (starts, resizes, requeues, ends) for
-  audits; nothing is read back from it.
+  audits;
+- ``job_events`` (schema 2): every ``JobEvent`` published to watchers, keyed
+  by job and its per-job ``seq``, written before the event is published, so a
+  watcher that missed some asks for them (``HistoryRequest``) and gets exactly
+  what was published.
 
 Batches. Every ``record_*`` method is one transaction on its own, or a part of
 the enclosing :meth:`Journal.transaction` (the actor wraps a whole mailbox
@@ -46,14 +50,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
-import msgspec
-
-from broker.messages import JobSpec
+from broker.messages import JobEvent, JobSpec
+from broker.storage import spec_from_json, spec_to_json
 from broker.topics import PROTOCOL_VERSION
 from model.machine import Part
 from scheduler.lifecycle import JobState
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -80,10 +83,15 @@ CREATE TABLE IF NOT EXISTS events (
     kind TEXT NOT NULL,
     detail TEXT
 );
+CREATE TABLE IF NOT EXISTS job_events (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    state TEXT NOT NULL,
+    detail TEXT,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
 """
-
-_spec_encoder = msgspec.json.Encoder()
-_spec_decoder = msgspec.json.Decoder(JobSpec)
 
 
 class JournalError(RuntimeError):
@@ -161,6 +169,11 @@ class Journal:
             elif int(row[0]) > SCHEMA_VERSION:
                 raise JournalError(
                     f"{self.path}: schema {row[0]} is newer than this scheduler's {SCHEMA_VERSION}"
+                )
+            elif int(row[0]) < SCHEMA_VERSION:
+                # Schema 2 only added the job_events table, created above.
+                self._db.execute(
+                    "UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),)
                 )
 
     # -- life -------------------------------------------------------------
@@ -266,8 +279,7 @@ class Journal:
         how many rows were new.
         """
         rows = [
-            (spec.id, _spec_encoder.encode(spec).decode(), submit, JobState.QUEUED.value)
-            for spec, submit in jobs
+            (spec.id, spec_to_json(spec), submit, JobState.QUEUED.value) for spec, submit in jobs
         ]
         with self.transaction():
             before = self._db.total_changes
@@ -316,6 +328,34 @@ class Journal:
             )
             self._event(end, job_id, state.value, detail)
 
+    def record_event(self, event: JobEvent) -> None:
+        """A ``JobEvent`` about to be published (idempotent by job and seq)."""
+        with self.transaction():
+            self._db.execute(
+                "INSERT OR IGNORE INTO job_events(job_id, seq, at, state, detail) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (event.job_id, event.seq, event.at, event.state, event.detail or None),
+            )
+
+    def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]:
+        """The journalled events of ``job_ids``, by job (in the order asked) then seq."""
+        out: list[JobEvent] = []
+        for job_id in job_ids:
+            rows = self._db.execute(
+                "SELECT seq, at, state, detail FROM job_events WHERE job_id=? ORDER BY seq",
+                (job_id,),
+            ).fetchall()
+            out += [
+                JobEvent(job_id=job_id, seq=int(seq), at=float(at), state=state, detail=d or "")
+                for seq, at, state, d in rows
+            ]
+        return out
+
+    def last_event_seqs(self) -> dict[str, int]:
+        """Each job's highest event seq (a restarted scheduler goes on from there)."""
+        rows = self._db.execute("SELECT job_id, MAX(seq) FROM job_events GROUP BY job_id")
+        return {str(job_id): int(seq) for job_id, seq in rows.fetchall()}
+
     def _update(self, job_id: str, sql: str, args: tuple[object, ...]) -> None:
         if self._db.execute(sql, args).rowcount != 1:
             # A local bug: the actor journals only jobs it accepted.
@@ -355,7 +395,7 @@ _Row = tuple[str, float, str, float | None, float | None, str | None, int, str |
 def _row_job(row: _Row) -> JournalJob:
     spec, submit, state, start, end, parts, requeues, detail = row
     return JournalJob(
-        spec=_spec_decoder.decode(spec),
+        spec=spec_from_json(spec),
         submit=float(submit),
         state=JobState(state),
         start=start,

@@ -32,9 +32,15 @@ MACHINE = m.MachineSpec(id="node-1", cpus=32, speed=1.5, labels=("gpu", "fast"))
 PARTS = (m.PartSpec(machine="node-1", cpus=4), m.PartSpec(machine="node-2", cpus=4))
 
 ONE_OF_EACH: tuple[m.Message, ...] = (
-    m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, m.JobSpec("j2", 1, 1.0, 0.0))),
+    m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, m.JobSpec("j2", 1, 1.0, 0.5))),
     m.CancelJob(request_id="r2", reply_to="cli-1", job_id="job-1"),
     m.StatusRequest(request_id="r3", reply_to="cli-1"),
+    m.HistoryRequest(request_id="r4", reply_to="cli-1", job_ids=("job-1", "j2")),
+    m.HistoryReply(
+        request_id="r4",
+        events=(m.JobEvent(job_id="job-1", state="running", at=2.0, seq=1),),
+        unknown=("j2",),
+    ),
     m.SubmitReply(
         request_id="r1",
         results=(
@@ -58,7 +64,11 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         running=(m.RunningPart(job_id="job-1", cpus=4, started=2.0),),
     ),
     m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="goodbye"),
-    m.Heartbeat(agent_id="node-1", seq=42, running=("job-1",)),
+    m.Heartbeat(
+        agent_id="node-1",
+        seq=42,
+        running=(m.RunningPart(job_id="job-1", cpus=4, started=2.0, attempt=2),),
+    ),
     m.PartStarted(job_id="job-1", agent_id="node-1", pid=4242, at=2.0),
     m.PartProgress(job_id="job-1", agent_id="node-1", done=10.0, rate=0.5, at=22.0),
     m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=137, at=30.0, reason="lost"),
@@ -136,8 +146,23 @@ def _job(**overrides: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _raw(kind="submit_jobs", jobs=[_job(work=-1.0)]),
-            ">= 0.0 - at `$.jobs[0].work`",
+            "> 0.0 - at `$.jobs[0].work`",
             id="negative-work",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(work=-0.0)]),
+            "> 0.0 - at `$.jobs[0].work`",
+            id="negative-zero-work",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(id="..")]),
+            "at `$.jobs[0].id`",
+            id="dot-dot-job-id",
+        ),
+        pytest.param(
+            _raw(kind="submit_jobs", jobs=[_job(id="-")]),
+            "at `$.jobs[0].id`",
+            id="dash-job-id",
         ),
         pytest.param(
             _raw(kind="submit_jobs", jobs=[_job(cpu_util=1.5)]),
@@ -233,12 +258,13 @@ positive = st.floats(
     min_value=0.0, exclude_min=True, max_value=1e12, allow_nan=False, allow_infinity=False
 )
 
+job_ids = ids.filter(lambda i: i not in (".", "..", "-"))
 job_specs = st.builds(
     m.JobSpec,
-    id=ids,
+    id=job_ids,
     procs=st.integers(1, 1_048_576),
     walltime=positive,
-    work=st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False),
+    work=positive,
     workload=st.sampled_from(["sleep", "mpi"]),
     user=names,
     group=names,

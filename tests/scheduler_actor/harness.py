@@ -50,7 +50,11 @@ TOPICS = Topics("test/v1")
 # Periodic checks only when a test asks (Cluster.tick), so a ManualClock moved by hand
 # never makes an agent look silent behind the test's back.
 SETTINGS = ActorSettings(
-    tick_interval=3600.0, summary_interval=0.0, reconcile_grace=10.0, job_events="all"
+    tick_interval=3600.0,
+    summary_interval=0.0,
+    reconcile_grace=10.0,
+    startup_grace=0.0,
+    job_events="all",
 )
 
 
@@ -218,31 +222,50 @@ class FakeAgent:
             assert message.job is not None
             job_id = message.job.id
             self.running[job_id] = message
-            await self.event(PartStarted(job_id=job_id, agent_id=self.id, pid=1))
+            await self.event(
+                PartStarted(job_id=job_id, agent_id=self.id, pid=1, attempt=message.attempt)
+            )
             if self.auto_finish:
                 await self.finish(job_id)
         elif isinstance(message, CancelPart) and message.job_id in self.running:
+            attempt = self.running[message.job_id].attempt
+            if message.attempt not in (0, attempt):
+                return  # another start of the job (fencing)
             del self.running[message.job_id]
             await self.event(
                 PartFinished(
-                    job_id=message.job_id, agent_id=self.id, exit_code=-15, reason="cancelled"
+                    job_id=message.job_id,
+                    agent_id=self.id,
+                    exit_code=-15,
+                    reason="cancelled",
+                    attempt=attempt,
                 )
             )
 
     async def finish(self, job_id: str, *, exit_code: int = 0, reason: str = "done") -> None:
-        self.running.pop(job_id, None)
+        start = self.running.pop(job_id, None)
         await self.event(
             PartFinished(
                 job_id=job_id,
                 agent_id=self.id,
                 exit_code=exit_code,
                 reason=reason,  # type: ignore[arg-type]
+                attempt=0 if start is None else start.attempt,
             )
         )
 
+    def part(self, job_id: str) -> RunningPart:
+        """``job_id`` as this agent reports it: its start's CPUs and attempt, if it has one
+        (else 1 CPU and attempt 0, "not said")."""
+        start = self.running.get(job_id)
+        if start is None:
+            return RunningPart(job_id=job_id, cpus=1, started=0.0)
+        return RunningPart(job_id=job_id, cpus=start.cpus, started=0.0, attempt=start.attempt)
+
     async def heartbeat(self, running: Iterable[str] | None = None) -> None:
         self._seq += 1
-        listed = tuple(self.running) if running is None else tuple(running)
+        ids = tuple(self.running) if running is None else tuple(running)
+        listed = tuple(self.part(j) for j in ids)
         await self.event(Heartbeat(agent_id=self.id, seq=self._seq, running=listed))
 
     def starts(self) -> list[StartPart]:
@@ -347,6 +370,10 @@ class Cluster:
     def online(self, agent_id: str) -> bool:
         assert self.actor is not None
         return any(m.id == agent_id for m in self.actor.core.machines)
+
+    def agent_state(self, agent_id: str) -> str:
+        assert self.actor is not None
+        return self.actor.ctx.agents[agent_id].life.state.value
 
     def state(self, job_id: str) -> str | None:
         assert self.actor is not None

@@ -8,7 +8,7 @@ from broker.codec import encode
 from broker.messages import AgentOffline, JobEvent, RunningPart
 from scheduler.clock import ManualClock
 from scheduler.journal import Journal
-from tests.scheduler_actor.harness import TOPICS, Cluster, eventually, spec
+from tests.scheduler_actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
 
 
 def lost(cluster: Cluster, reason: str) -> float | None:
@@ -99,14 +99,23 @@ async def test_heartbeat_silence_is_detected(cluster: Cluster) -> None:
     chatty = await cluster.agent("chatty", 4)
     await cluster.client.submit(spec("j", 2))
     await eventually(lambda: quiet.started("j"))
-    # 3 heartbeats of 2 s: 6 s of silence is allowed, more is not.
-    for _ in range(3):
+    # 6 heartbeats of 2 s: 12 s of silence is allowed, more is not; past 1.5 beats
+    # (3 s) the agent is suspect but keeps its machine and its part.
+    assert SETTINGS.silence_limit == 12.0
+    assert SETTINGS.suspect_limit == 3.0
+    await chatty.heartbeat()
+    await cluster.tick(3.5)
+    assert cluster.agent_state("quiet") == "suspect"
+    assert cluster.online("quiet")
+    for _ in range(4):
         await chatty.heartbeat()
         await cluster.tick(2.0)
     assert cluster.online("quiet")
+    assert cluster.agent_state("quiet") == "suspect"
     await chatty.heartbeat()
-    await cluster.tick(0.5)
+    await cluster.tick(1.0)
     assert not cluster.online("quiet")
+    assert cluster.agent_state("quiet") == "lost"
     assert cluster.online("chatty")
     assert lost(cluster, "silence") == 1
     await eventually(lambda: chatty.started("j"))
@@ -125,9 +134,9 @@ async def test_silence_is_measured_in_cluster_time_of_the_scale(journal_path: Pa
     await c.start()
     try:
         await c.agent("a1", 4)
-        await c.tick(500.0)  # 5 wall seconds at K = 100
+        await c.tick(1100.0)  # 11 wall seconds at K = 100
         assert c.online("a1")
-        await c.tick(200.0)  # 7 wall seconds
+        await c.tick(200.0)  # 13 wall seconds
         assert not c.online("a1")
     finally:
         await c.stop()

@@ -1,0 +1,30 @@
+"""The JSON form of wire values that are stored rather than sent (the journal's specs).
+
+Kept beside the codec so that msgspec is imported only by the ``broker``
+package: the scheduler's journal stores a ``JobSpec`` as readable JSON (for
+the ``sqlite3`` shell) and reads it back validated, through these two calls.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from broker.messages import JobSpec
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(JobSpec)
+
+
+class StoredValueError(ValueError):
+    """A stored value that no longer decodes (a corrupt or hand-edited row)."""
+
+
+def spec_to_json(spec: JobSpec) -> str:
+    return _encoder.encode(spec).decode()
+
+
+def spec_from_json(text: str) -> JobSpec:
+    try:
+        return _decoder.decode(text)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise StoredValueError(f"stored job spec does not decode: {exc}") from exc

@@ -1,0 +1,111 @@
+"""A restarted scheduler: rebuild from the journal, then reconcile with the agents.
+
+On start the core is rebuilt from the journal: queued jobs in submission
+order, finished ones (so their ids stay taken), and running ones as
+*pending*: they hold no CPUs and no decision is taken while any is pending.
+A pending job is restored on its journalled parts once the agents of all its
+parts have re-announced it (``AgentOnline.running`` or a heartbeat's
+``running``); if an agent's heartbeat shows it does not run the job, or the
+``reconcile_grace`` (wall seconds) passes first, the lost-agent rule applies.
+An agent that re-announces a part with other CPUs than the journal says is
+told to resize to the journal's. Starts are journalled before ``StartPart``
+is sent, so a scheduler killed between the two finds the job pending on
+restart, and the rule requeues it.
+
+Each job's event sequence goes on from the journal's last ``seq``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from broker.messages import ResizePart
+from scheduler.context import Context
+from scheduler.journal import JournalState
+from scheduler.lifecycle import JobState
+from scheduler.specs import job_from_spec
+
+log = logging.getLogger("scheduler.actor")
+
+
+@dataclass(slots=True)
+class Reconciliation:
+    """Whether a restart is being reconciled, and until when (cluster seconds)."""
+
+    active: bool = False
+    until: float = 0.0
+
+
+def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float) -> Reconciliation:
+    """Rebuild ``ctx`` from the journal's ``state`` (see the module docstring)."""
+    core = ctx.core
+    for row in state.jobs:
+        spec = row.spec
+        job = job_from_spec(spec, row.submit)
+        ctx.specs[spec.id] = spec
+        if row.state is JobState.QUEUED:
+            core.restore_queued(job, requeues=row.requeues)
+        elif row.state is JobState.RUNNING:
+            if row.start is None:
+                raise ValueError(f"journal: running job {spec.id!r} has no start")
+            core.restore_pending(job, row.parts, row.start, requeues=row.requeues)
+            ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)
+        else:
+            core.restore_final(job, row.state, start=row.start, end=row.end, parts=row.parts)
+    ctx.seqs.update(seqs)
+    result = Reconciliation()
+    if core.pending:
+        result = Reconciliation(True, now + ctx.settings.reconcile_grace * ctx.time_scale)
+        log.info("restored %d running job(s); reconciling with the agents", len(core.pending))
+    ctx.dirty = bool(core.queue)
+    log.info(
+        "restored %d job(s): %d queued, %d running",
+        len(state.jobs),
+        len(core.queue),
+        len(core.pending),
+    )
+    return result
+
+
+def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
+    """Restore every pending job whose parts have all been re-announced; past the
+    grace, apply the lost-agent rule to the rest; end the reconciliation when none
+    is left."""
+    if not rec.active:
+        return
+    core = ctx.core
+    for job_id, pending in list(core.pending.items()):
+        live = ctx.placements[job_id]
+        if not live.confirmed:
+            continue
+        try:
+            core.restore_running(job_id, now)
+        except ValueError as exc:
+            # The agent came back smaller than the journal remembers.
+            log.warning("%s", exc)
+            ctx.job_lost(job_id, now, "its parts no longer fit its machines")
+            continue
+        log.info("job %s reconciled on %s", job_id, [p.machine for p in pending.parts])
+        pace = min(core.speeds[p.machine] for p in pending.parts)
+        total = sum(p.cpus for p in pending.parts)
+        for p in pending.parts:
+            if live.announced.get(p.machine, p.cpus) != p.cpus:
+                ctx.command(
+                    p.machine,
+                    ResizePart(
+                        job_id=job_id,
+                        cpus=p.cpus,
+                        pace=pace,
+                        job_cpus=total,
+                        attempt=live.attempt,
+                    ),
+                )
+        ctx.event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
+    if now >= rec.until:
+        for job_id in list(core.pending):
+            ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")
+    if not core.pending:
+        rec.active = False
+        ctx.dirty = True
+        log.info("reconciliation done")

@@ -1,0 +1,205 @@
+"""Clients' requests: submit, cancel, status and history, answered on their reply topic.
+
+*Idempotency.* Jobs are keyed by the client's id. Submitting the same spec
+again (a QoS 1 redelivery, a client retry) is answered ``accepted,
+duplicate`` and changes nothing; the same id with another spec is rejected.
+Cancelling a cancelled job answers ``cancelled`` again.
+
+*Durability.* Accepted jobs are journalled inside the batch's transaction;
+the ``SubmitReply`` waits in the outbox until the actor has committed it.
+
+*A job that cannot be accepted* (wider than the cluster, beyond the maximum
+wall time, an id reused for another spec) is rejected in its own
+``SubmitResult``; the rest of the request goes on. A ``reply_to`` that cannot
+be a topic level refuses the whole request (nobody could be told what was
+done).
+
+*History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
+exactly the events that were published, so a watcher that saw a gap in a
+job's ``seq`` fills it.
+"""
+
+from __future__ import annotations
+
+from broker.messages import (
+    AnyMessage,
+    CancelJob,
+    CancelReply,
+    HistoryReply,
+    HistoryRequest,
+    JobSpec,
+    JobStatus,
+    MachineStatus,
+    PartSpec,
+    StatusReply,
+    StatusRequest,
+    SubmitJobs,
+    SubmitReply,
+    SubmitResult,
+)
+from model.job import JobError
+from scheduler.context import Context
+from scheduler.core import Left, Rejected
+from scheduler.lifecycle import JobState, is_final
+from scheduler.part_lifecycle import PartInput
+from scheduler.specs import SpecError, check_spec, job_from_spec
+
+Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest
+
+
+def kind(message: AnyMessage) -> str:
+    return str(message.__struct_config__.tag)
+
+
+def handle(ctx: Context, message: Request, now: float) -> None:
+    """Apply one request whose ``reply_to`` was checked (see :func:`reply_to_ok`)."""
+    match message:
+        case SubmitJobs():
+            _submit(ctx, message, now)
+        case CancelJob():
+            _cancel(ctx, message, now)
+        case StatusRequest():
+            ctx.reply(message.reply_to, status(ctx, now, message.request_id))
+        case HistoryRequest():
+            _history(ctx, message)
+
+
+def reply_to_ok(ctx: Context, message: Request) -> bool:
+    """Whether the request's ``reply_to`` is ``-`` or can be a topic level."""
+    return message.reply_to == "-" or ctx.reply_topic(message.reply_to) is not None
+
+
+def _submit(ctx: Context, request: SubmitJobs, now: float) -> None:
+    results: list[SubmitResult] = []
+    durable: list[tuple[JobSpec, float]] = []
+    counts = {"accepted": 0, "rejected": 0, "duplicate": 0}
+    for spec in request.jobs:
+        result = _submit_one(ctx, spec, now)
+        results.append(result)
+        if not result.accepted:
+            counts["rejected"] += 1
+        elif result.duplicate:
+            counts["duplicate"] += 1
+        else:
+            counts["accepted"] += 1
+            durable.append((spec, now))
+    if durable:
+        # Inside the batch's transaction: committed before the reply is published.
+        ctx.journal.record_submissions(durable)
+        ctx.dirty = True
+    for result_name, n in counts.items():
+        if n:
+            ctx.metrics.submissions.labels(result=result_name).inc(n)
+    ctx.reply(request.reply_to, SubmitReply(request_id=request.request_id, results=tuple(results)))
+
+
+def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
+    core = ctx.core
+    known = core.job(spec.id)
+    if known is not None:
+        # The Job carries its submit time, so equal specs are compared here and
+        # the core is handed the job it knows: it answers "duplicate".
+        if ctx.specs[spec.id] != spec:
+            return SubmitResult(
+                spec.id, False, f"job id {spec.id!r} is already used by a different job"
+            )
+        answer = core.submit(known)
+    else:
+        try:
+            check_spec(spec, max_walltime=ctx.settings.max_walltime)
+            job = job_from_spec(spec, now)
+        except (SpecError, JobError) as exc:
+            return SubmitResult(spec.id, False, str(exc))
+        answer = core.submit(job)
+    if isinstance(answer, Rejected):
+        return SubmitResult(spec.id, False, answer.reason)
+    if not answer.duplicate:
+        ctx.specs[spec.id] = spec
+        ctx.event(spec.id, JobState.QUEUED.value, now)
+    return SubmitResult(spec.id, True, duplicate=answer.duplicate)
+
+
+def _cancel(ctx: Context, request: CancelJob, now: float) -> None:
+    job_id = request.job_id
+    state = ctx.core.state_of(job_id)
+    reason: str | None = None
+    cancelled = False
+    if state is None:
+        reason = f"no job {job_id!r}"
+    elif state is JobState.CANCELLED:
+        cancelled, reason = True, "already cancelled"
+    elif is_final(state):
+        reason = f"job {job_id!r} is already {state}"
+    else:
+        left = ctx.core.cancel(job_id, now)
+        cancelled = True
+        ctx.journal.record_end(job_id, now, JobState.CANCELLED, "cancelled by a client")
+        if isinstance(left, Left):
+            live = ctx.placements.untrack(job_id)
+            ctx.cancel_parts(live)
+            live.end_all(PartInput.CANCELLED)
+        ctx.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc()
+        ctx.event(job_id, JobState.CANCELLED.value, now, "cancelled by a client")
+        ctx.dirty = True
+    ctx.reply(
+        request.reply_to,
+        CancelReply(
+            request_id=request.request_id, job_id=job_id, cancelled=cancelled, reason=reason
+        ),
+    )
+
+
+def _history(ctx: Context, request: HistoryRequest) -> None:
+    known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
+    unknown = tuple(j for j in request.job_ids if ctx.core.state_of(j) is None)
+    events = ctx.journal.job_events(known)
+    ctx.reply(
+        request.reply_to,
+        HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown),
+    )
+
+
+def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
+    """The cluster, the queue and the running jobs as a ``StatusReply``."""
+    core = ctx.core
+    machines = tuple(
+        MachineStatus(
+            id=agent_id,
+            cpus=ag.machine.cpus,
+            speed=ag.machine.speed,
+            free=core.free(agent_id) if ag.life.available else 0,
+            online=ag.life.available,
+        )
+        for agent_id, ag in sorted(ctx.agents.items())
+    )
+    queue = tuple(
+        JobStatus(id=j.id, state=JobState.QUEUED.value, procs=j.procs, user=j.user, submit=j.submit)
+        for j in core.queue
+    )
+    running = [
+        JobStatus(
+            id=r.job.id,
+            state=JobState.RUNNING.value,
+            procs=r.job.procs,
+            user=r.job.user,
+            submit=r.job.submit,
+            start=r.start,
+            parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in r.parts),
+        )
+        for r in core.running
+    ]
+    running += [
+        JobStatus(
+            id=p.job.id,
+            state="reconciling",
+            procs=p.job.procs,
+            user=p.job.user,
+            submit=p.job.submit,
+            start=p.start,
+            parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
+        )
+        for p in core.pending.values()
+    ]
+    return StatusReply(
+        request_id=request_id, now=now, machines=machines, queue=queue, running=tuple(running)
+    )
