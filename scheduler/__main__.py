@@ -8,6 +8,11 @@ until SIGINT or SIGTERM, which stop it cleanly (the current batch is
 finished, the last ClusterSummary published, the journal closed). uvloop is
 used when it can be imported.
 
+Policy parameters: ``--policy-opt KEY=VALUE`` sets a field of the policy
+(``scheduler.policies.registry``); the policy is given ``time.monotonic`` as
+its clock, so DPSA's ``time_budget`` bounds each search in wall seconds here,
+while the twin counts node expansions.
+
 Times: ``--time-scale K`` compresses time (cluster seconds = wall seconds x
 K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
 """
@@ -31,7 +36,11 @@ from scheduler.clock import WallClock
 from scheduler.exporter import SchedulerMetrics, serve
 from scheduler.journal import Journal, JournalError
 from scheduler.placement import PlacementRule
-from scheduler.policies.registry import UnknownPolicyError, build_policy
+from scheduler.policies.registry import (
+    UnknownPolicyError,
+    build_policy_with,
+    parse_policy_opts,
+)
 
 log = logging.getLogger("scheduler")
 
@@ -48,6 +57,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--root", default=DEFAULT_ROOT, help="topic root (default %(default)s)")
     p.add_argument("--client-id", default="accordion-scheduler", help="MQTT client id")
     p.add_argument("--policy", default="easy", help="POLICY[:PRIORITY], e.g. easy:fairshare")
+    p.add_argument(
+        "--policy-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a policy parameter (repeatable; `accordion policies --verbose` lists them); "
+        "DPSA's time_budget=SECONDS bounds its search on the wall clock (time.monotonic)",
+    )
     p.add_argument(
         "--placement",
         default=PlacementRule.FASTEST.value,
@@ -94,7 +111,13 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
     from broker.mqtt import MqttBus, MqttSettings  # noqa: PLC0415
 
     try:
-        policy = build_policy(args.policy, placement=PlacementRule(args.placement))
+        # The live run's clock: a seconds budget (DPSA's time_budget) reads it.
+        policy = build_policy_with(
+            args.policy,
+            parse_policy_opts(args.policy_opt),
+            placement=PlacementRule(args.placement),
+            clock=time.monotonic,
+        )
         topics = Topics(args.root)
         mqtt = MqttSettings(host=args.host, port=args.port)
         settings = ActorSettings(

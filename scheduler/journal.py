@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import typing
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -348,6 +349,20 @@ class Journal:
             return None
         return _row_job(row)
 
+    def history(self, job_id: str | None = None) -> list[JournalEvent]:
+        """The audit history (every job's, or ``job_id``'s), oldest first.
+
+        The one reader of the ``events`` table: a resized job's segments and a
+        requeued job's starts are only here, not in its row.
+        """
+        sql = "SELECT at, job_id, kind, detail FROM events"
+        args: tuple[str, ...] = ()
+        if job_id is not None:
+            sql += " WHERE job_id=?"
+            args = (job_id,)
+        rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
+        return [_row_event(row) for row in rows]
+
 
 _Row = tuple[str, float, str, float | None, float | None, str | None, int, str | None]
 
@@ -363,4 +378,41 @@ def _row_job(row: _Row) -> JournalJob:
         parts=_parts_of(parts),
         requeues=int(requeues),
         detail=detail,
+    )
+
+
+#: What an entry of the history records: a start or a resize (with the parts),
+#: a requeue, or an end in a final state.
+EventKind = Literal["started", "resized", "requeued", "finished", "failed", "cancelled"]
+_EVENT_KINDS: frozenset[str] = frozenset(
+    ("started", "resized", "requeued", "finished", "failed", "cancelled")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """One entry of the journal's history, at cluster time ``at``.
+
+    ``parts`` are the job's parts from then on for ``started`` and ``resized``
+    (empty otherwise); ``detail`` is the reason of a requeue or an end.
+    """
+
+    at: float
+    job_id: str
+    kind: EventKind
+    parts: tuple[Part, ...]
+    detail: str | None
+
+
+def _row_event(row: tuple[float, str, str, str | None]) -> JournalEvent:
+    at, job_id, kind, detail = row
+    if kind not in _EVENT_KINDS:
+        raise JournalError(f"unknown history entry {kind!r} for job {job_id!r}")
+    placed = kind in ("started", "resized")
+    return JournalEvent(
+        at=float(at),
+        job_id=str(job_id),
+        kind=typing.cast(EventKind, kind),
+        parts=_parts_of(detail) if placed else (),
+        detail=None if placed else detail,
     )

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from accordion.live import connect, run_async
-from accordion.up import LocalCluster
+from accordion.client import connect, run_async
+from accordion.cluster import LocalCluster
 from model.machine import Machine
 from tests.integration.conftest import BrokerEndpoint, embedded_broker, mosquitto
 from workload.cluster import ClusterSpec

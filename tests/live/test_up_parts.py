@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from accordion.up import (
+from accordion.cluster import resolve_broker
+from accordion.demo import (
     decision_stats,
     demo_jobs,
     difference,
     nice_scale,
     outcomes_from_journal,
     plan_demo,
-    resolve_broker,
 )
 from broker.local import mosquitto_config
 from broker.messages import JobSpec
