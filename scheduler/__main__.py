@@ -41,6 +41,7 @@ from scheduler.policies.registry import (
     build_policy_with,
     parse_policy_opts,
 )
+from scheduler.snapshot import Policy
 
 log = logging.getLogger("scheduler")
 
@@ -104,6 +105,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """The policy of ``--policy``, ``--placement`` and ``--policy-opt``.
+
+    Given the live run's clock (``time.monotonic``), which a seconds budget
+    (DPSA's ``time_budget``) reads.
+    """
+    return build_policy_with(
+        args.policy,
+        parse_policy_opts(args.policy_opt),
+        placement=PlacementRule(args.placement),
+        clock=time.monotonic,
+    )
+
+
 async def serve_scheduler(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; returns the exit status."""
     # Imported here: the MQTT transport is written beside this module and is the
@@ -111,13 +126,7 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
     from broker.mqtt import MqttBus, MqttSettings  # noqa: PLC0415
 
     try:
-        # The live run's clock: a seconds budget (DPSA's time_budget) reads it.
-        policy = build_policy_with(
-            args.policy,
-            parse_policy_opts(args.policy_opt),
-            placement=PlacementRule(args.placement),
-            clock=time.monotonic,
-        )
+        policy = policy_from_args(args)
         topics = Topics(args.root)
         mqtt = MqttSettings(host=args.host, port=args.port)
         settings = ActorSettings(
