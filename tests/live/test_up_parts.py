@@ -129,6 +129,23 @@ def test_outcomes_are_rebuilt_from_the_journal(tmp_path: Path) -> None:
         journal.record_start("failed", 8.0, [Part("a", 1)])
         journal.record_end("failed", 9.0, JobState.FAILED, "exit code 1")
         journal.record_end("cancelled", 9.0, JobState.CANCELLED)
+        # The history, typed: what happened to one job, and to all, in order.
+        assert [(e.at, e.kind, e.parts, e.detail) for e in journal.history("requeued")] == [
+            (10.0, "started", (Part("a", 1),), None),
+            (12.0, "requeued", (), "machine a lost"),
+            (20.0, "started", (Part("b", 1),), None),
+            (25.0, "finished", (), None),
+        ]
+        every = journal.history()
+        assert len(every) == 13  # in the order written, not by time
+        assert [e.kind for e in every if e.job_id == "shrunk"] == [
+            "started",
+            "resized",
+            "resized",
+            "finished",
+        ]
+        assert [e.detail for e in every if e.job_id == "failed"] == [None, "exit code 1"]
+        assert journal.history("queued") == []
     read = outcomes_from_journal(path, speeds)
     assert read.time_scale == 50.0
     assert dict(read.states) == {"finished": 3, "failed": 1, "cancelled": 1, "queued": 1}

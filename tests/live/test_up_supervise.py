@@ -1,0 +1,158 @@
+"""``accordion up`` supervises its children: an agent or the scheduler SIGKILLed is restarted.
+
+A real ``accordion up`` subprocess with its own broker; the test reads its
+stderr line by line and waits for signals: the "up" line, the agent's new
+registration (a retained ``AgentOnline`` with a new incarnation on its state
+topic), the supervisor's restart line. Each wait has a generous bound that
+only turns a hang into a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from accordion.client import connect, run_async
+from accordion.errors import NoReplyError
+from broker.codec import decode
+from broker.messages import AgentOnline
+from broker.mqtt import MqttBus, MqttSettings
+from broker.topics import Topics
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+BOUND = 60.0
+
+
+class Lines:
+    """A child's text stream read by a thread, so a test can wait for a line with a bound."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._stream = stream
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """After the child has exited: the reader sees the end; then the pipe is closed."""
+        self._thread.join(BOUND)
+        self._stream.close()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def wait_for(self, text: str) -> str:
+        while True:
+            line = self._lines.get(timeout=BOUND)
+            if line is None:
+                raise AssertionError(f"stream ended before {text!r}:\n{''.join(self.seen)}")
+            self.seen.append(line)
+            if text in line:
+                return line
+
+
+async def _kill_and_wait_for_new_incarnation(broker: str, root: str, machine: str, pid: int) -> str:
+    topic = Topics(root).agent_state(machine)
+    async with MqttBus(MqttSettings.from_url(broker), f"test-watch-{uuid.uuid4().hex[:8]}") as bus:
+        await bus.subscribe(topic, qos=1)
+        incarnations: list[str] = []
+        async with asyncio.timeout(BOUND):
+            async for delivery in bus.deliveries():
+                if not delivery.payload:
+                    continue
+                message = decode(delivery.payload)
+                if not isinstance(message, AgentOnline):
+                    continue  # the killed agent's Last Will
+                incarnations.append(message.incarnation)
+                if len(incarnations) == 1:
+                    os.kill(pid, signal.SIGKILL)  # the retained registration came: kill it now
+                elif message.incarnation != incarnations[0]:
+                    return message.incarnation
+    raise AssertionError("the bus closed before the agent registered again")
+
+
+async def _online(broker: str, root: str, machine: str) -> bool:
+    async with connect(broker, root, timeout=5.0) as client:
+        async with asyncio.timeout(BOUND):
+            while True:
+                try:
+                    status = await client.status()
+                except NoReplyError:
+                    continue  # a restarted scheduler not yet subscribed: ask again
+                if any(m.id == machine and m.online for m in status.machines):
+                    return True
+
+
+def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:6]
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(
+        f'name = "sup-{tag}"\n'
+        f'[[machine]]\nname = "a-{tag}"\ncpus = 2\n'
+        f'[[machine]]\nname = "b-{tag}"\ncpus = 2\n'
+    )
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-c", "from accordion.cli import main; main()", "up"]
+    argv += ["--cluster", str(cluster), "--root", f"sup-{tag}/v1", "--run-dir", str(run_dir)]
+    up = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert up.stderr is not None
+    assert up.stdout is not None
+    errors = Lines(up.stderr)
+    output = Lines(up.stdout)  # drained, so the endpoints table never blocks the child
+    try:
+        errors.wait_for("the cluster is up")
+        before: dict[str, Any] = json.loads((run_dir / "cluster.json").read_text())
+        pids = {p["name"]: p["pid"] for p in before["processes"]}
+        agent = f"agent-a-{tag}"
+
+        new = run_async(
+            _kill_and_wait_for_new_incarnation(
+                before["broker"], before["root"], f"a-{tag}", pids[agent]
+            )
+        )
+        assert new
+        line = errors.wait_for(f"restarted agent {agent}")
+        assert "(restart 1, pid " in line
+        assert any(f"agent {agent} exited with code -9; restart 1 in" in s for s in errors.seen)
+
+        # The cluster was not torn down: same broker and scheduler, the other agent
+        # untouched, the restarted machine back online in the scheduler's view.
+        assert up.poll() is None
+        after: dict[str, Any] = json.loads((run_dir / "cluster.json").read_text())
+        now = {p["name"]: p for p in after["processes"]}
+        assert now[agent]["pid"] != pids[agent]
+        assert now[agent]["restarts"] == 1
+        for name in ("scheduler", f"agent-b-{tag}"):
+            assert now[name]["pid"] == pids[name]
+            assert now[name]["restarts"] == 0
+        assert run_async(_online(before["broker"], before["root"], f"a-{tag}"))
+
+        # The scheduler too: killed, restarted on its journal, it answers again and
+        # learns both machines back from their retained registrations.
+        os.kill(pids["scheduler"], signal.SIGKILL)
+        assert "(restart 1, pid " in errors.wait_for("restarted scheduler scheduler")
+        for machine in (f"a-{tag}", f"b-{tag}"):
+            assert run_async(_online(before["broker"], before["root"], machine))
+        assert up.poll() is None
+    finally:
+        up.send_signal(signal.SIGTERM)
+        code = up.wait(timeout=BOUND)
+        output.close()
+    assert code == 0
+    errors.wait_for("stopped: agents, scheduler, broker")
+    errors.close()
