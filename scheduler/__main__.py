@@ -177,11 +177,12 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, actor.stop)
         log.info(
-            "scheduler for %s, root %s, policy %s, journal %s, time scale %g "
+            "scheduler for %s, root %s, policy %s%s, journal %s, time scale %g "
             "(cluster seconds = wall seconds x %g)",
             mqtt.url,
             topics.root,
             policy.name,
+            "".join(f" {text}" for text in args.policy_opt),
             args.journal,
             clock.time_scale,
             clock.time_scale,

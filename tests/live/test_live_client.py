@@ -1,4 +1,5 @@
-"""``accordion.live`` on the in-process broker: the client against the real scheduler actor.
+"""The live client (``accordion.client``, ``specs``, ``replay``) on the in-process broker,
+against the real scheduler actor.
 
 The actor runs on a manual clock with fake agents (``tests/scheduler_actor/harness``);
 a fake scheduler stands in where a test needs an answer the actor never gives.

@@ -1,4 +1,4 @@
-"""``accordion.up`` without processes: the demo plan, outcomes from a journal, parsers."""
+"""``accordion up``'s parts without processes: the demo plan, outcomes from a journal, parsers."""
 
 from __future__ import annotations
 
