@@ -28,7 +28,8 @@ Tables:
   and how many times it was requeued. Rows are never deleted; the implicit
   rowid is the submission order, which is the queue order on restore;
 - ``events``: append-only history (starts, resizes, requeues, ends) for
-  audits; nothing is read back from it.
+  audits and reports, read with :meth:`Journal.history`; a restart does not
+  need it.
 
 Batches. Every ``record_*`` method is one transaction on its own, or a part of
 the enclosing :meth:`Journal.transaction` (the actor wraps a whole mailbox
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import typing
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -381,38 +381,38 @@ def _row_job(row: _Row) -> JournalJob:
     )
 
 
-#: What an entry of the history records: a start or a resize (with the parts),
-#: a requeue, or an end in a final state.
-EventKind = Literal["started", "resized", "requeued", "finished", "failed", "cancelled"]
-_EVENT_KINDS: frozenset[str] = frozenset(
+#: The kinds of history entries this journal writes: a start or a resize (with the
+#: parts), a requeue, or an end in a final state. A reader keeps any other kind it
+#: finds (a newer scheduler's) as it is, with no parts.
+EVENT_KINDS: frozenset[str] = frozenset(
     ("started", "resized", "requeued", "finished", "failed", "cancelled")
 )
+_PLACED = frozenset(("started", "resized"))
 
 
 @dataclass(frozen=True, slots=True)
 class JournalEvent:
     """One entry of the journal's history, at cluster time ``at``.
 
-    ``parts`` are the job's parts from then on for ``started`` and ``resized``
-    (empty otherwise); ``detail`` is the reason of a requeue or an end.
+    ``kind`` is one of :data:`EVENT_KINDS`; ``parts`` are the job's parts from
+    then on for ``started`` and ``resized`` (empty otherwise); ``detail`` is
+    the reason of a requeue or an end.
     """
 
     at: float
     job_id: str
-    kind: EventKind
+    kind: str
     parts: tuple[Part, ...]
     detail: str | None
 
 
 def _row_event(row: tuple[float, str, str, str | None]) -> JournalEvent:
     at, job_id, kind, detail = row
-    if kind not in _EVENT_KINDS:
-        raise JournalError(f"unknown history entry {kind!r} for job {job_id!r}")
-    placed = kind in ("started", "resized")
+    placed = kind in _PLACED
     return JournalEvent(
         at=float(at),
         job_id=str(job_id),
-        kind=typing.cast(EventKind, kind),
+        kind=str(kind),
         parts=_parts_of(detail) if placed else (),
         detail=None if placed else detail,
     )
