@@ -129,6 +129,8 @@ def test_cluster_file_and_jobs_limit(trace: Path, tmp_path: Path) -> None:
         (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "nope=1"], "budget, time_budget"),
         (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget=x"], "budget='x'"),
         (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget=0"], "budget must be"),
+        (["simulate", "{trace}", "-p", "flexible", "--policy-opt", "priority.k=-1"], "k must be >"),
+        (["simulate", "{trace}", "-p", "eg-edf-tabu", "--policy-opt", "tabu.tabu_size=0"], "tabu_"),
         (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget"], "KEY=VALUE"),
         (["simulate", "{trace}", "-p", "dpsa-p", "--policy-opt", "time_budget=1"], "clock"),
         (["simulate", "{trace}", "-p", "easy", "--policy-opt", "budget=5"], "its options: none"),

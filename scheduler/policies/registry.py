@@ -323,7 +323,9 @@ def build_policy_with(
         policy = typing.cast(Policy, _replaced(policy, values))
     except ValueError as exc:
         # The policy's own validation of the values given, so the user's mistake.
-        raise PolicyOptionError(f"{spec}: {exc}") from exc
+        text = str(exc)
+        name = spec.strip().partition(":")[0]
+        raise PolicyOptionError(text if text.startswith(name) else f"{spec}: {text}") from exc
     has_clock = any(f.name == "clock" for f in dataclasses.fields(typing.cast(Any, policy)))
     if SECONDS_BUDGET in options and has_clock:
         if clock is None:
