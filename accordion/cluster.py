@@ -329,7 +329,15 @@ class LocalCluster:
     def _spawn(
         self, role: str, name: str, argv: Sequence[str], *, stdin_pipe: bool = False
     ) -> Child:
-        return spawn(role, name, argv, run_dir=self.run_dir, env=self._env, stdin_pipe=stdin_pipe)
+        return spawn(
+            role,
+            name,
+            argv,
+            run_dir=self.run_dir,
+            env=self._env,
+            stdin_pipe=stdin_pipe,
+            clock=self._clock,
+        )
 
     def _start_broker(self, attempts: int = 3) -> None:
         for attempt in range(attempts):

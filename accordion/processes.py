@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,8 +71,9 @@ class Child:
     address: str = ""
     #: Times it was started again after it died.
     restarts: int = 0
-    #: ``time.monotonic()`` of its latest start.
+    #: When it was last started, on the ``clock`` of :func:`spawn` (a supervisor's).
     started_at: float = 0.0
+    clock: Callable[[], float] = time.monotonic
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -99,7 +100,7 @@ class Child:
                 # Only prctl runs between fork and exec, on a libc loaded beforehand.
                 preexec_fn=_die_with_parent,  # noqa: PLW1509
             )
-        self.started_at = time.monotonic()
+        self.started_at = self.clock()
 
     def restart(self) -> None:
         """Start it again the same way (after :meth:`finish` of the dead one)."""
@@ -155,6 +156,7 @@ def spawn(
     run_dir: Path,
     env: Mapping[str, str],
     stdin_pipe: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Child:
     """Start ``argv`` as a child logging to ``run_dir/<name>.log``."""
     child = Child(
@@ -165,6 +167,7 @@ def spawn(
         cwd=run_dir,
         env=env,
         stdin_pipe=stdin_pipe,
+        clock=clock,
     )
     child.start()
     return child

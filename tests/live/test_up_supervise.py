@@ -1,5 +1,7 @@
 """``accordion up`` supervises its children: an agent or the scheduler SIGKILLed is restarted.
 
+The backoff is tested on a manual clock; the processes are real.
+
 A real ``accordion up`` subprocess with its own broker; the test reads its
 stderr line by line and waits for signals: the "up" line, the agent's new
 registration (a retained ``AgentOnline`` with a new incarnation on its state
@@ -24,11 +26,16 @@ from typing import IO, Any
 import pytest
 
 from accordion.client import connect, run_async
+from accordion.cluster import BACKOFF_FIRST, STABLE, USAGE_ERROR, LocalCluster, Restart
 from accordion.errors import NoReplyError
+from accordion.processes import Child, UpError
 from broker.codec import decode
 from broker.messages import AgentOnline
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
+from scheduler.journal import Journal
+from tests.integration.conftest import BrokerEndpoint
+from tests.live.conftest import two_agents
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +163,79 @@ def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path)
     assert code == 0
     errors.wait_for("stopped: agents, scheduler, broker")
     errors.close()
+
+
+class ManualClock:
+    """The supervisor's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _killed(child: Child) -> None:
+    os.kill(child.pid, signal.SIGKILL)
+    child.process.wait(BOUND)  # the signal: the process is gone
+
+
+def test_restarts_back_off_doubling_to_a_cap_and_start_over_after_a_stable_run(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    clock = ManualClock()
+    seen: list[Restart] = []
+    cluster = LocalCluster(
+        two_agents(uuid.uuid4().hex[:6]),
+        tmp_path / "run",
+        broker_url=mosquitto.url,
+        root=f"backoff-{uuid.uuid4().hex[:6]}/v1",
+        start_agents=False,
+        on_restart=seen.append,
+        clock=clock,
+    )
+    with cluster:
+        (scheduler,) = cluster.children()
+        delays = []
+        for _ in range(8):
+            _killed(scheduler)
+            (scheduled,) = cluster.supervise()
+            assert scheduled.pid is None
+            assert scheduled.exit_code == -signal.SIGKILL
+            delays.append(scheduled.delay)
+            assert cluster.supervise() == []  # not due yet
+            clock.now += scheduled.delay
+            (done,) = cluster.supervise()
+            assert done.pid == scheduler.pid
+            assert done.count == scheduler.restarts == len(delays)
+        assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+        # A child that ran a while starts again from the first delay.
+        clock.now += STABLE
+        _killed(scheduler)
+        (scheduled,) = cluster.supervise()
+        assert scheduled.delay == BACKOFF_FIRST
+        assert seen[-1] == scheduled
+        assert (
+            json.loads((tmp_path / "run" / "cluster.json").read_text())["processes"][0]["restarts"]
+            == 8
+        )
+
+
+def test_a_usage_error_is_not_restarted(mosquitto: BrokerEndpoint, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # A journal of another time scale: the scheduler refuses it (exit 2), every time.
+    with Journal(run_dir / "journal.sqlite") as journal:
+        journal.ensure_meta(epoch=0.0, time_scale=5.0, policy="easy")
+    cluster = LocalCluster(
+        two_agents(uuid.uuid4().hex[:6]),
+        run_dir,
+        broker_url=mosquitto.url,
+        root=f"usage-{uuid.uuid4().hex[:6]}/v1",
+        start_agents=False,
+    )
+    with cluster:
+        (scheduler,) = cluster.children()
+        assert scheduler.process.wait(BOUND) == USAGE_ERROR
+        with pytest.raises(UpError, match="scheduler scheduler exited with code 2"):
+            cluster.supervise()
