@@ -1,4 +1,5 @@
-"""``accordion up`` supervises its children: an agent or the scheduler SIGKILLed is restarted.
+"""``accordion up`` supervises its children: an agent, the scheduler, the broker SIGKILLed
+are restarted.
 
 The backoff is tested on a manual clock; the processes are real.
 
@@ -29,6 +30,7 @@ from accordion.client import connect, run_async
 from accordion.cluster import BACKOFF_FIRST, STABLE, USAGE_ERROR, LocalCluster, Restart
 from accordion.errors import NoReplyError
 from accordion.processes import Child, UpError
+from broker.bus import BusError
 from broker.codec import decode
 from broker.messages import AgentOnline
 from broker.mqtt import MqttBus, MqttSettings
@@ -94,15 +96,22 @@ async def _kill_and_wait_for_new_incarnation(broker: str, root: str, machine: st
 
 
 async def _online(broker: str, root: str, machine: str) -> bool:
-    async with connect(broker, root, timeout=5.0) as client:
-        async with asyncio.timeout(BOUND):
-            while True:
-                try:
-                    status = await client.status()
-                except NoReplyError:
-                    continue  # a restarted scheduler not yet subscribed: ask again
-                if any(m.id == machine and m.online for m in status.machines):
-                    return True
+    """Wait until the scheduler (through a broker that may be restarting) lists ``machine``
+    online."""
+    async with asyncio.timeout(BOUND):
+        while True:
+            try:
+                async with connect(broker, root, timeout=5.0) as client:
+                    while True:
+                        try:
+                            status = await client.status()
+                        except NoReplyError:
+                            continue  # a restarted scheduler not yet subscribed: ask again
+                        if any(m.id == machine and m.online for m in status.machines):
+                            return True
+            except BusError:
+                # The broker is not listening yet (or went away): connect again shortly.
+                await asyncio.sleep(0.1)
 
 
 def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path) -> None:
@@ -153,6 +162,15 @@ def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path)
         # learns both machines back from their retained registrations.
         os.kill(pids["scheduler"], signal.SIGKILL)
         assert "(restart 1, pid " in errors.wait_for("restarted scheduler scheduler")
+        for machine in (f"a-{tag}", f"b-{tag}"):
+            assert run_async(_online(before["broker"], before["root"], machine))
+        assert up.poll() is None
+
+        # And the broker: restarted on its port, everyone comes back to it (the
+        # scheduler exits on a lost broker and is restarted; agents reconnect).
+        broker = next(p for p in before["processes"] if p["role"] == "broker")
+        os.kill(broker["pid"], signal.SIGKILL)
+        assert "(restart 1, pid " in errors.wait_for(f"restarted broker {broker['name']}")
         for machine in (f"a-{tag}", f"b-{tag}"):
             assert run_async(_online(before["broker"], before["root"], machine))
         assert up.poll() is None
