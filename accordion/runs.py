@@ -1,4 +1,4 @@
-"""The pipeline behind ``simulate`` and ``compare``: load, replay, report.
+"""The pipeline behind ``simulate`` and ``compare``: load, replay, write the results.
 
 Kept apart from the CLI so the benchmarks and tests run exactly what the
 commands run.
@@ -6,18 +6,23 @@ commands run.
 
 from __future__ import annotations
 
+import csv
 import gc
+import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from accordion.chart import write_chart
+from accordion.errors import UserError
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine
 from model.metrics import ScheduleMetrics
 from scheduler.placement import PlacementRule
-from scheduler.policies.registry import build_policy, policy_info
+from scheduler.policies.registry import build_policy_with, policy_info
 from twin.report import metrics_of, summary, write_jobs_csv, write_summary
 from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
@@ -106,7 +111,7 @@ def load_workload(
     total = sum(m.cpus for m in machines)
     loaded = load_jobs(trace, rules or SwfRules(), limit=jobs, total_cpus=total)
     if not loaded.jobs:
-        raise ValueError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
+        raise UserError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
     variation = variation or Variation()
     return Workload(
         name=trace_name(trace),
@@ -136,13 +141,16 @@ def run_policy(
     placement: PlacementRule = PlacementRule.FASTEST,
     execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> Run:
-    policy = build_policy(spec, placement=placement)
+    """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``)."""
+    options = dict(options or {})
+    policy = build_policy_with(spec, options, placement=placement)
     if policy_info(spec).single_machine:
         widest = max(m.cpus for m in workload.machines)
         too_wide = sum(1 for j in workload.jobs if j.min_cpus > widest)
         if too_wide:
-            raise ValueError(
+            raise UserError(
                 f"{spec} runs each job on one machine, but {too_wide} job(s) need more "
                 f"than the widest machine's {widest} CPUs; use a cluster file whose "
                 "machines fit every job"
@@ -161,6 +169,7 @@ def run_policy(
     metrics = metrics_of(result)
     data = summary(result, metrics, workload=workload.describe())
     data["placement"] = str(placement)
+    data["policy_options"] = options
     data["execution_model"] = {"overhead": execution.overhead}
     return Run(spec=spec, result=result, metrics=metrics, summary=data)
 
@@ -191,3 +200,35 @@ def write_run(out: Path, run: Run, *, per_job: bool = True) -> list[Path]:
         )
         paths.append(path)
     return paths
+
+
+def _flat(run: Run) -> dict[str, Any]:
+    row: dict[str, Any] = {"policy": run.spec}
+    row.update(run.summary["metrics"])
+    row.update({k: v for k, v in run.summary["performance"].items() if k != "time_base"})
+    return row
+
+
+def write_compare(out: Path, name: str, runs: list[Run], base: Run) -> tuple[Path, Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [_flat(r) for r in runs]
+    base_row = _flat(base)
+    numeric = [k for k, v in base_row.items() if isinstance(v, int | float) and k != "policy"]
+    csv_path = out / "compare.csv"
+    with csv_path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["policy", *numeric, *(f"{k}_change_pct" for k in numeric)])
+        for row in rows:
+            changes = [
+                "" if base_row[k] == 0 else f"{100 * (row[k] - base_row[k]) / abs(base_row[k]):.3f}"
+                for k in numeric
+            ]
+            writer.writerow([row["policy"], *(row[k] for k in numeric), *changes])
+    json_path = out / "compare.json"
+    json_path.write_text(
+        json.dumps({"baseline": base.spec, "runs": [r.summary for r in runs]}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    png_path = out / "compare.png"
+    write_chart(png_path, f"{name}: {len(base.result.outcomes)} jobs", rows, [r.spec for r in runs])
+    return csv_path, json_path, png_path

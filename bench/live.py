@@ -55,8 +55,9 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from accordion.live import LiveClient, connect, job_spec, run_async  # noqa: E402
-from accordion.up import LocalCluster, UpError  # noqa: E402
+from accordion.client import LiveClient, connect, run_async  # noqa: E402
+from accordion.cluster import LocalCluster, UpError  # noqa: E402
+from accordion.specs import job_spec  # noqa: E402
 from broker.codec import decode, encode  # noqa: E402
 from broker.messages import (  # noqa: E402
     AgentOnline,

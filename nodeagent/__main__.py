@@ -23,6 +23,7 @@ from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
 from nodeagent.exporter import serve_metrics
+from nodeagent.lease import DEFAULT_LEASE
 from nodeagent.runner import run
 from nodeagent.spawn import MqttSpawn
 
@@ -53,6 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heartbeat", type=float, default=2.0, help="heartbeat interval (s)")
     p.add_argument("--kill-grace", type=float, default=5.0, help="SIGTERM to SIGKILL (s)")
     p.add_argument("--walltime-grace", type=float, default=2.0, help="past the limit (s)")
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=DEFAULT_LEASE,
+        help="wall s parts run on without the broker acknowledging a heartbeat; keep it "
+        "below the scheduler's silence limit (0: no lease; default %(default)s)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -103,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kill_grace=args.kill_grace,
             walltime_grace=args.walltime_grace,
             time_scale=args.time_scale,
+            lease=args.lease,
         )
     except (MachineError, ValueError) as exc:
         parser.error(str(exc))

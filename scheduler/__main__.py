@@ -8,6 +8,11 @@ until SIGINT or SIGTERM, which stop it cleanly (the current batch is
 finished, the last ClusterSummary published, the journal closed). uvloop is
 used when it can be imported.
 
+Policy parameters: ``--policy-opt KEY=VALUE`` sets a field of the policy
+(``scheduler.policies.registry``); the policy is given ``time.monotonic`` as
+its clock, so DPSA's ``time_budget`` bounds each search in wall seconds here,
+while the twin counts node expansions.
+
 Times: ``--time-scale K`` compresses time (cluster seconds = wall seconds x
 K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
 """
@@ -31,7 +36,13 @@ from scheduler.clock import WallClock
 from scheduler.exporter import SchedulerMetrics, serve
 from scheduler.journal import Journal, JournalError
 from scheduler.placement import PlacementRule
-from scheduler.policies.registry import UnknownPolicyError, build_policy
+from scheduler.policies.registry import (
+    UnknownPolicyError,
+    build_policy_with,
+    parse_policy_opts,
+)
+from scheduler.settings import DEFAULT_MAX_WALLTIME
+from scheduler.snapshot import Policy
 
 log = logging.getLogger("scheduler")
 
@@ -48,6 +59,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--root", default=DEFAULT_ROOT, help="topic root (default %(default)s)")
     p.add_argument("--client-id", default="accordion-scheduler", help="MQTT client id")
     p.add_argument("--policy", default="easy", help="POLICY[:PRIORITY], e.g. easy:fairshare")
+    p.add_argument(
+        "--policy-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a policy parameter (repeatable; `accordion policies --verbose` lists them); "
+        "DPSA's time_budget=SECONDS bounds its search on the wall clock (time.monotonic)",
+    )
     p.add_argument(
         "--placement",
         default=PlacementRule.FASTEST.value,
@@ -79,6 +98,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max-requeues", type=int, default=2, help="requeues before a lost job fails")
     p.add_argument(
+        "--silence-factor",
+        type=float,
+        default=6.0,
+        help="heartbeat periods of silence before an agent is lost (keep the agents' "
+        "lease below it; default %(default)s)",
+    )
+    p.add_argument(
+        "--startup-grace",
+        type=float,
+        default=3.0,
+        help="wall s a started scheduler holds submissions back while agents re-register",
+    )
+    p.add_argument(
+        "--max-walltime",
+        type=float,
+        default=DEFAULT_MAX_WALLTIME,
+        help="longest wall time or work a job may ask for, cluster s (default 365 days)",
+    )
+    p.add_argument(
         "--job-events",
         default="lifecycle",
         choices=["all", "lifecycle", "none"],
@@ -91,6 +129,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def policy_from_args(args: argparse.Namespace) -> Policy:
+    """The policy of ``--policy``, ``--placement`` and ``--policy-opt``.
+
+    Given the live run's clock (``time.monotonic``), which a seconds budget
+    (DPSA's ``time_budget``) reads.
+    """
+    return build_policy_with(
+        args.policy,
+        parse_policy_opts(args.policy_opt),
+        placement=PlacementRule(args.placement),
+        clock=time.monotonic,
+    )
+
+
 async def serve_scheduler(args: argparse.Namespace) -> int:
     """Run until SIGINT/SIGTERM; returns the exit status."""
     # Imported here: the MQTT transport is written beside this module and is the
@@ -98,13 +150,16 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
     from broker.mqtt import MqttBus, MqttSettings  # noqa: PLC0415
 
     try:
-        policy = build_policy(args.policy, placement=PlacementRule(args.placement))
+        policy = policy_from_args(args)
         topics = Topics(args.root)
         mqtt = MqttSettings(host=args.host, port=args.port)
         settings = ActorSettings(
             heartbeat_interval=args.heartbeat_interval,
             reconcile_grace=args.reconcile_grace,
             max_requeues=args.max_requeues,
+            silence_factor=args.silence_factor,
+            startup_grace=args.startup_grace,
+            max_walltime=args.max_walltime,
             job_events=args.job_events,
         )
     except (UnknownPolicyError, TopicError, ValueError) as exc:
@@ -149,11 +204,12 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, actor.stop)
         log.info(
-            "scheduler for %s, root %s, policy %s, journal %s, time scale %g "
+            "scheduler for %s, root %s, policy %s%s, journal %s, time scale %g "
             "(cluster seconds = wall seconds x %g)",
             mqtt.url,
             topics.root,
             policy.name,
+            "".join(f" {text}" for text in args.policy_opt),
             args.journal,
             clock.time_scale,
             clock.time_scale,

@@ -28,7 +28,8 @@ Tables:
   and how many times it was requeued. Rows are never deleted; the implicit
   rowid is the submission order, which is the queue order on restore;
 - ``events``: append-only history (starts, resizes, requeues, ends) for
-  audits;
+  audits and reports, read with :meth:`Journal.history`; a restart does not
+  need it;
 - ``job_events`` (schema 2): every ``JobEvent`` published to watchers, keyed
   by job and its per-job ``seq``, written before the event is published, so a
   watcher that missed some asks for them (``HistoryRequest``) and gets exactly
@@ -388,6 +389,20 @@ class Journal:
             return None
         return _row_job(row)
 
+    def history(self, job_id: str | None = None) -> list[JournalEvent]:
+        """The audit history (every job's, or ``job_id``'s), oldest first.
+
+        The one reader of the ``events`` table: a resized job's segments and a
+        requeued job's starts are only here, not in its row.
+        """
+        sql = "SELECT at, job_id, kind, detail FROM events"
+        args: tuple[str, ...] = ()
+        if job_id is not None:
+            sql += " WHERE job_id=?"
+            args = (job_id,)
+        rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
+        return [_row_event(row) for row in rows]
+
 
 _Row = tuple[str, float, str, float | None, float | None, str | None, int, str | None]
 
@@ -403,4 +418,41 @@ def _row_job(row: _Row) -> JournalJob:
         parts=_parts_of(parts),
         requeues=int(requeues),
         detail=detail,
+    )
+
+
+#: The kinds of history entries this journal writes: a start or a resize (with the
+#: parts), a requeue, or an end in a final state. A reader keeps any other kind it
+#: finds (a newer scheduler's) as it is, with no parts.
+EVENT_KINDS: frozenset[str] = frozenset(
+    ("started", "resized", "requeued", "finished", "failed", "cancelled")
+)
+_PLACED = frozenset(("started", "resized"))
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEvent:
+    """One entry of the journal's history, at cluster time ``at``.
+
+    ``kind`` is one of :data:`EVENT_KINDS`; ``parts`` are the job's parts from
+    then on for ``started`` and ``resized`` (empty otherwise); ``detail`` is
+    the reason of a requeue or an end.
+    """
+
+    at: float
+    job_id: str
+    kind: str
+    parts: tuple[Part, ...]
+    detail: str | None
+
+
+def _row_event(row: tuple[float, str, str, str | None]) -> JournalEvent:
+    at, job_id, kind, detail = row
+    placed = kind in _PLACED
+    return JournalEvent(
+        at=float(at),
+        job_id=str(job_id),
+        kind=str(kind),
+        parts=_parts_of(detail) if placed else (),
+        detail=None if placed else detail,
     )

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import scheduler.__main__ as scheduler_main
 from accordion.cli import app
+from scheduler.policies.dpsa import Dpsa
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +62,18 @@ def test_simulate_writes_csv_json_swf(trace: Path, tmp_path: Path) -> None:
         "events_per_second",
     ):
         assert summary["performance"][key] >= 0
-    # The schedule as SWF reads back with real waits and run times.
-    runner.invoke(app, ["simulate", str(out / "easy.swf"), "--policy", "fcfs"])
+    # The schedule as SWF holds each job's real wait, and reads back as a trace.
     lines = [ln for ln in (out / "easy.swf").read_text().splitlines() if not ln.startswith(";")]
     assert len(lines) == 150
+    waits = {r["id"]: float(r["wait"]) for r in rows}
+    for line in lines:
+        fields = line.split()
+        assert float(fields[2]) == pytest.approx(waits[fields[0]], abs=1.0)
+    again = runner.invoke(
+        app, ["simulate", str(out / "easy.swf"), "--policy", "fcfs", "--out", str(tmp_path / "rb")]
+    )
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "rb" / "fcfs.summary.json").read_text())["metrics"]["jobs"] == 150
 
 
 def test_compare_prints_changes_and_writes_chart(trace: Path, tmp_path: Path) -> None:
@@ -110,6 +124,20 @@ def test_cluster_file_and_jobs_limit(trace: Path, tmp_path: Path) -> None:
         (["simulate", "{bad}"], "bad.swf:3"),
         (["compare", "{trace}", "--policies", "easy,easy"], "twice"),
         (["simulate", "{trace}", "--cluster", "{badcluster}"], "cpus"),
+        (["simulate", "{trace}", "--missing-walltime", "soon"], "--missing-walltime"),
+        (["simulate", "{trace}", "--deadlines", "0.5", "--deadline-slack", "x"], "MIN:MAX"),
+        (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "nope=1"], "budget, time_budget"),
+        (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget=x"], "budget='x'"),
+        (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget=0"], "budget must be"),
+        (["simulate", "{trace}", "-p", "flexible", "--policy-opt", "priority.k=-1"], "k must be >"),
+        (["simulate", "{trace}", "-p", "eg-edf-tabu", "--policy-opt", "tabu.tabu_size=0"], "tabu_"),
+        (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget"], "KEY=VALUE"),
+        (["simulate", "{trace}", "-p", "dpsa-p", "--policy-opt", "time_budget=1"], "clock"),
+        (["simulate", "{trace}", "-p", "easy", "--policy-opt", "budget=5"], "its options: none"),
+        (
+            ["compare", "{trace}", "--policies", "easy,fcfs", "--policy-opt", "budget=5"],
+            "no compared",
+        ),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(
@@ -159,3 +187,116 @@ def test_policy_with_its_own_order_refuses_a_priority_source(trace: Path) -> Non
     result = runner.invoke(app, ["simulate", str(trace), "--policy", "flexible:fairshare"])
     assert result.exit_code == 2
     assert "own order" in result.output
+
+
+def test_a_value_error_inside_a_policy_shows_its_traceback(trace: Path) -> None:
+    """A bug is not a user error: no one-line ``error:``, exit 1 with the traceback."""
+    program = (
+        "import scheduler.policies.easy as easy\n"
+        "def decide(self, snapshot):\n"
+        "    raise ValueError('a bug inside the policy')\n"
+        "easy.EasyBackfill.decide = decide\n"
+        "from accordion.cli import main\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program, "simulate", str(trace), "--policy", "easy"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "ValueError: a bug inside the policy" in result.stderr
+    assert "error:" not in result.stderr
+
+
+def test_policy_options_reach_the_policy(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "opt"
+    default = runner.invoke(app, ["simulate", str(trace), "-p", "dpsa-n", "--out", str(out / "d")])
+    assert default.exit_code == 0, default.output
+    tight = runner.invoke(
+        app,
+        ["simulate", str(trace), "-p", "dpsa-n", "--policy-opt", "budget=1", "--out", str(out)],
+    )
+    assert tight.exit_code == 0, tight.output
+    summary = json.loads((out / "dpsa-n.summary.json").read_text())
+    base = json.loads((out / "d" / "dpsa-n.summary.json").read_text())
+    assert summary["policy_options"] == {"budget": "1"}
+    assert base["policy_options"] == {}
+    # One node expansion per search: every search that had a choice ran out of budget.
+    counters, base_counters = summary["policy_counters"], base["policy_counters"]
+    assert counters["dpsa_expansions"] == counters["dpsa_searches"]
+    assert counters["dpsa_budget_hits"] > base_counters["dpsa_budget_hits"]
+
+
+def test_compare_applies_an_option_to_every_policy_that_has_it(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cmp-opt"
+    result = runner.invoke(
+        app,
+        [
+            "compare",
+            str(trace),
+            "--policies",
+            "easy,dpsa-n,dpsa-w,eg-edf-tabu",
+            "--policy-opt",
+            "budget=7",
+            "--policy-opt",
+            "keep_order=false",
+            "--out",
+            str(out),
+            "--no-per-job",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    options = {
+        spec: json.loads((out / f"{spec}.summary.json").read_text())["policy_options"]
+        for spec in ("easy", "dpsa-n", "dpsa-w", "eg-edf-tabu")
+    }
+    assert options == {
+        "easy": {},
+        "dpsa-n": {"budget": "7"},
+        "dpsa-w": {"budget": "7"},
+        "eg-edf-tabu": {"keep_order": "false"},
+    }
+
+
+def test_policies_verbose_lists_options_with_types_and_defaults() -> None:
+    plain = runner.invoke(app, ["policies"])
+    assert plain.exit_code == 0
+    assert "budget" not in plain.output
+    result = runner.invoke(app, ["policies", "--verbose"])
+    assert result.exit_code == 0, result.output
+    rows = [" ".join(line.replace("│", " ").split()) for line in result.output.splitlines()]
+    assert any(r.endswith("budget int 1000") for r in rows), result.output
+    assert any(r.endswith("time_budget float | None None") for r in rows)
+    assert any("tabu.tabu_size int" in r for r in rows)
+    assert any("priority.k float 2.0" in r for r in rows)
+    assert any("priority.decay float 0.7" in r for r in rows)
+
+
+def test_the_live_scheduler_takes_policy_options_and_gives_dpsa_its_clock() -> None:
+    args = scheduler_main.parse_args(
+        ["--policy", "dpsa-w", "--policy-opt", "time_budget=0.005", "--policy-opt", "budget=9"]
+    )
+    policy = scheduler_main.policy_from_args(args)
+    assert isinstance(policy, Dpsa)
+    assert (policy.variant, policy.budget, policy.time_budget) == ("w", 9, 0.005)
+    assert policy.clock is time.monotonic
+    # Without a seconds budget no clock is given: the search stays deterministic.
+    plain = scheduler_main.policy_from_args(scheduler_main.parse_args(["--policy", "dpsa-w"]))
+    assert isinstance(plain, Dpsa)
+    assert plain.clock is None
+    # A bad option ends the real process with one line and status 2, before any connection.
+    result = subprocess.run(
+        [sys.executable, "-m", "scheduler", "--policy", "dpsa-n", "--policy-opt", "x=1"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "dpsa-n has no option 'x'; its options: budget, time_budget" in result.stderr
+    assert "Traceback" not in result.stderr

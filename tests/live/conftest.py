@@ -3,7 +3,7 @@
 Async tests run on asyncio and on uvloop. The real brokers come from
 ``tests/integration/conftest.py`` (the shared session fixtures).
 ``live_cluster`` starts a real scheduler and two heterogeneous agents (speeds
-1 and 2) as subprocesses on Mosquitto, with ``accordion.up.LocalCluster``;
+1 and 2) as subprocesses on Mosquitto, with ``accordion.cluster.LocalCluster``;
 each cluster has its own topic root and machine names, since the broker is
 shared by the whole session and agents' client ids are their machine names.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from accordion.live import connect, run_async
-from accordion.up import LocalCluster
+from accordion.client import connect, run_async
+from accordion.cluster import LocalCluster
 from model.machine import Machine
 from tests.integration.conftest import BrokerEndpoint, embedded_broker, mosquitto
 from workload.cluster import ClusterSpec

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner, Result
 
 from accordion.cli import app
-from accordion.live import connect, run_async
-from accordion.up import LocalCluster
+from accordion.client import connect, run_async
+from accordion.cluster import LocalCluster
 from broker.local import free_port
 from broker.messages import StatusReply
 from tests.integration.conftest import BrokerEndpoint

@@ -1,4 +1,5 @@
-"""``accordion.live`` on the in-process broker: the client against the real scheduler actor.
+"""The live client (``accordion.client``, ``specs``, ``replay``) on the in-process broker,
+against the real scheduler actor.
 
 The actor runs on a manual clock with fake agents (``tests/scheduler_actor/harness``);
 a fake scheduler stands in where a test needs an answer the actor never gives.
@@ -12,22 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from accordion.live import (
-    MAX_JOBS_PER_REQUEST,
-    Arrival,
-    LiveClient,
-    LiveError,
-    NoReplyError,
-    RefusedError,
-    ReplayState,
-    arrivals,
-    checked,
-    follow,
-    job_spec,
-    parse_duration,
-    replay,
-    spec_of,
-)
+from accordion.client import LiveClient
+from accordion.errors import LiveError, NoReplyError, RefusedError, UserError
+from accordion.replay import MAX_JOBS_PER_REQUEST, Arrival, ReplayState, arrivals, follow, replay
+from accordion.specs import checked, job_spec, parse_duration, spec_of
 from broker.bus import BusError, Delivery
 from broker.codec import decode, encode
 from broker.memory import MemoryBroker, MemoryBus
@@ -241,7 +230,7 @@ def test_durations_are_read_like_sbatch_but_in_seconds(text: str, seconds: float
 
 @pytest.mark.parametrize("text", ["", "0", "-5", "1:60", "1:2:3:4", "abc", "1::2", "inf", "1.5:00"])
 def test_bad_durations_say_what_is_expected(text: str) -> None:
-    with pytest.raises(ValueError, match=r"--walltime|more than 0") as info:
+    with pytest.raises(UserError, match=r"--walltime|more than 0") as info:
         parse_duration(text, what="--walltime")
     assert repr(text) in str(info.value)
 
@@ -249,9 +238,9 @@ def test_bad_durations_say_what_is_expected(text: str) -> None:
 def test_specs_are_checked_as_the_scheduler_decodes_them() -> None:
     spec = job_spec(job_id="x", procs=3, walltime=60.0, deadline=600.0, malleable=True)
     assert (spec.work, spec.deadline, spec.malleable) == (60.0, 600.0, True)
-    with pytest.raises(ValueError, match=r"job 'bad id' cannot be sent: .*`id`"):
+    with pytest.raises(UserError, match=r"job 'bad id' cannot be sent: .*`id`"):
         job_spec(job_id="bad id", procs=1, walltime=60.0)
-    with pytest.raises(ValueError, match="procs"):
+    with pytest.raises(UserError, match="procs"):
         checked(JobSpec(id="z", procs=0, walltime=1.0, work=1.0))
 
 

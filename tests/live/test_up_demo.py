@@ -51,11 +51,17 @@ def test_up_demo_on_mosquitto(mosquitto: BrokerEndpoint, tmp_path: Path) -> None
         "8",
         "--broker-kind",
         "mosquitto",
+        "--policy",
+        "easy:fairshare",
+        "--policy-opt",
+        "priority.decay=0.5",
         "--no-progress",
         "--run-dir",
         str(run_dir),
     )
     _check_summary(result, 12)
+    # The option reached the live scheduler as well as the twin.
+    assert "policy easy:fairshare priority.decay=0.5," in (run_dir / "scheduler.log").read_text()
     assert "Mosquitto" in result.stdout
     assert (run_dir / "journal.sqlite").is_file()
     assert (run_dir / "mosquitto.conf").is_file()
@@ -88,3 +94,8 @@ def test_up_refuses_a_bad_cluster_file_in_one_line(tmp_path: Path) -> None:
     unknown = run_up("--policy", "nope", timeout=30)
     assert unknown.returncode == 2
     assert "nope" in unknown.stderr
+    option = run_up("--policy", "dpsa-n", "--policy-opt", "nope=1", timeout=30)
+    assert option.returncode == 2
+    assert option.stderr.strip() == (
+        "error: dpsa-n has no option 'nope'; its options: budget, time_budget"
+    )

@@ -1,4 +1,4 @@
-"""``accordion.up`` without processes: the demo plan, outcomes from a journal, parsers."""
+"""``accordion up``'s parts without processes: the demo plan, outcomes from a journal, parsers."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from accordion.up import (
+from accordion.cluster import resolve_broker
+from accordion.demo import (
     decision_stats,
     demo_jobs,
     difference,
     nice_scale,
     outcomes_from_journal,
     plan_demo,
-    resolve_broker,
 )
 from broker.local import mosquitto_config
 from broker.messages import JobSpec
@@ -129,6 +129,23 @@ def test_outcomes_are_rebuilt_from_the_journal(tmp_path: Path) -> None:
         journal.record_start("failed", 8.0, [Part("a", 1)])
         journal.record_end("failed", 9.0, JobState.FAILED, "exit code 1")
         journal.record_end("cancelled", 9.0, JobState.CANCELLED)
+        # The history, typed: what happened to one job, and to all, in order.
+        assert [(e.at, e.kind, e.parts, e.detail) for e in journal.history("requeued")] == [
+            (10.0, "started", (Part("a", 1),), None),
+            (12.0, "requeued", (), "machine a lost"),
+            (20.0, "started", (Part("b", 1),), None),
+            (25.0, "finished", (), None),
+        ]
+        every = journal.history()
+        assert len(every) == 13  # in the order written, not by time
+        assert [e.kind for e in every if e.job_id == "shrunk"] == [
+            "started",
+            "resized",
+            "resized",
+            "finished",
+        ]
+        assert [e.detail for e in every if e.job_id == "failed"] == [None, "exit code 1"]
+        assert journal.history("queued") == []
     read = outcomes_from_journal(path, speeds)
     assert read.time_scale == 50.0
     assert dict(read.states) == {"finished": 3, "failed": 1, "cancelled": 1, "queued": 1}

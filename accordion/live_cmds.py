@@ -1,0 +1,369 @@
+"""The live runtime's client commands: ``submit``, ``cancel``, ``status``, ``replay``,
+``watch``, and ``scheduler`` and ``agent``, which run ``python -m scheduler``
+and ``python -m nodeagent`` with the CLI's ``--broker`` and ``--root``.
+
+Every one takes ``--broker mqtt://HOST[:PORT]`` (env ``ACCORDION_BROKER``) and
+``--root`` (env ``ACCORDION_ROOT``). A broker or scheduler that cannot be
+reached is a user error (one line, exit 2); a request the scheduler refuses (a
+rejected job, a job that cannot be cancelled) is printed with its reason and
+exits 1.
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+import uuid
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from accordion.client import (
+    BROKER_ENV,
+    DEFAULT_BROKER,
+    DEFAULT_TIMEOUT,
+    ROOT_ENV,
+    broker_settings,
+    connect,
+    run_async,
+)
+from accordion.display import err_console, out_console, replay_display
+from accordion.errors import LiveError, UserError, refused, user_errors
+from accordion.options import (
+    DURATIONS,
+    BrokerOpt,
+    JobsOpt,
+    MalleableOpt,
+    RootOpt,
+    TimeoutOpt,
+    TraceArg,
+    WalltimeOpt,
+    swf_rules,
+)
+from accordion.replay import ReplayState, arrivals, replay_and_follow
+from accordion.replay import replay as replay_plan
+from accordion.runs import Variation
+from accordion.specs import job_spec, parse_duration
+from accordion.tables import print_status
+from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
+from broker.topics import DEFAULT_ROOT
+from workload.convert import load_jobs
+
+
+class WorkloadKind(StrEnum):
+    SLEEP = "sleep"
+    MPI = "mpi"
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser() or "nobody"
+    except (OSError, KeyError):  # no login name in the environment or the user database
+        return "nobody"
+
+
+def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
+    procs: Annotated[int, typer.Option("--procs", "-n", min=1, help="processes")] = 1,
+    walltime: Annotated[
+        str, typer.Option("--walltime", "-t", help=f"the wall-time estimate: {DURATIONS}")
+    ] = "600",
+    work: Annotated[
+        str | None,
+        typer.Option(
+            "--work", help="the real work, seconds at the reference speed (default: --walltime)"
+        ),
+    ] = None,
+    workload: Annotated[
+        WorkloadKind, typer.Option("--workload", help="what the job process runs")
+    ] = WorkloadKind.SLEEP,
+    user: Annotated[
+        str | None, typer.Option("--user", "-u", help="the job's user (default: your login)")
+    ] = None,
+    account: Annotated[
+        str, typer.Option("--account", "-A", help="account (group, for fair-share)")
+    ] = "nobody",
+    qos: Annotated[
+        int, typer.Option("--qos", "-q", min=0, help="QoS level (the multifactor priority's)")
+    ] = 0,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help=f"after the submission: {DURATIONS}")
+    ] = None,
+    malleable: Annotated[
+        bool, typer.Option("--malleable", help="may run shrunk, up to 2 processes per CPU")
+    ] = False,
+    cpu_util: Annotated[
+        float, typer.Option("--cpu-util", min=0.01, max=1.0, help="CPU-utilisation fraction u")
+    ] = 1.0,
+    job_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id", help="your job id (default: a new uuid); the same id and flags again is a no-op"
+        ),
+    ] = None,
+    parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
+    broker: BrokerOpt = DEFAULT_BROKER,
+    root: RootOpt = DEFAULT_ROOT,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+) -> None:
+    """Submit one job; print its id, or the scheduler's reason for rejecting it (exit 1)."""
+    with user_errors():
+        wall = parse_duration(walltime, what="--walltime")
+        spec = job_spec(
+            job_id=job_id or str(uuid.uuid4()),
+            procs=procs,
+            walltime=wall,
+            work=None if work is None else parse_duration(work, what="--work"),
+            workload=workload.value,
+            user=user or _login(),
+            account=account,
+            qos=qos,
+            deadline=None if deadline is None else parse_duration(deadline, what="--deadline"),
+            malleable=malleable,
+            cpu_util=cpu_util,
+        )
+
+        async def ask() -> SubmitReply:
+            async with connect(broker, root, timeout=timeout) as client:
+                return await client.submit([spec])
+
+        result = run_async(ask()).results[0]
+    if not result.accepted:
+        raise refused(f"job {result.job_id} rejected: {result.reason}")
+    if parsable:
+        out_console.print(result.job_id, highlight=False)
+    elif result.duplicate:
+        out_console.print(f"job {result.job_id} was already submitted; nothing changed")
+    else:
+        out_console.print(f"submitted job {result.job_id}", highlight=False)
+
+
+def cancel(
+    job_id: Annotated[str, typer.Argument(metavar="ID", help="the job id")],
+    broker: BrokerOpt = DEFAULT_BROKER,
+    root: RootOpt = DEFAULT_ROOT,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+) -> None:
+    """Cancel a queued or running job (exit 1 with the reason if it cannot be)."""
+    with user_errors():
+
+        async def ask() -> CancelReply:
+            async with connect(broker, root, timeout=timeout) as client:
+                return await client.cancel(job_id)
+
+        reply = run_async(ask())
+    if not reply.cancelled:
+        raise refused(f"cannot cancel job {job_id}: {reply.reason}")
+    note = f" ({reply.reason})" if reply.reason else ""
+    out_console.print(f"cancelled job {job_id}{note}", highlight=False)
+
+
+def status(
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, help="show at most this many queued jobs")
+    ] = 50,
+    broker: BrokerOpt = DEFAULT_BROKER,
+    root: RootOpt = DEFAULT_ROOT,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+) -> None:
+    """The machines, the queue and the running jobs, as the scheduler sees them now."""
+    with user_errors():
+
+        async def ask() -> StatusReply:
+            async with connect(broker, root, timeout=timeout) as client:
+                return await client.status()
+
+        reply = run_async(ask())
+    print_status(reply, limit)
+
+
+def _print_replay(state: ReplayState, requests: int, *, followed: bool) -> None:
+    dup = f" ({state.duplicate} already submitted)" if state.duplicate else ""
+    out_console.print(
+        f"sent {state.sent} jobs in {requests} requests over {state.wall_seconds:.1f} s wall: "
+        f"{len(state.accepted)} accepted{dup}, {len(state.rejected)} rejected",
+        highlight=False,
+    )
+    for job_id, reason in list(state.rejected.items())[:5]:
+        out_console.print(f"  rejected {job_id}: {reason}", highlight=False)
+    if len(state.rejected) > 5:
+        out_console.print(f"  ... and {len(state.rejected) - 5} more rejected", highlight=False)
+    if followed:
+        ends: dict[str, int] = {}
+        for job_id in state.accepted:
+            end = state.ended.get(job_id, "not ended")
+            ends[end] = ends.get(end, 0) + 1
+        text = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
+        out_console.print(f"ended: {text}", highlight=False)
+
+
+def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
+    trace: TraceArg,
+    time_scale: Annotated[
+        float,
+        typer.Option(
+            "--time-scale",
+            min=1e-6,
+            max=1e6,
+            help="K, as the scheduler's: submit times are compressed to submit / K wall seconds",
+        ),
+    ],
+    jobs: JobsOpt = None,
+    id_prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--id-prefix",
+            help="prefix of the job ids (default: a fresh one; reuse one to resend idempotently)",
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="also wait until every accepted job has ended")
+    ] = False,
+    missing_walltime: WalltimeOpt = "runtime",
+    malleable: MalleableOpt = False,
+    broker: BrokerOpt = DEFAULT_BROKER,
+    root: RootOpt = DEFAULT_ROOT,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+) -> None:
+    """Publish TRACE's jobs at their compressed submit times (one request per instant)."""
+    with user_errors():
+        rules = swf_rules(missing_walltime)
+        prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
+        variation = Variation(malleable=malleable)
+
+        async def go() -> tuple[ReplayState, int, int]:
+            async with connect(broker, root, timeout=timeout, watch=wait) as client:
+                cluster = await client.status()
+                cpus = sum(m.cpus for m in cluster.machines if m.online)
+                if not cpus:
+                    raise LiveError("no machine is online: start agents first")
+                # Jobs wider than the live cluster are skipped as the twin skips them.
+                loaded = load_jobs(trace, rules, limit=jobs, total_cpus=cpus)
+                if not loaded.jobs:
+                    raise UserError(f"{trace}: no job to replay (skipped: {dict(loaded.skipped)})")
+                plan = arrivals(variation.apply(loaded.jobs), prefix=prefix)
+                span = plan[-1].at / time_scale
+                err_console.print(
+                    f"replaying {len(loaded.jobs)} jobs of {trace.name} as {prefix}*, "
+                    f"in {len(plan)} requests over {span:.1f} s wall (time scale {time_scale:g})",
+                    highlight=False,
+                )
+                skipped = sum(loaded.skipped.values())
+                total = sum(len(a.jobs) for a in plan)
+                with replay_display(total, follow=wait, enabled=progress) as show:
+                    if wait:
+                        state = await replay_and_follow(
+                            client, plan, time_scale=time_scale, on_change=show
+                        )
+                    else:
+                        state = await replay_plan(
+                            client, plan, time_scale=time_scale, on_change=show
+                        )
+                return state, len(plan), skipped
+
+        state, requests, skipped = run_async(go())
+    _print_replay(state, requests, followed=wait)
+    if skipped:
+        out_console.print(f"skipped from the trace: {skipped} (see `accordion simulate`)")
+    failed = wait and any(state.ended.get(j) in ("failed", "cancelled") for j in state.accepted)
+    if state.rejected or failed:
+        raise typer.Exit(1)
+
+
+def _watched_line(item: JobEvent | ClusterSummary) -> str:
+    if isinstance(item, ClusterSummary):
+        return (
+            f"t={item.now:,.1f}  cluster  {item.machines} machines, {item.free}/{item.cpus} CPUs "
+            f"free, {item.queued} queued, {item.running} running, policy {item.policy}"
+        )
+    detail = f"  {item.detail}" if item.detail else ""
+    return f"t={item.at:,.1f}  job {item.job_id}  {item.state}{detail}"
+
+
+def watch(
+    duration: Annotated[
+        float | None, typer.Option("--for", min=0.0, help="stop after this many seconds")
+    ] = None,
+    events: Annotated[
+        int | None, typer.Option("--events", min=1, help="stop after this many job events")
+    ] = None,
+    broker: BrokerOpt = DEFAULT_BROKER,
+    root: RootOpt = DEFAULT_ROOT,
+) -> None:
+    """Print job events and the cluster summary as they happen (Ctrl-C stops).
+
+    Times are cluster seconds (= wall seconds x the scheduler's time scale).
+    """
+    with user_errors():
+
+        async def go() -> None:
+            async with connect(broker, root, watch=True) as client:
+                loop_end = None if duration is None else time.monotonic() + duration
+                seen = 0
+                while events is None or seen < events:
+                    left = None if loop_end is None else loop_end - time.monotonic()
+                    if left is not None and left <= 0:
+                        return
+                    item = await client.next_watched(timeout=left)
+                    if item is None:
+                        continue
+                    seen += isinstance(item, JobEvent)
+                    out_console.print(_watched_line(item), highlight=False, soft_wrap=True)
+
+        try:
+            run_async(go())
+        except KeyboardInterrupt:
+            return  # Ctrl-C is how a watch ends
+
+
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _forward(ctx: typer.Context, broker: str, root: str, program: str) -> list[str]:
+    """``--broker`` and ``--root`` as the module's options, then the other arguments."""
+    args = list(ctx.args)
+    if any(a in ("-h", "--help") for a in args):
+        err_console.print(
+            f"accordion {ctx.info_name} runs `python -m {program}` with these options, "
+            f"and --broker mqtt://HOST[:PORT] (env {BROKER_ENV}) in place of --host/--port, "
+            f"--root (env {ROOT_ENV}).",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return args
+    clash = [a for a in args if a.split("=")[0] in ("--host", "--port", "--root")]
+    if clash:
+        raise UserError(f"use --broker mqtt://HOST:PORT and --root, not {' '.join(clash)}")
+    settings = broker_settings(broker)
+    return [f"--host={settings.host}", f"--port={settings.port}", f"--root={root}", *args]
+
+
+def scheduler(
+    ctx: typer.Context, broker: BrokerOpt = DEFAULT_BROKER, root: RootOpt = DEFAULT_ROOT
+) -> None:
+    """Run the live scheduler (`python -m scheduler`'s options; --help lists them)."""
+    from scheduler.__main__ import main as scheduler_main  # noqa: PLC0415 (its own start-up)
+
+    with user_errors():
+        argv = _forward(ctx, broker, root, "scheduler")
+    raise typer.Exit(scheduler_main(argv))
+
+
+def agent(
+    ctx: typer.Context, broker: BrokerOpt = DEFAULT_BROKER, root: RootOpt = DEFAULT_ROOT
+) -> None:
+    """Run one node agent, e.g. --name n1 --cpus 8 --speed 2 (`python -m nodeagent`'s options)."""
+    from nodeagent.__main__ import main as agent_main  # noqa: PLC0415 (its own start-up)
+
+    with user_errors():
+        argv = _forward(ctx, broker, root, "nodeagent")
+    raise typer.Exit(agent_main(argv))
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, cancel, status, replay, watch):
+        app.command()(command)
+    pass_through = app.command(context_settings=_PASS_THROUGH, add_help_option=False)
+    pass_through(scheduler)
+    pass_through(agent)
