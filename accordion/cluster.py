@@ -131,6 +131,10 @@ class Restart:
         return f"restarted {self.role} {self.name} (restart {self.count}, pid {self.pid})"
 
 
+LEASE_HEARTBEATS = 5
+"""The agents' lease in heartbeats: below the scheduler's silence limit of 6."""
+
+
 class LocalCluster:
     """Broker, scheduler and agents as local processes (see the module docstring).
 
@@ -155,6 +159,7 @@ class LocalCluster:
         root: str = DEFAULT_ROOT,
         policy_options: Mapping[str, str] | None = None,
         heartbeat: float = 2.0,
+        lease: float | None = None,
         walltime_grace: float = 5.0,
         start_agents: bool = True,
         python: str = sys.executable,
@@ -180,6 +185,9 @@ class LocalCluster:
         self.broker_url = broker_url or ""
         self.root = root
         self.heartbeat = heartbeat
+        # The agents' lease must stay below the scheduler's silence limit (6
+        # heartbeats): 5 heartbeats by default, so a requeued job never runs twice.
+        self.lease = LEASE_HEARTBEATS * heartbeat if lease is None else lease
         self.walltime_grace = walltime_grace
         self.start_agents = start_agents
         self.python = python
@@ -421,6 +429,7 @@ class LocalCluster:
             f"--metrics-port={metrics}",
             f"--metrics-addr={HOST}",
             f"--heartbeat={self.heartbeat!r}",
+            f"--lease={self.lease!r}",
             # Wall seconds past a part's wall-time limit before it is killed: more than
             # the agent's 2 s default, since on a small machine a burst of job processes
             # starting together can take seconds to get going.

@@ -14,6 +14,10 @@ Only the agent's own ``Heartbeat`` proves it alive: a job process's progress
 does not (it runs while its agent is frozen), nor does a retained
 ``AgentOnline`` (the broker replays it for as long as nobody replaces it).
 
+The table is total over what the network can bring (every pair is a move or
+ignored: any input may arrive in any state); a pair missing from both is a bug
+and raises.
+
 Every registration of a new process (a new incarnation id) raises the
 ``generation`` number, so status and metrics can tell a flapping agent from
 a steady one. The table is everything that decides a move; callers act on
