@@ -1,0 +1,77 @@
+"""The import contracts break when violated (so "N kept, 0 broken" means something).
+
+Each case copies the project's packages to a temporary directory, plants one
+forbidden import, and runs ``lint-imports`` there with the project's own
+``pyproject.toml``: it must fail and name the contract.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("broker", "model", "scheduler", "nodeagent", "twin", "workload", "accordion")
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    return subprocess.run(
+        [str(LINT), "--config", str(tree / "pyproject.toml"), "--no-cache"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("contracts")
+    for package in PACKAGES:
+        shutil.copytree(
+            ROOT / package, base / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    shutil.copy(ROOT / "pyproject.toml", base / "pyproject.toml")
+    return base
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "contract"),
+    [
+        ("scheduler/journal.py", "import msgspec", "only the broker package imports msgspec"),
+        ("accordion/client.py", "import msgspec", "only the broker package imports msgspec"),
+        ("nodeagent/agent.py", "import aiomqtt", "only broker.mqtt imports the MQTT client"),
+        ("broker/codec.py", "import paho.mqtt.client", "only broker.mqtt imports the MQTT client"),
+        ("broker/topics.py", "import scheduler.core", "broker (the wire contract)"),
+        ("nodeagent/job.py", "import scheduler.actor", "nodeagent does not import the scheduler"),
+    ],
+)
+def test_a_planted_import_breaks_its_contract(
+    tree: Path, module: str, planted: str, contract: str
+) -> None:
+    path = tree / module
+    original = path.read_text()
+    path.write_text(f"{planted}  # planted by the test\n{original}")
+    try:
+        result = lint(tree)
+    finally:
+        path.write_text(original)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    broken = [line for line in output.splitlines() if line.endswith("BROKEN")]
+    assert any(line.startswith(contract) for line in broken), output
+
+
+def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
+    result = lint(tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " 0 broken" in result.stdout
