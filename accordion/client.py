@@ -45,6 +45,8 @@ from broker.messages import (
     CancelReply,
     ClusterSummary,
     ErrorReply,
+    HistoryReply,
+    HistoryRequest,
     JobEvent,
     JobSpec,
     StatusReply,
@@ -66,6 +68,10 @@ T = TypeVar("T")
 Watched = JobEvent | ClusterSummary
 
 __all__ = ["LiveError", "NoReplyError", "RefusedError"]
+
+
+HISTORY_CHUNK = 10_000
+"""Most jobs one ``HistoryRequest`` may name (the wire's bound)."""
 
 
 def new_client_id(prefix: str = "accordion-cli") -> str:
@@ -225,7 +231,9 @@ class LiveClient:
     # -- requests --------------------------------------------------------------
 
     async def _ask(
-        self, message: SubmitJobs | CancelJob | StatusRequest, timeout: float | None
+        self,
+        message: SubmitJobs | CancelJob | StatusRequest | HistoryRequest,
+        timeout: float | None,
     ) -> AnyMessage:
         if self._reader is None:
             raise RuntimeError("use `async with LiveClient(...)` before asking")
@@ -260,6 +268,21 @@ class LiveClient:
     async def status(self, *, timeout: float | None = None) -> StatusReply:
         request = StatusRequest(request_id=new_request_id(), reply_to=self.client_id)
         return _expect(await self._ask(request, timeout), StatusReply)
+
+    async def history(
+        self, job_ids: Sequence[str], *, timeout: float | None = None
+    ) -> list[JobEvent]:
+        """Every journalled event of ``job_ids`` (by job, then ``seq``), asked in
+        requests of at most :data:`HISTORY_CHUNK` jobs; unknown ids have none."""
+        events: list[JobEvent] = []
+        for i in range(0, len(job_ids), HISTORY_CHUNK):
+            request = HistoryRequest(
+                request_id=new_request_id(),
+                reply_to=self.client_id,
+                job_ids=tuple(job_ids[i : i + HISTORY_CHUNK]),
+            )
+            events += _expect(await self._ask(request, timeout), HistoryReply).events
+        return events
 
     # -- watching --------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from accordion.options import (
     WalltimeOpt,
     swf_rules,
 )
-from accordion.replay import ReplayState, arrivals, replay_and_follow
+from accordion.replay import EventGaps, ReplayState, arrivals, replay_and_follow
 from accordion.replay import replay as replay_plan
 from accordion.runs import Variation
 from accordion.specs import job_spec, parse_duration
@@ -301,6 +301,7 @@ def watch(
             async with connect(broker, root, watch=True) as client:
                 loop_end = None if duration is None else time.monotonic() + duration
                 seen = 0
+                gaps = EventGaps()
                 while events is None or seen < events:
                     left = None if loop_end is None else loop_end - time.monotonic()
                     if left is not None and left <= 0:
@@ -308,7 +309,15 @@ def watch(
                     item = await client.next_watched(timeout=left)
                     if item is None:
                         continue
-                    seen += isinstance(item, JobEvent)
+                    if isinstance(item, JobEvent) and gaps.missed(item):
+                        # Events missed (a full queue, a reconnection): the journal has them.
+                        history = await client.history([item.job_id])
+                        for old in gaps.fill(item, history):
+                            line = _watched_line(old) + " (from the journal)"
+                            out_console.print(line, highlight=False, soft_wrap=True)
+                    if isinstance(item, JobEvent):
+                        gaps.seen(item)
+                        seen += 1
                     out_console.print(_watched_line(item), highlight=False, soft_wrap=True)
 
         try:

@@ -70,7 +70,8 @@ class ReplayState:
     accepted: set[str] = field(default_factory=set)
     duplicate: int = 0
     rejected: dict[str, str] = field(default_factory=dict)
-    #: Job id -> final state; "left" when only a StatusReply showed it gone.
+    #: Job id -> final state; "left" when a StatusReply showed it gone and the
+    #: journal had no final event for it (which a correct scheduler never gives).
     ended: dict[str, str] = field(default_factory=dict)
     replay_done: bool = False
     #: Most wall seconds a request went out after its due time (the client lagging).
@@ -179,11 +180,12 @@ async def follow(
 ) -> ReplayState:
     """Wait until every accepted job of ``state`` has ended (the client must watch).
 
-    Ends are taken from ``JobEvent`` s. Events are QoS 0 and may be missed, so
-    when no job has ended for ``poll`` seconds a ``StatusReply`` marks the
-    accepted jobs that are neither queued nor running as ended ("left"). Only
-    then: a status lists the whole queue, too big to ask for every second of a
-    long replay while events flow.
+    Ends are taken from ``JobEvent`` s (QoS 1, but a watcher's queue may overflow
+    or the connection drop). So when no job has ended for ``poll`` seconds a
+    ``StatusReply`` shows which accepted jobs are neither queued nor running,
+    and a ``HistoryRequest`` fetches their journalled events: each gets its true
+    final state. Only then: a status lists the whole queue, too big to ask for
+    every second of a long replay while events flow.
     """
     loop = asyncio.get_running_loop()
     next_poll = loop.time() + poll
@@ -197,12 +199,51 @@ async def follow(
         elif loop.time() >= next_poll:
             status = await client.status()
             present = {j.id for j in status.queue} | {j.id for j in status.running}
-            for job_id in state.accepted - present - state.ended.keys():
-                changed = state.end(job_id, "left") or changed
+            gone = sorted(state.accepted - present - state.ended.keys())
+            if gone:
+                finals = final_states(await client.history(gone))
+                for job_id in gone:
+                    changed = state.end(job_id, finals.get(job_id, "left")) or changed
             next_poll = loop.time() + poll
         if changed and on_change is not None:
             on_change(state)
     return state
+
+
+class EventGaps:
+    """Each job's last event ``seq`` a watcher saw, to notice the ones it missed.
+
+    The scheduler numbers a job's events from 1 without gaps; a watcher that
+    joined late, overflowed or reconnected sees a jump, asks the scheduler for
+    the job's history, and :meth:`fill` gives the events it did not see.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    def missed(self, event: JobEvent) -> bool:
+        """Whether events of ``event``'s job came before it unseen (``seq`` 0: unnumbered)."""
+        return event.seq > self._last.get(event.job_id, 0) + 1
+
+    def fill(self, event: JobEvent, history: Sequence[JobEvent]) -> list[JobEvent]:
+        """The events of ``history`` between the last one seen and ``event``, in order;
+        ``event`` is then the last one seen."""
+        last = self._last.get(event.job_id, 0)
+        found = [e for e in history if e.job_id == event.job_id and last < e.seq < event.seq]
+        self._last[event.job_id] = max(last, event.seq)
+        return sorted(found, key=lambda e: e.seq)
+
+    def seen(self, event: JobEvent) -> None:
+        self._last[event.job_id] = max(self._last.get(event.job_id, 0), event.seq)
+
+
+def final_states(events: Sequence[JobEvent]) -> dict[str, str]:
+    """Each job's final state among ``events`` (its last final event)."""
+    finals: dict[str, str] = {}
+    for event in events:
+        if event.state in FINAL_STATES:
+            finals[event.job_id] = event.state
+    return finals
 
 
 async def replay_and_follow(

@@ -15,7 +15,16 @@ import pytest
 
 from accordion.client import LiveClient
 from accordion.errors import LiveError, NoReplyError, RefusedError, UserError
-from accordion.replay import MAX_JOBS_PER_REQUEST, Arrival, ReplayState, arrivals, follow, replay
+from accordion.replay import (
+    MAX_JOBS_PER_REQUEST,
+    Arrival,
+    EventGaps,
+    ReplayState,
+    arrivals,
+    final_states,
+    follow,
+    replay,
+)
 from accordion.specs import checked, job_spec, parse_duration, spec_of
 from broker.bus import BusError, Delivery
 from broker.codec import decode, encode
@@ -328,11 +337,12 @@ async def test_follow_ends_when_every_accepted_job_has_ended(
     async with asyncio.timeout(10):
         await follow(client, state, poll=0.2)
     assert state.finished == 3
-    assert set(state.ended.values()) <= {"finished", "left"}
+    assert set(state.ended.values()) == {"finished"}
 
 
 async def test_follow_polls_for_ends_whose_events_were_missed(cluster: Cluster) -> None:
-    # A client that joins after the jobs ended saw no event: StatusReply tells it.
+    # A client that joins after the jobs ended saw no event: StatusReply tells it the
+    # job is gone, and the journal's history how it ended.
     cluster.agents["fast"].auto_finish = True
     async with cluster.broker.client("early") as bus, LiveClient(bus, TOPICS) as early:
         reply: SubmitReply = await early.submit([job_spec(job_id="gone", procs=1, walltime=9.0)])
@@ -345,4 +355,20 @@ async def test_follow_polls_for_ends_whose_events_were_missed(cluster: Cluster) 
         state.record(reply)
         async with asyncio.timeout(5):
             await follow(late, state, poll=0.1)
-    assert state.ended == {"gone": "left"}
+    assert state.ended == {"gone": "finished"}
+
+
+async def test_history_and_gaps(cluster: Cluster, client: LiveClient) -> None:
+    cluster.agents["fast"].auto_finish = True
+    await client.submit([job_spec(job_id="h", procs=1, walltime=9.0)])
+    await eventually(lambda: cluster.state("h") == "finished")
+    events = await client.history(["h", "unknown"])
+    assert [(e.seq, e.state) for e in events] == [(1, "queued"), (2, "running"), (3, "finished")]
+    assert final_states(events) == {"h": "finished"}
+    gaps = EventGaps()
+    gaps.seen(events[0])
+    last = events[2]
+    assert gaps.missed(last)
+    assert gaps.fill(last, events) == [events[1]]
+    assert not gaps.missed(last)
+    assert not EventGaps().missed(events[0])
