@@ -131,8 +131,8 @@ class Restart:
         return f"restarted {self.role} {self.name} (restart {self.count}, pid {self.pid})"
 
 
-LEASE_HEARTBEATS = 5
-"""The agents' lease in heartbeats: below the scheduler's silence limit of 6."""
+LEASE_HEARTBEATS = 4
+"""The agents' lease in heartbeats: two below the scheduler's silence limit of 6."""
 
 
 class LocalCluster:
@@ -186,7 +186,7 @@ class LocalCluster:
         self.root = root
         self.heartbeat = heartbeat
         # The agents' lease must stay below the scheduler's silence limit (6
-        # heartbeats): 5 heartbeats by default, so a requeued job never runs twice.
+        # heartbeats): 4 heartbeats by default, so a requeued job never runs twice.
         self.lease = LEASE_HEARTBEATS * heartbeat if lease is None else lease
         self.walltime_grace = walltime_grace
         self.start_agents = start_agents

@@ -246,7 +246,9 @@ class PartFinished(Message, tag="part_finished", frozen=True):
     agent_id: Id = "-"
     exit_code: int = 0
     at: float = 0.0
-    reason: Literal["done", "failed", "cancelled", "walltime", "lost"] = "done"
+    #: ``fenced``: the agent refused or stopped this attempt for fencing (a start
+    #: delayed past its lease, or its lease lapsed): the job goes back to the queue.
+    reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"] = "done"
     attempt: Attempt = 0
 
 
@@ -265,6 +267,10 @@ class StartPart(Message, tag="start_part", frozen=True):
     #: Fencing: which start of the job this is. A report or command of another
     #: attempt is stale; an agent holding an older attempt's part kills it.
     attempt: Attempt = 1
+    #: Wall seconds since the epoch when the scheduler sent it (0: not said). An
+    #: agent refuses a start older than its lease: it was delayed (the agent frozen
+    #: or cut off) long enough that the job may have been given to another agent.
+    issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
 class ResizePart(Message, tag="resize_part", frozen=True):

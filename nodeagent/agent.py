@@ -109,8 +109,8 @@ from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn
 
 log = logging.getLogger(__name__)
 
-Reason = Literal["done", "failed", "cancelled", "walltime", "lost"]
-REASONS: tuple[Reason, ...] = ("done", "failed", "cancelled", "walltime", "lost")
+Reason = Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"]
+REASONS: tuple[Reason, ...] = ("done", "failed", "cancelled", "walltime", "lost", "fenced")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -261,6 +261,8 @@ class NodeAgent:
         self._finished: OrderedDict[tuple[str, int], Reason] = OrderedDict()
         # A start of a newer attempt waiting for the stale attempt's process to exit.
         self._deferred: dict[str, StartPart] = {}
+        # Starts waiting for the CPUs of parts that are being ended, in arrival order.
+        self._waiting: list[StartPart] = []
         self._lease: LeaseFile | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._busy = 0
@@ -369,6 +371,9 @@ class NodeAgent:
                 self._begin_shutdown()
             await self._due(self._monotonic())
             if self._stopping and not self._parts:
+                waiting, self._waiting = self._waiting, []
+                for command in waiting:
+                    await self._start(command)  # refused "lost": the agent is stopping
                 return
             mail = await self._next(self._next_deadline() - self._monotonic())
             if isinstance(mail, Delivery):
@@ -539,9 +544,30 @@ class NodeAgent:
         if self._stopping:
             await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
             return
+        age = self._clock() - command.issued
+        if command.issued and self.settings.lease and age > self.settings.lease:
+            # Delayed past the lease (this agent was frozen or cut off, or the queue
+            # held it): the scheduler may have requeued the job meanwhile. Fencing.
+            why = f"the command is {age:.1f} s old, beyond the {self.settings.lease:g} s lease"
+            await self._refuse(job.id, attempt, "fenced", why)
+            return
+        if self.lease_lapsed():
+            # Sent while this agent was cut off or frozen: the scheduler may have given
+            # the job to another agent since. Fencing: refuse until a heartbeat renews
+            # the lease (a current part is then requeued by the scheduler, not run twice).
+            await self._refuse(job.id, attempt, "fenced", "the agent's lease has lapsed")
+            return
         free = self.machine.cpus - self._busy
         scale = self.settings.time_scale
         if command.cpus > free:
+            ending = sum(p.cpus for p in self._parts.values() if p.ending is not None)
+            if command.cpus <= free + ending:
+                # Parts being ended still hold the CPUs (their processes have a grace to
+                # exit) while the scheduler, which ended them, counts the CPUs free:
+                # Slurm's COMPLETING. The start waits for their exit.
+                log.info("agent %s: %s waits for ending parts' CPUs", self.agent_id, job.id)
+                self._waiting.append(command)
+                return
             await self._refuse(job.id, attempt, "failed", f"{command.cpus} CPUs asked, {free} free")
             return
         if scale is not None and command.time_scale != scale:
@@ -653,6 +679,15 @@ class NodeAgent:
         deferred = self._deferred.get(command.job_id)
         if deferred is not None and command.attempt in (0, deferred.attempt):
             del self._deferred[command.job_id]
+        self._waiting = [
+            w
+            for w in self._waiting
+            if not (
+                w.job is not None
+                and w.job.id == command.job_id
+                and command.attempt in (0, w.attempt)
+            )
+        ]
         part = self._parts.get(command.job_id)
         if part is not None and command.attempt not in (0, part.attempt):
             log.info("agent %s: cancel of another attempt of %s ignored", self.agent_id, part)
@@ -672,8 +707,8 @@ class NodeAgent:
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
         if reason == "failed" and self.lease_lapsed():
             # The process stopped itself because this agent lost the broker for longer
-            # than its lease (fencing): the part was lost, not failed.
-            reason = "lost"
+            # than its lease (fencing): the part was fenced off, not failed.
+            reason = "fenced"
         if part.resized:
             await self._bus.publish(self._topics.job_control(exited.job_id), b"", retain=True)
         await self._report_finished(exited.job_id, exited.attempt, exited.code, reason)
@@ -681,6 +716,9 @@ class NodeAgent:
         deferred = self._deferred.pop(exited.job_id, None)
         if deferred is not None:
             await self._start(deferred)
+        waiting, self._waiting = self._waiting, []
+        for command in waiting:
+            await self._start(command)  # waits again if its CPUs are still being freed
 
     async def _report_finished(self, job_id: str, attempt: int, code: int, reason: Reason) -> None:
         self._finished[(job_id, attempt)] = reason

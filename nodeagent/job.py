@@ -99,9 +99,13 @@ class SleepJob:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         parent_pid: int | None = None,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         self.launch = launch
         self._bus = bus
+        # Called at once when the lease lapses: the real process exits there and then
+        # (no goodbye on a bus nobody hears), so the fencing bound is the check's step.
+        self._on_fenced = on_fenced
         self._settings = settings or JobSettings()
         self._clock = clock
         self._monotonic = monotonic
@@ -214,6 +218,9 @@ class SleepJob:
             return "the agent died"
         launch = self.launch
         if launch.lease_file is not None and lease_expired(launch.lease_file, launch.lease):
+            log.error("job %s: the agent's lease lapsed: stopping now", launch.job_id)
+            if self._on_fenced is not None:
+                self._on_fenced()
             return f"the agent's lease lapsed ({launch.lease:g} s without the broker)"
         return None
 
@@ -303,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(_main(args, launch))
 
 
+def _exit_fenced() -> None:
+    """Leave at once: the part must not outlive its lease by a bus teardown."""
+    sys.stderr.flush()
+    os._exit(EXIT_LOST)
+
+
 async def _main(args: argparse.Namespace, launch: Launch) -> int:
     client_id = f"job-{launch.agent}-{launch.job_id}"
     code = EXIT_LOST
@@ -315,7 +328,7 @@ async def _main(args: argparse.Namespace, launch: Launch) -> int:
             settings = MqttSettings(host=args.host, port=args.port)
             connect, parent = MqttBus(settings, client_id), os.getppid()
         async with connect as bus:
-            job = SleepJob(launch, bus, parent_pid=parent)
+            job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, job.cancel)

@@ -24,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_LEASE = 10.0
-"""Wall seconds: below the scheduler's default silence limit (6 x 2 s heartbeats)."""
+DEFAULT_LEASE = 8.0
+"""Wall seconds: 4 heartbeats of 2 s, two below the scheduler's default silence limit
+(6 heartbeats, 12 s), and longer than a broker restart."""
 
 
 class LeaseFile:

@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -136,6 +137,7 @@ class SchedulerActor:
         settings: ActorSettings | None = None,
         metrics: SchedulerMetrics | None = None,
         execution: ExecutionModel = DEFAULT_MODEL,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings if settings is not None else ActorSettings()
         core = SchedulerCore(
@@ -152,6 +154,7 @@ class SchedulerActor:
             metrics=self.metrics,
             topics=topics,
             time_scale=clock.time_scale,
+            wall=wall,
         )
         self._bus = bus
         self._topics = topics

@@ -10,13 +10,15 @@ connected (``Context.heard_since``), so a broker outage is no one's silence.
 *The lost-agent rule.* An agent is lost when its Last Will arrives, when it
 is silent, when it re-registers with a new incarnation (the old process's
 parts are gone), or when it gives parts up (``PartFinished(reason="lost")``,
-which an agent sends only when it stops or its lease ran out). Then every job
+which an agent sends only when it stops). Then every job
 with a part on it is requeued or, past ``max_requeues``, failed
 (``SchedulerCore.machine_left``); ``CancelPart`` of that attempt goes to all
 its parts, the lost agent's included (if it is still alive, its parts must
 stop; if not, fencing makes the command harmless to a later incarnation).
-The same rule applies to one job when a part vanishes: a RUNNING part that
-the agent's heartbeats stop listing for ``vanish_misses`` beats in a row.
+The same rule applies to one job when a part vanishes (a RUNNING part that
+the agent's heartbeats stop listing for ``vanish_misses`` beats in a row) or is
+fenced off by its agent (``PartFinished(reason="fenced")``: a start that
+reached it later than its lease, or a part stopped because the lease lapsed).
 A LOST agent heard again (a heartbeat) rejoins; its stale parts are told to
 stop when its heartbeat lists them.
 
@@ -234,10 +236,15 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
             ctx.end_job(job_id, now, JobState.FINISHED, "")
         return
     detail = f"part on {agent}: {message.reason} (exit code {message.exit_code})"
+    if message.reason == "fenced":
+        # The agent would not run this attempt (a start delayed past its lease, or the
+        # lease lapsed under it): that job goes back to the queue; the agent stays.
+        part.apply(PartInput.LOST)
+        ctx.job_lost(job_id, now, detail)
+        return
     if message.reason == "lost":
-        # An agent gives parts up only when it stops or its lease ran out: the
-        # lost-agent rule for all of its jobs at once, so none is started there again
-        # until it is heard from again.
+        # An agent gives parts up only when it stops: the lost-agent rule for all of
+        # its jobs at once, so none is started there again until it is heard again.
         part.apply(PartInput.LOST)
         ag = ctx.agents.get(agent)
         if ag is not None and ag.life.available:

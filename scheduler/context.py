@@ -20,7 +20,7 @@ QoS 1.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,6 +96,7 @@ class Context:
         metrics: SchedulerMetrics,
         topics: Topics,
         time_scale: float,
+        wall: Callable[[], float],
     ) -> None:
         self.core = core
         self.settings = settings
@@ -103,6 +104,8 @@ class Context:
         self.metrics = metrics
         self.topics = topics
         self.time_scale = time_scale
+        #: Wall seconds since the epoch (stamps StartPart for the agents' fencing).
+        self.wall = wall
         self.out = Outbox()
         self.specs: dict[str, JobSpec] = {}
         self.placements = Placements()

@@ -40,6 +40,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                 ),
             )
         ctx.event(job_id, "resized", now, f"{total} CPUs")
+    issued = ctx.wall()
     for start in decisions.starts:
         job_id = start.job.id
         spec = ctx.specs[job_id]
@@ -61,6 +62,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                     time_scale=ctx.time_scale,
                     job_cpus=total,
                     attempt=attempt,
+                    issued=issued,
                 ),
             )
         ctx.event(

@@ -31,7 +31,7 @@ class ActorSettings:
     #: An agent whose heartbeats stopped for this many periods is LOST and its jobs
     #: are requeued. It must exceed the agents' lease (``nodeagent`` stops its parts
     #: after ``lease`` wall seconds without the broker), so that a job requeued by
-    #: silence never runs twice at once: 6 x 2 s = 12 s against the default 10 s lease.
+    #: silence never runs twice at once: 6 x 2 s = 12 s against the default 8 s lease.
     silence_factor: float = 6.0
     tick_interval: float = 0.5
     #: Least time between two ClusterSummary publications.

@@ -51,7 +51,14 @@ def test_collector_exposes_every_metric_with_bounded_labels() -> None:
         ]
         for reason in REASONS
     }
-    assert finished == {"done": 2, "failed": 0, "cancelled": 1, "walltime": 0, "lost": 0}
+    assert finished == {
+        "done": 2,
+        "failed": 0,
+        "cancelled": 1,
+        "walltime": 0,
+        "lost": 0,
+        "fenced": 0,
+    }
 
 
 def test_collector_reads_the_state_at_every_scrape() -> None:

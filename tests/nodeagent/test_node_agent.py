@@ -77,7 +77,7 @@ async def test_start_part_runs_a_process_and_reports_done() -> None:
         assert started.agent_id == "node1"
         assert started.pid > 0
         assert finished == PartFinished(
-            job_id="j1", agent_id="node1", exit_code=0, at=finished.at, reason="done"
+            job_id="j1", agent_id="node1", exit_code=0, at=finished.at, reason="done", attempt=1
         )
         assert finished.at >= started.at
         # The job process itself reported its start and its end.
