@@ -22,6 +22,7 @@ class UsageLedger:
         self._period = period
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
+        self._memo: dict[tuple[str, str], tuple[tuple[int, int, float], float]] = {}
 
     @property
     def period(self) -> float:
@@ -33,6 +34,8 @@ class UsageLedger:
         self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
             return
+        self._memo.pop(("user", user), None)
+        self._memo.pop(("group", group), None)
         for index, seconds in split_periods(start, end, self._period):
             amount = seconds * cpus
             self._charged["user", user, index] += amount
@@ -41,6 +44,33 @@ class UsageLedger:
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
         return self._charged.get((kind, name, period_index), 0.0)
+
+    def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float:
+        """:func:`decayed_sum` of :meth:`recent`, remembered until ``name`` is charged again.
+
+        Fair-share asks this of every queued name at every event, and most of
+        them have not been charged since the last time.
+        """
+        key = (kind, name)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] == (last, count, decay):
+            return memo[1]
+        value = decayed_sum(self.recent(kind, name, last, count), decay)
+        self._memo[key] = ((last, count, decay), value)
+        return value
+
+    def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
+        """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
+        charged = self._charged
+        return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
+
+    def knows(self, kind: str, name: str) -> bool:
+        """Whether ``name`` (a user or group) was ever charged."""
+        return name in self._names[kind]
+
+    def count(self, kind: str) -> int:
+        """How many users or groups were ever charged."""
+        return len(self._names[kind])
 
     def names(self, kind: str) -> list[str]:
         """Every user or group ever charged, in first-seen order."""
@@ -59,3 +89,12 @@ def split_periods(start: float, end: float, period: float) -> list[tuple[int, fl
         t = upto
         index += 1
     return out
+
+
+def decayed_sum(values: list[float], decay: float) -> float:
+    """``sum(decay**k * values[k])``, newest first, added in that order (so a cached
+    sum and a fresh one are the same float)."""
+    raw = 0.0
+    for k, value in enumerate(values):
+        raw += decay**k * value
+    return raw

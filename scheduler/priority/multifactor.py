@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from model.job import Job
@@ -124,8 +125,8 @@ class MultiFactor:
         queue = snapshot.queue
         if not queue:
             return []
-        fair = self.fairshare.priorities(snapshot)
-        account = self.fairshare.account
+        fair = self.fairshare.queue_priorities(snapshot)
+        account = attrgetter(self.fairshare.by)
         now = snapshot.now
         total = snapshot.total_cpus
         max_age = self.max_age
@@ -143,16 +144,22 @@ class MultiFactor:
         fs_of = {who: min(max(p, 0.0), 1.0) for who, p in fair.items()}
         favor_small = self.favor_small
         rows: list[Factors] = []
+        # Conditional expressions, not min/max calls: the clips below are
+        # min(max(x, 0.0), 1.0) written out, which is most of this loop's cost.
         for job in queue:
-            age = min(max((now - job.submit) / max_age, 0.0), 1.0)
+            age = (now - job.submit) / max_age
+            age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)
             fs = fs_of[account(job)]
             if total <= 0:
                 size = 0.0
             elif favor_small:
-                size = min(max(1.0 - (job.procs - 1) / total, 0.0), 1.0)
+                size = 1.0 - (job.procs - 1) / total
+                size = 1.0 if size > 1.0 else (0.0 if size < 0.0 else size)
             else:
-                size = min(job.procs / total, 1.0)
-            qos = min(max(job.qos / max_qos, 0.0), 1.0)
+                size = job.procs / total
+                size = 1.0 if size > 1.0 else size
+            qos = job.qos / max_qos
+            qos = 1.0 if qos > 1.0 else (0.0 if qos < 0.0 else qos)
             priority = w_age * age + w_fs * fs + w_size * size + w_qos * qos
             emergency = emergency_qos is not None and job.qos >= emergency_qos
             rows.append(Factors(age, fs, size, qos, priority, emergency))
