@@ -43,6 +43,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
@@ -333,7 +334,7 @@ class SchedulerCore:
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
         cpus = self._take(job, parts)
         del self._pending[job_id]
-        rate = self._rate(job, parts, cpus)
+        rate = self._rate(job, parts)
         done = min(job.walltime, max(now - pending.start, 0.0) * rate)
         run = RunningJob(
             job=job,
@@ -464,15 +465,8 @@ class SchedulerCore:
             )
         return cpus
 
-    def _rate(self, job: Job, parts: tuple[Part, ...], cpus: int) -> float:
-        speed = min(self._speeds[p.machine] for p in parts)
-        return self.execution.rate(
-            procs=job.procs,
-            cpus=cpus,
-            speed=speed,
-            ref_speed=job.ref_speed,
-            cpu_util=job.cpu_util,
-        )
+    def _rate(self, job: Job, parts: tuple[Part, ...]) -> float:
+        return Allocation.of(parts, self._speeds).rate(job, self.execution)
 
     def _apply_start(
         self, job: Job, parts: tuple[Part, ...], now: float, started: set[str]
@@ -482,7 +476,7 @@ class SchedulerCore:
         cpus = self._take(job, parts)
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
         started.add(job.id)
-        rate = self._rate(job, parts, cpus)
+        rate = self._rate(job, parts)
         run = RunningJob(
             job=job,
             parts=parts,
@@ -515,7 +509,7 @@ class SchedulerCore:
         self._charge(run, now)
         run.est_done = min(job.walltime, run.est_done + (now - run.changed) * run.rate)
         run.changed = now
-        run.rate = self._rate(job, parts, cpus)
+        run.rate = self._rate(job, parts)
         run.parts = parts
         run.cpus = cpus
         self._unlist(run)

@@ -55,9 +55,9 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import pace
 from scheduler.placement import Placement
 from scheduler.reservation import releases_in_order
 

@@ -85,9 +85,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import give, pace, start_while_fit, take
+from scheduler.alloc import give, start_while_fit, take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo

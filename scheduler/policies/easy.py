@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.alloc import pace, start_while_fit, take
+from model.allocation import pace
+from scheduler.alloc import start_while_fit, take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
