@@ -10,7 +10,7 @@ holds until the next one, and the last value holds for ever.
 
 It starts as the snapshot's free map at ``now`` plus every running job's CPUs
 given back at its estimated end. An overdue end (a job that outlived its
-estimate) counts as ``now``, like :func:`scheduler.reservation.releases_in_order`
+estimate) counts as ``now``, like :func:`scheduler.easy_shadow.releases_in_order`
 and EASY's shadow time: the job is expected to end any moment. The value at
 ``now`` is therefore an optimistic *plan*, not the CPUs free this instant; a
 policy that starts a job now checks it against the real free map too.
@@ -58,8 +58,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
+from scheduler.easy_shadow import releases_in_order
 from scheduler.placement import Placement
-from scheduler.reservation import releases_in_order
 
 Booking = tuple[float, float, tuple[Part, ...]]
 """``(start, end, parts)``: ``parts`` held over ``[start, end)``."""

@@ -4,7 +4,7 @@ Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
 section 3.1 and the set-up of section 4. At every scheduling event (job
 submission and completion) the priority ``P(J) = Aging + Deadline +
 WaitMinimization`` of every queued job is recomputed from zero
-(``scheduler.priority.flexible``, defaults agefactor 0.01, k 2.0, Max 20.0,
+(``scheduler.priority.flexible_score``, defaults agefactor 0.01, k 2.0, Max 20.0,
 Min 0.1, boostvalue 2.0), the queue is sorted by it, "and the backfilling
 procedure starts": this is :class:`~scheduler.policies.easy.EasyBackfill`
 with that priority source, by composition (one reservation, for the first
@@ -21,7 +21,7 @@ field away. On a trace's one-partition cluster the two are the same.
 The reservation across events. Section 4: "job priorities are updated at each
 job submission or ending event and the reservation for the first queued job
 is maintained through events". EASY keeps a reservation through events only
-while the same job stays at the head (``scheduler.reservation.shadow_for``
+while the same job stays at the head (``scheduler.easy_shadow.shadow_for``
 reuses the previous promise, read from ``snapshot.reservations``, when the
 new computation would start the job later and the promised CPUs are still
 free then). Under a priority that is re-sorted at every event the head can
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from model.job import Job
 from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
-from scheduler.priority.flexible import FlexiblePriority
+from scheduler.priority.flexible_score import FlexiblePriority
 from scheduler.snapshot import Decisions, Snapshot
 
 
