@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from model.job import Job
 from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
-from scheduler.priority.flexible_score import FlexiblePriority
+from scheduler.priority.flexible_score import (
+    AGE_FACTOR,
+    BOOST_VALUE,
+    MAX_SCORE,
+    MIN_SCORE,
+    FlexiblePriority,
+    K,
+)
 from scheduler.snapshot import Decisions, Snapshot
 
 
@@ -50,13 +57,28 @@ from scheduler.snapshot import Decisions, Snapshot
 class FlexibleBackfill:
     """EASY backfilling over :class:`FlexiblePriority` (see the module docstring)."""
 
-    priority: FlexiblePriority = field(default_factory=FlexiblePriority)
+    #: The score's constants, the paper's by default (``scheduler.priority.flexible_score``).
+    age_factor: float = AGE_FACTOR
+    k: float = K
+    max_score: float = MAX_SCORE
+    min_score: float = MIN_SCORE
+    boost_value: float = BOOST_VALUE
     placement: Placement = field(default_factory=lambda: Placement(rule=PlacementRule.FASTEST))
     keep_reservation: bool = True
     name: str = "flexible"
+    priority: FlexiblePriority = field(init=False, repr=False, compare=False)
     _easy: EasyBackfill = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # The score checks its constants (a bad one is a one-line ValueError).
+        score = FlexiblePriority(
+            age_factor=self.age_factor,
+            k=self.k,
+            max_score=self.max_score,
+            min_score=self.min_score,
+            boost_value=self.boost_value,
+        )
+        object.__setattr__(self, "priority", score)
         # Built once: decide() runs at every event of a trace replay.
         order = (
             _ReservedFirst(inner=self.priority, name=self.priority.name)
