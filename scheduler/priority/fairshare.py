@@ -186,6 +186,13 @@ class FairShare:
         The same numbers, computed the same way; what it saves is the decayed
         sum of every other name ever seen, which is most of them on a trace.
         """
+        return {
+            who: Standing(share=share, usage=share - priority, priority=priority)
+            for who, (priority, share) in self._queue_table(snapshot).items()
+        }
+
+    def _queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+        """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`."""
         kind = self.by
         # The job's user or group attribute, read in C: this runs per job per event.
         account = attrgetter(kind)
@@ -193,12 +200,14 @@ class FairShare:
         period = usage.period
         now = snapshot.now
         today = math.ceil(now / period) - 1
-        window_start = (today - self.window + 1) * period
+        window = self.window
+        window_start = (today - window + 1) * period
         wanted = {account(j) for j in snapshot.queue}
         running = {account(r.job) for r in snapshot.running}
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
-        fresh = {w for w in running | wanted if not usage.knows(kind, w)}
+        knows = usage.knows
+        fresh = {w for w in running | wanted if not knows(kind, w)}
         live: dict[str, dict[int, float]] = {}
         if not running.isdisjoint(wanted):
             for run in snapshot.running:
@@ -206,12 +215,32 @@ class FairShare:
                 if who in wanted:
                     _add_live(live, who, run, max(window_start, run.charged_from), now, period)
         listed = dict(self.shares)
-        seen_listed = sum(1 for n in listed if n in fresh or usage.knows(kind, n))
+        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n))
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
-        return {
-            who: self._standing(snapshot, who, listed.get(who, other_share), live, today)
-            for who in wanted
-        }
+        capacity = snapshot.total_cpus * period
+        decay = self.decay
+        scale = self.scale_usage_by_share
+        out: dict[str, tuple[float, float]] = {}
+        for who in wanted:
+            share = listed.get(who, other_share)
+            used = 0.0
+            if capacity > 0:
+                # A name never charged sums to 0.0 from the ledger, as in _standing.
+                running_use = live.get(who)
+                if running_use is None:
+                    raw = (
+                        usage.decayed(kind, who, today, window, decay) if knows(kind, who) else 0.0
+                    )
+                else:
+                    charged = usage.recent(kind, who, today, window)
+                    for k in range(window):
+                        charged[k] += running_use.get(today - k, 0.0)
+                    raw = decayed_sum(charged, decay)
+                used = raw / capacity
+            if scale:
+                used *= share
+            out[who] = (share - used, share)
+        return out
 
     def _other_share(self, unlisted: int) -> float:
         """The share of each of ``unlisted`` names seen but not listed."""
@@ -254,22 +283,22 @@ class FairShare:
 
     def queue_priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """``P = S - U`` of the names with a job in the queue (see :meth:`queue_standings`)."""
-        return {who: s.priority for who, s in self.queue_standings(snapshot).items()}
+        return {who: p for who, (p, _) in self._queue_table(snapshot).items()}
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         """The queue by decreasing ``P``; ties: higher share, earlier submit, arrival order."""
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
-        table = self.queue_standings(snapshot)
         # One key per name, not per job: the per-job part is submit and position.
-        rank = {who: (-round(s.priority, _TIE_DIGITS), -s.share) for who, s in table.items()}
+        rank = {
+            who: (-round(p, _TIE_DIGITS), -share)
+            for who, (p, share) in self._queue_table(snapshot).items()
+        }
         account = attrgetter(self.by)
-        ranked = sorted(
-            range(len(queue)),
-            key=lambda i: (*rank[account(queue[i])], queue[i].submit, i),
-        )
-        return [queue[i] for i in ranked]
+        keys = [(rank[account(job)], job.submit, i) for i, job in enumerate(queue)]
+        keys.sort()
+        return [queue[k[2]] for k in keys]
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call
