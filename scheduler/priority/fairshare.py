@@ -203,17 +203,29 @@ class FairShare:
         window = self.window
         window_start = (today - window + 1) * period
         wanted = {account(j) for j in snapshot.queue}
-        running = {account(r.job) for r in snapshot.running}
+        running: set[str] = set()
+        live: dict[str, dict[int, float]] = {}
+        floor = math.floor
+        for run in snapshot.running:
+            who = account(run.job)
+            running.add(who)
+            if who not in wanted or run.cpus <= 0:
+                continue
+            begin = max(run.start, run.charged_from, window_start)
+            if now <= begin:
+                continue
+            per = live.setdefault(who, {})
+            index = floor(begin / period)
+            if now <= (index + 1) * period:
+                # Within one period (most runs): split_periods' one piece, inlined.
+                per[index] = per.get(index, 0.0) + (now - begin) * run.cpus
+            else:
+                for index, seconds in split_periods(begin, now, period):
+                    per[index] = per.get(index, 0.0) + seconds * run.cpus
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
         knows = usage.knows
         fresh = {w for w in running | wanted if not knows(kind, w)}
-        live: dict[str, dict[int, float]] = {}
-        if not running.isdisjoint(wanted):
-            for run in snapshot.running:
-                who = account(run.job)
-                if who in wanted:
-                    _add_live(live, who, run, max(window_start, run.charged_from), now, period)
         listed = dict(self.shares)
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n))
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
