@@ -49,6 +49,7 @@ from model.job import Job
 from model.machine import Machine, Part, parts_cpus
 from scheduler.lifecycle import JobState, transition
 from scheduler.placement import sort_machines
+from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 
@@ -128,6 +129,8 @@ class SchedulerCore:
         self.counters: dict[str, int] = {}
         # Arrival order of every job, so a requeued job goes back to its place.
         self._order: dict[str, int] = {}
+        # The queue per user and per group, for priority sources that rank names.
+        self._index = QueueIndex(self._order)
         self._requeues: dict[str, int] = {}
         # The most CPUs any queued job ever needed: while the cluster has at least
         # that many, no queued job can be too wide and snapshot() filters nothing.
@@ -259,6 +262,7 @@ class SchedulerCore:
         if state is JobState.QUEUED:
             self._state[job_id] = transition(state, JobState.CANCELLED)
             self._queue = [j for j in self._queue if j.id != job_id]
+            self._index.remove(self._known[job_id])
             self._reservations.pop(job_id, None)
             return self._known[job_id]
         if state is JobState.RUNNING and job_id in self._pending:
@@ -366,9 +370,12 @@ class SchedulerCore:
 
     def snapshot(self, now: float) -> Snapshot:
         queue: Sequence[Job] = self._queue
+        index: QueueIndex | None = self._index
         if self._widest > self._total:
             # Jobs wider than what is left of the cluster wait hidden (module docstring).
             queue = [j for j in self._queue if j.min_cpus <= self._total]
+            if len(queue) < len(self._queue):
+                index = None  # it holds the hidden jobs too
         return Snapshot(
             now=now,
             machines=self._machines,
@@ -379,6 +386,7 @@ class SchedulerCore:
             total_cpus=self._total,
             speeds=self._speeds,
             reservations=self._reservations,
+            by_account=index,
         )
 
     def schedule(self, now: float) -> Decisions:
@@ -391,6 +399,8 @@ class SchedulerCore:
             for start in decisions.starts:
                 self._apply_start(start.job, start.parts, now, started)
             self._queue = [j for j in self._queue if j.id not in started]
+            for start in decisions.starts:
+                self._index.remove(start.job)
         self._reservations = {r.job.id: r for r in decisions.reservations}
         for key, value in decisions.counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
@@ -408,6 +418,7 @@ class SchedulerCore:
         self._order[job.id] = len(self._order)
         self._widest = max(self._widest, job.min_cpus)
         self._queue.append(job)
+        self._index.add(job)
 
     def _lose_running(self, run: RunningJob, now: float) -> Left:
         del self._running[run.job.id]
@@ -429,6 +440,7 @@ class SchedulerCore:
         self._widest = max(self._widest, job.min_cpus)
         order = self._order
         bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
+        self._index.add(job)
         return Left(job, start, now, parts, JobState.QUEUED)
 
     def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:

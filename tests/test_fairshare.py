@@ -8,7 +8,7 @@ the way it does in a run: charged to the ledger when each job finishes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -472,3 +472,38 @@ def test_order_is_a_permutation_sorted_by_priority(
     assert ranks == sorted(ranks, reverse=True)
     # Deterministic: the same snapshot gives the same order.
     assert list(fs.order(snap)) == list(order)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    jobs=st.lists(
+        st.tuples(USERS, st.integers(1, 4), st.sampled_from([0.0, 1.0, 2.0]), st.booleans()),
+        max_size=25,
+    ),
+    steps=st.lists(st.floats(0, 2 * DAY), min_size=1, max_size=6),
+    by=st.sampled_from(["user", "group"]),
+)
+def test_the_cores_per_name_queue_gives_the_same_order_as_sorting_jobs(
+    jobs: list[tuple[str, int, float, bool]], steps: list[float], by: str
+) -> None:
+    # The fast path (names sorted, their queued jobs concatenated, ties merged)
+    # against the per-job sort, on queues the core really keeps: with running
+    # jobs, charged usage, and names tied at the same share and usage.
+    fs = FairShare(shares=(("a", 0.5),), by="group" if by == "group" else "user")
+    core = SchedulerCore(policy=HeadFirst(priority=fs), machines=[Machine(id="m", cpus=4)])
+    for i, (user, procs, submit, odd) in enumerate(sorted(jobs, key=lambda j: j[2])):
+        core.submit(
+            job(f"j{i}", user=user, group="g1" if odd else "g2", procs=procs, submit=submit)
+        )
+    now = 2.0
+    for step in sorted(steps):
+        now = max(now, step)
+        for run in list(core.running):
+            if run.est_end <= now:
+                core.finished(run.job.id, now)
+        snap = core.snapshot(now)
+        assert snap.by_account is not None
+        fast = list(fs.order(snap))
+        slow = list(fs.order(replace(snap, by_account=None)))
+        assert [j.id for j in fast] == [j.id for j in slow]
+        core.schedule(now)

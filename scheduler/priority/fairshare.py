@@ -66,6 +66,7 @@ not change with the speed-up (the twin's schedules are compared job by job).
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
+from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import RunningJob, Snapshot
 from scheduler.usage import decayed_sum, split_periods
 
@@ -202,7 +204,12 @@ class FairShare:
         today = math.ceil(now / period) - 1
         window = self.window
         window_start = (today - window + 1) * period
-        wanted = {account(j) for j in snapshot.queue}
+        by_name = snapshot.by_account
+        wanted = (
+            set(by_name.names(kind))
+            if by_name is not None
+            else {account(j) for j in snapshot.queue}
+        )
         running: set[str] = set()
         live: dict[str, dict[int, float]] = {}
         floor = math.floor
@@ -302,6 +309,9 @@ class FairShare:
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
+        index = snapshot.by_account
+        if index is not None and index.submit_sorted:
+            return self._order_by_name(snapshot, index)
         # One key per name, not per job: the per-job part is submit and position.
         rank = {
             who: (-round(p, _TIE_DIGITS), -share)
@@ -311,6 +321,38 @@ class FairShare:
         keys = [(rank[account(job)], job.submit, i) for i, job in enumerate(queue)]
         keys.sort()
         return [queue[k[2]] for k in keys]
+
+    def _order_by_name(self, snapshot: Snapshot, index: QueueIndex) -> list[Job]:
+        """:meth:`order` from the core's per-name queue: the same order, built by
+        sorting names, not jobs.
+
+        The per-job sort key is ``(rank of the name, submit, position)``, and each
+        name's list is already in submit-then-position order (``submit_sorted``),
+        so the order is the names' lists one after the other by rank; names of
+        equal rank have their lists merged by ``(submit, position)``.
+        """
+        kind = self.by
+        rank = {
+            who: (-round(p, _TIE_DIGITS), -share)
+            for who, (p, share) in self._queue_table(snapshot).items()
+        }
+        names = sorted(rank, key=rank.__getitem__)
+        out: list[Job] = []
+        k = 0
+        while k < len(names):
+            tied = k + 1
+            while tied < len(names) and rank[names[tied]] == rank[names[k]]:
+                tied += 1
+            if tied == k + 1:
+                out += index.jobs(kind, names[k])
+            else:
+                arrival = index.arrival
+                out += heapq.merge(
+                    *(index.jobs(kind, n) for n in names[k:tied]),
+                    key=lambda j: (j.submit, arrival(j.id)),
+                )
+            k = tied
+        return out
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call
