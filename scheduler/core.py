@@ -242,6 +242,8 @@ class SchedulerCore:
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
         run = self._running.pop(job_id, None)
+        if run is not None:
+            self._index.remove_running(run)
         if run is None:
             if job_id in self._pending:
                 return self._end_pending(
@@ -269,6 +271,7 @@ class SchedulerCore:
             return self._end_pending(job_id, now, JobState.CANCELLED)
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
+            self._index.remove_running(run)
             self._unlist(run)
             self._state[job_id] = transition(state, JobState.CANCELLED)
             for part in run.parts:
@@ -352,6 +355,7 @@ class SchedulerCore:
             charged_from=pending.start,
         )
         self._running[job_id] = run
+        self._started(run)
         bisect.insort_right(self._by_end, run, key=_end_key)
         return run
 
@@ -422,6 +426,7 @@ class SchedulerCore:
 
     def _lose_running(self, run: RunningJob, now: float) -> Left:
         del self._running[run.job.id]
+        self._index.remove_running(run)
         self._unlist(run)
         for part in run.parts:
             self._free[part.machine] += part.cpus
@@ -501,6 +506,7 @@ class SchedulerCore:
             charged_from=now,
         )
         self._running[job.id] = run
+        self._started(run)
         bisect.insort_right(self._by_end, run, key=_end_key)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
@@ -528,6 +534,12 @@ class SchedulerCore:
         run.est_end = now + (job.walltime - run.est_done) / run.rate
         run.charged_from = now
         bisect.insort_right(self._by_end, run, key=_end_key)
+
+    def _started(self, run: RunningJob) -> None:
+        self._index.add_running(run)
+        # The ledger knows every name that ever held CPUs from the moment it does,
+        # so fair-share counts names seen without walking the running jobs.
+        self.usage.note(user=run.job.user, group=run.job.group)
 
     def _unlist(self, run: RunningJob) -> None:
         i = bisect.bisect_left(self._by_end, run.est_end, key=_end_key)

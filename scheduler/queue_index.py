@@ -1,11 +1,13 @@
-"""The queue grouped by user and by group, kept up to date by the core.
+"""The queue and the running jobs grouped by user and by group, kept by the core.
 
 Fair-share ranks names, not jobs: every queued job of one user has the same
 priority, and among themselves they keep submit and arrival order. With the
 queue kept per name in arrival order, a priority source can order the whole
 queue by sorting the few names that have jobs waiting and concatenating their
 lists, instead of building and sorting a key per job at every event (issue 7:
-a replay spent most of its time there).
+a replay spent most of its time there). The running jobs per name let it
+add the use so far of the queued names' running jobs without walking every
+running job.
 
 The core updates the index as jobs enter and leave the queue and hands it to
 policies in the snapshot (``Snapshot.by_account``), only while the snapshot's
@@ -18,8 +20,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from model.job import Job
+
+if TYPE_CHECKING:  # the snapshot module holds the index; no import cycle at run time
+    from scheduler.snapshot import RunningJob
 
 KINDS = ("user", "group")
 
@@ -27,12 +33,31 @@ KINDS = ("user", "group")
 class QueueIndex:
     """Queued jobs per user and per group, in arrival order (``order``: job id to arrival)."""
 
-    __slots__ = ("_lists", "_order", "submit_sorted")
+    __slots__ = ("_lists", "_order", "_running", "submit_sorted")
 
     def __init__(self, order: Mapping[str, int]) -> None:
         self._order = order
         self._lists: dict[str, dict[str, list[Job]]] = {kind: {} for kind in KINDS}
+        self._running: dict[str, dict[str, dict[str, RunningJob]]] = {kind: {} for kind in KINDS}
         self.submit_sorted = True
+
+    def running(self, kind: str, name: str) -> Iterable[RunningJob]:
+        """The running jobs of ``name`` (in start order)."""
+        jobs = self._running[kind].get(name)
+        return jobs.values() if jobs is not None else ()
+
+    def add_running(self, run: RunningJob) -> None:
+        job = run.job
+        for kind, name in (("user", job.user), ("group", job.group)):
+            self._running[kind].setdefault(name, {})[job.id] = run
+
+    def remove_running(self, run: RunningJob) -> None:
+        job = run.job
+        for kind, name in (("user", job.user), ("group", job.group)):
+            runs = self._running[kind][name]
+            del runs[job.id]
+            if not runs:
+                del self._running[kind][name]
 
     def names(self, kind: str) -> Iterable[str]:
         """Users (or groups) with at least one queued job."""

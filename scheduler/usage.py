@@ -28,10 +28,14 @@ class UsageLedger:
     def period(self) -> float:
         return self._period
 
-    def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
-        """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
+    def note(self, *, user: str, group: str) -> None:
+        """Know ``user`` and ``group`` (a job of theirs took CPUs), charging nothing yet."""
         self._names["user"].setdefault(user, None)
         self._names["group"].setdefault(group, None)
+
+    def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
+        """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
+        self.note(user=user, group=group)
         if end <= start or cpus <= 0:
             return
         self._memo.pop(("user", user), None)
@@ -65,15 +69,15 @@ class UsageLedger:
         return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
 
     def knows(self, kind: str, name: str) -> bool:
-        """Whether ``name`` (a user or group) was ever charged."""
+        """Whether ``name`` (a user or group) was ever charged or noted."""
         return name in self._names[kind]
 
     def count(self, kind: str) -> int:
-        """How many users or groups were ever charged."""
+        """How many users or groups were ever charged or noted."""
         return len(self._names[kind])
 
     def names(self, kind: str) -> list[str]:
-        """Every user or group ever charged, in first-seen order."""
+        """Every user or group ever charged or noted, in first-seen order."""
         return list(self._names[kind])
 
 

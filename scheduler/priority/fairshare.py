@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
@@ -210,12 +210,17 @@ class FairShare:
             if by_name is not None
             else {account(j) for j in snapshot.queue}
         )
-        running: set[str] = set()
         live: dict[str, dict[int, float]] = {}
         floor = math.floor
-        for run in snapshot.running:
+        if by_name is not None:
+            # The core noted every running job's names in the ledger when it started.
+            running: set[str] = set()
+            runs: Iterable[RunningJob] = [r for w in wanted for r in by_name.running(kind, w)]
+        else:
+            running = {account(r.job) for r in snapshot.running}
+            runs = snapshot.running
+        for run in runs:
             who = account(run.job)
-            running.add(who)
             if who not in wanted or run.cpus <= 0:
                 continue
             begin = max(run.start, run.charged_from, window_start)
