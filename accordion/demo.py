@@ -34,6 +34,7 @@ from accordion.client import connect
 from accordion.cluster import LocalCluster, scrape
 from accordion.processes import UpError
 from accordion.replay import Arrival, Changed, ReplayState, arrivals, replay_and_follow
+from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL
 from model.job import Job
 from model.machine import Part
@@ -259,7 +260,6 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
         if not segments:  # a job that ended the instant it started (or was resized)
             segments = (Segment(row.start, row.end, sum(p.cpus for p in steps[-1][1])),)
         first = steps[0][1] or row.parts
-        pace = min(speeds[p.machine] for p in first)
         spec = row.spec
         outcomes.append(
             JobOutcome(
@@ -268,7 +268,9 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
                 end=row.end,
                 parts=first,
                 segments=segments,
-                expanded_runtime=spec.work * spec.ref_speed / pace,
+                expanded_runtime=Allocation.of(first, speeds).expanded_runtime(
+                    spec.work, spec.ref_speed
+                ),
                 failed=row.state is JobState.FAILED,
             )
         )

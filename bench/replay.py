@@ -1,6 +1,10 @@
 """Benchmark: replay real traces through the twin under each policy.
 
-Run on demand (not a test): ``.venv/bin/python bench/replay.py``. Each replay
+Run on demand (not a test): ``.venv/bin/python bench/replay.py``. It first
+sets the twin's EASY beside a textbook EASY loop (``bench/textbook_easy.py``)
+on the same jobs, checks job by job that both compute the same schedule (or
+the yardstick would not measure the same work), and shows what a priority
+source costs over plain EASY (issue 7's targets: 1.5x and 2x). Each replay
 runs in a fresh child process so its peak memory (VmHWM) is its own; the
 table shows jobs per second, events per second, the decision time per event,
 wall time and peak memory, and for the issue's targets the fraction of the
@@ -69,18 +73,124 @@ def child(trace: str, policy: str) -> None:
     )
 
 
+YARDSTICK_TRACES = ("KTH-SP2", "CTC-SP2")
+#: Issue 7's targets: EASY within 1.5x of the textbook loop; a priority source at most 2x EASY.
+YARDSTICK_TARGET = 1.5
+PRIORITY_TARGET = 2.0
+PRIORITY_SPECS = ("easy:fairshare", "easy:multifactor")
+REPEATS = 3
+
+
+def yardstick(trace: str) -> None:
+    """Runs in the child: the twin's EASY against the textbook loop on one trace, and
+    EASY with each priority source, best CPU time of ``REPEATS`` interleaved runs each
+    (interleaved so a neighbour's burst of work hits both sides alike)."""
+    import gc
+
+    from textbook_easy import textbook_easy  # beside this file, on sys.path[0]
+
+    from accordion.runs import load_workload
+    from scheduler.policies.registry import build_policy
+    from twin.simulate import simulate
+
+    workload = load_workload(PWA / TRACES[trace], cluster=None, jobs=None)
+    gc.collect()
+    gc.freeze()
+    (machine,) = workload.machines
+    best: dict[str, float] = {}
+    schedules: dict[str, dict[str, float]] = {}
+    specs = ("textbook", "easy", *PRIORITY_SPECS)
+    for _ in range(REPEATS):
+        for spec in specs:
+            cpu0 = time.process_time()
+            if spec == "textbook":
+                starts = textbook_easy(workload.jobs, machine.cpus)
+            else:
+                result = simulate(
+                    workload.jobs, machines=workload.machines, policy=build_policy(spec)
+                )
+                starts = {o.job.id: o.start for o in result.outcomes}
+            cpu = time.process_time() - cpu0
+            best[spec] = min(best.get(spec, cpu), cpu)
+            schedules[spec] = starts
+    ours, book = schedules["easy"], schedules["textbook"]
+    differ = sum(1 for j, t in ours.items() if book.get(j) != t) + len(book.keys() - ours.keys())
+    print(json.dumps({"jobs": len(ours), "cpu": best, "differ": differ}))
+
+
+def yardstick_table(console: Console, traces: list[str]) -> None:
+    table = Table(
+        title=f"EASY against a textbook EASY loop (bench/textbook_easy.py); "
+        f"CPU seconds of the replay, best of {REPEATS} interleaved runs"
+    )
+    for col in (
+        "trace",
+        "jobs",
+        "textbook s",
+        "easy s",
+        "easy / textbook",
+        "same schedule",
+        *(f"{spec} s" for spec in PRIORITY_SPECS),
+        *(f"{spec} / easy" for spec in PRIORITY_SPECS),
+    ):
+        table.add_column(col, justify="right")
+    for trace in traces:
+        console.print(f"yardstick on {trace} ...", style="dim")
+        proc = subprocess.run(
+            [sys.executable, __file__, "--yardstick-child", trace],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            console.print(f"[red]{trace} yardstick failed:[/] {proc.stderr.strip()[-500:]}")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        cpu = r["cpu"]
+        ratio = cpu["easy"] / cpu["textbook"]
+        table.add_row(
+            trace,
+            f"{r['jobs']:,}",
+            f"{cpu['textbook']:.2f}",
+            f"{cpu['easy']:.2f}",
+            _against(ratio, YARDSTICK_TARGET),
+            "yes, job by job" if r["differ"] == 0 else f"[red]no: {r['differ']} jobs differ",
+            *(f"{cpu[spec]:.2f}" for spec in PRIORITY_SPECS),
+            *(_against(cpu[spec] / cpu["easy"], PRIORITY_TARGET) for spec in PRIORITY_SPECS),
+        )
+    console.print(table)
+
+
+def _against(ratio: float, target: float) -> str:
+    mark = "" if ratio <= target else " [red](over)[/]"
+    return f"{ratio:.2f}x (target <= {target}x){mark}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default="KTH-SP2,SDSC-SP2,CTC-SP2,SDSC-BLUE")
     parser.add_argument("--policies", default="fcfs,fifo-backfill,easy,conservative")
+    parser.add_argument(
+        "--yardstick",
+        default=",".join(YARDSTICK_TRACES),
+        help="traces for the textbook-EASY and priority-cost table ('' to skip)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("TRACE", "POLICY"), help=argparse.SUPPRESS)
+    parser.add_argument("--yardstick-child", metavar="TRACE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    if args.yardstick_child:
+        yardstick(args.yardstick_child)
+        return
     if not PWA.is_dir():
         sys.exit(f"bench: {PWA} not found (the shared traces sit beside the checkout)")
     console = Console(width=None if sys.stdout.isatty() else 200)
+    if args.yardstick:
+        yardstick_table(console, args.yardstick.split(","))
+    if not args.policies:
+        return
     table = Table(title="twin replay of real traces (whole trace, one process each)")
     for col in (
         "trace",

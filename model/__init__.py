@@ -5,7 +5,8 @@ agents all build on these value types, so a number means the same thing
 everywhere (see ``../shared/DESIGN.md``, "The spine", points 1 and 4).
 """
 
+from model.allocation import Allocation
 from model.job import Job
-from model.machine import Machine, Part, parts_cpus, parts_min_speed
+from model.machine import Machine, Part, parts_cpus
 
-__all__ = ["Job", "Machine", "Part", "parts_cpus", "parts_min_speed"]
+__all__ = ["Allocation", "Job", "Machine", "Part", "parts_cpus"]

@@ -1,15 +1,14 @@
 """Machines and allocations.
 
 A machine has a CPU count and a benchmark speed (EG-EDF paper, sec. 2: ``R_m``
-and ``BM_m``). An allocation is a tuple of parts ``(machine, cpus)``; a job
-whose parts span machines proceeds at the pace of its slowest part
-(DESIGN.md, "Heterogeneous speed").
+and ``BM_m``). An allocation is a tuple of parts ``(machine, cpus)``; its pace,
+rate and the rest are ``model.allocation``'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -46,8 +45,3 @@ class Part:
 def parts_cpus(parts: Iterable[Part]) -> int:
     """Total CPUs of an allocation."""
     return sum(p.cpus for p in parts)
-
-
-def parts_min_speed(parts: Iterable[Part], speeds: Mapping[str, float]) -> float:
-    """Speed of the slowest machine of an allocation: the pace of the whole job."""
-    return min(speeds[p.machine] for p in parts)

@@ -1,8 +1,11 @@
-"""Small helpers policies share to book CPUs on a scratch copy of the free map."""
+"""Small helpers policies share to book CPUs on a scratch copy of the free map.
+
+An allocation's speed, CPUs and rate are ``model.allocation``'s, not here.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 
 from model.job import Job
 from model.machine import Machine, Part
@@ -20,13 +23,6 @@ def give(free: MutableMapping[str, int], parts: tuple[Part, ...]) -> None:
     """Return ``parts`` to ``free``."""
     for p in parts:
         free[p.machine] += p.cpus
-
-
-def pace(parts: tuple[Part, ...], speeds: Mapping[str, float]) -> float:
-    """The speed of an allocation: its slowest machine's."""
-    if len(parts) == 1:
-        return speeds[parts[0].machine]
-    return min(speeds[p.machine] for p in parts)
 
 
 def start_while_fit(

@@ -43,11 +43,13 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
 from scheduler.lifecycle import JobState, transition
 from scheduler.placement import sort_machines
+from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 
@@ -127,6 +129,8 @@ class SchedulerCore:
         self.counters: dict[str, int] = {}
         # Arrival order of every job, so a requeued job goes back to its place.
         self._order: dict[str, int] = {}
+        # The queue per user and per group, for priority sources that rank names.
+        self._index = QueueIndex(self._order)
         self._requeues: dict[str, int] = {}
         # The most CPUs any queued job ever needed: while the cluster has at least
         # that many, no queued job can be too wide and snapshot() filters nothing.
@@ -238,6 +242,8 @@ class SchedulerCore:
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
         run = self._running.pop(job_id, None)
+        if run is not None:
+            self._index.remove_running(run)
         if run is None:
             if job_id in self._pending:
                 return self._end_pending(
@@ -258,12 +264,14 @@ class SchedulerCore:
         if state is JobState.QUEUED:
             self._state[job_id] = transition(state, JobState.CANCELLED)
             self._queue = [j for j in self._queue if j.id != job_id]
+            self._index.remove(self._known[job_id])
             self._reservations.pop(job_id, None)
             return self._known[job_id]
         if state is JobState.RUNNING and job_id in self._pending:
             return self._end_pending(job_id, now, JobState.CANCELLED)
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
+            self._index.remove_running(run)
             self._unlist(run)
             self._state[job_id] = transition(state, JobState.CANCELLED)
             for part in run.parts:
@@ -333,7 +341,7 @@ class SchedulerCore:
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
         cpus = self._take(job, parts)
         del self._pending[job_id]
-        rate = self._rate(job, parts, cpus)
+        rate = self._rate(job, parts)
         done = min(job.walltime, max(now - pending.start, 0.0) * rate)
         run = RunningJob(
             job=job,
@@ -347,6 +355,7 @@ class SchedulerCore:
             charged_from=pending.start,
         )
         self._running[job_id] = run
+        self._started(run)
         bisect.insort_right(self._by_end, run, key=_end_key)
         return run
 
@@ -365,9 +374,12 @@ class SchedulerCore:
 
     def snapshot(self, now: float) -> Snapshot:
         queue: Sequence[Job] = self._queue
+        index: QueueIndex | None = self._index
         if self._widest > self._total:
             # Jobs wider than what is left of the cluster wait hidden (module docstring).
             queue = [j for j in self._queue if j.min_cpus <= self._total]
+            if len(queue) < len(self._queue):
+                index = None  # it holds the hidden jobs too
         return Snapshot(
             now=now,
             machines=self._machines,
@@ -378,6 +390,7 @@ class SchedulerCore:
             total_cpus=self._total,
             speeds=self._speeds,
             reservations=self._reservations,
+            by_account=index,
         )
 
     def schedule(self, now: float) -> Decisions:
@@ -390,6 +403,8 @@ class SchedulerCore:
             for start in decisions.starts:
                 self._apply_start(start.job, start.parts, now, started)
             self._queue = [j for j in self._queue if j.id not in started]
+            for start in decisions.starts:
+                self._index.remove(start.job)
         self._reservations = {r.job.id: r for r in decisions.reservations}
         for key, value in decisions.counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
@@ -407,9 +422,11 @@ class SchedulerCore:
         self._order[job.id] = len(self._order)
         self._widest = max(self._widest, job.min_cpus)
         self._queue.append(job)
+        self._index.add(job)
 
     def _lose_running(self, run: RunningJob, now: float) -> Left:
         del self._running[run.job.id]
+        self._index.remove_running(run)
         self._unlist(run)
         for part in run.parts:
             self._free[part.machine] += part.cpus
@@ -428,6 +445,7 @@ class SchedulerCore:
         self._widest = max(self._widest, job.min_cpus)
         order = self._order
         bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
+        self._index.add(job)
         return Left(job, start, now, parts, JobState.QUEUED)
 
     def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:
@@ -464,15 +482,8 @@ class SchedulerCore:
             )
         return cpus
 
-    def _rate(self, job: Job, parts: tuple[Part, ...], cpus: int) -> float:
-        speed = min(self._speeds[p.machine] for p in parts)
-        return self.execution.rate(
-            procs=job.procs,
-            cpus=cpus,
-            speed=speed,
-            ref_speed=job.ref_speed,
-            cpu_util=job.cpu_util,
-        )
+    def _rate(self, job: Job, parts: tuple[Part, ...]) -> float:
+        return Allocation.of(parts, self._speeds).rate(job, self.execution)
 
     def _apply_start(
         self, job: Job, parts: tuple[Part, ...], now: float, started: set[str]
@@ -482,7 +493,7 @@ class SchedulerCore:
         cpus = self._take(job, parts)
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
         started.add(job.id)
-        rate = self._rate(job, parts, cpus)
+        rate = self._rate(job, parts)
         run = RunningJob(
             job=job,
             parts=parts,
@@ -495,6 +506,7 @@ class SchedulerCore:
             charged_from=now,
         )
         self._running[job.id] = run
+        self._started(run)
         bisect.insort_right(self._by_end, run, key=_end_key)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
@@ -515,13 +527,19 @@ class SchedulerCore:
         self._charge(run, now)
         run.est_done = min(job.walltime, run.est_done + (now - run.changed) * run.rate)
         run.changed = now
-        run.rate = self._rate(job, parts, cpus)
+        run.rate = self._rate(job, parts)
         run.parts = parts
         run.cpus = cpus
         self._unlist(run)
         run.est_end = now + (job.walltime - run.est_done) / run.rate
         run.charged_from = now
         bisect.insort_right(self._by_end, run, key=_end_key)
+
+    def _started(self, run: RunningJob) -> None:
+        self._index.add_running(run)
+        # The ledger knows every name that ever held CPUs from the moment it does,
+        # so fair-share counts names seen without walking the running jobs.
+        self.usage.note(user=run.job.user, group=run.job.group)
 
     def _unlist(self, run: RunningJob) -> None:
         i = bisect.bisect_left(self._by_end, run.est_end, key=_end_key)

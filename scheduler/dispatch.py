@@ -12,6 +12,7 @@ MPL it runs at.
 from __future__ import annotations
 
 from broker.messages import ResizePart, StartPart
+from model.allocation import Allocation
 from scheduler.context import Context
 from scheduler.core import PolicyError
 from scheduler.lifecycle import JobState
@@ -30,16 +31,19 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             raise PolicyError(f"policy moved job {job_id!r} to other machines")
         ctx.journal.record_parts(job_id, now, resize.parts)
         ctx.placements.resize(job_id, resize.parts)
-        pace = min(speeds[p.machine] for p in resize.parts)
-        total = sum(p.cpus for p in resize.parts)
+        alloc = Allocation.of(resize.parts, speeds)
         for p in resize.parts:
             ctx.command(
                 p.machine,
                 ResizePart(
-                    job_id=job_id, cpus=p.cpus, pace=pace, job_cpus=total, attempt=live.attempt
+                    job_id=job_id,
+                    cpus=p.cpus,
+                    pace=alloc.pace,
+                    job_cpus=alloc.cpus,
+                    attempt=live.attempt,
                 ),
             )
-        ctx.event(job_id, "resized", now, f"{total} CPUs")
+        ctx.event(job_id, "resized", now, f"{alloc.cpus} CPUs")
     issued = ctx.wall()
     for start in decisions.starts:
         job_id = start.job.id
@@ -47,8 +51,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         attempt = ctx.attempt(job_id)
         ctx.journal.record_start(job_id, now, start.parts)
         ctx.placements.track(job_id, start.parts, attempt)
-        pace = min(speeds[p.machine] for p in start.parts)
-        total = sum(p.cpus for p in start.parts)
+        alloc = Allocation.of(start.parts, speeds)
         n = len(start.parts)
         for i, p in enumerate(start.parts):
             ctx.command(
@@ -56,11 +59,11 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                 StartPart(
                     job=spec,
                     cpus=p.cpus,
-                    pace=pace,
+                    pace=alloc.pace,
                     part=i,
                     parts=n,
                     time_scale=ctx.time_scale,
-                    job_cpus=total,
+                    job_cpus=alloc.cpus,
                     attempt=attempt,
                     issued=issued,
                 ),

@@ -6,11 +6,13 @@ each machine are free at every instant from ``now`` on, given the running
 jobs' estimated ends and the reservations already booked. The profile is that
 step function: a sorted list of breakpoint times and, for every machine, a
 column of free-CPU counts, one per breakpoint; the value at a breakpoint
-holds until the next one, and the last value holds for ever.
+holds until the next one, and the last value holds for ever. The step
+function's own operations (search, split, merge) are
+``scheduler.step_function``'s, shared with EG-EDF's one-machine timelines.
 
 It starts as the snapshot's free map at ``now`` plus every running job's CPUs
 given back at its estimated end. An overdue end (a job that outlived its
-estimate) counts as ``now``, like :func:`scheduler.reservation.releases_in_order`
+estimate) counts as ``now``, like :func:`scheduler.easy_shadow.releases_in_order`
 and EASY's shadow time: the job is expected to end any moment. The value at
 ``now`` is therefore an optimistic *plan*, not the CPUs free this instant; a
 policy that starts a job now checks it against the real free map too.
@@ -55,11 +57,12 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import pace
+from scheduler.easy_shadow import releases_in_order
 from scheduler.placement import Placement
-from scheduler.reservation import releases_in_order
+from scheduler.step_function import merge, scan, split
 
 Booking = tuple[float, float, tuple[Part, ...]]
 """``(start, end, parts)``: ``parts`` held over ``[start, end)``."""
@@ -223,33 +226,8 @@ class Profile:
         nb: float,
         cap: float = math.inf,
     ) -> int:
-        """Index of the first candidate in ``[first, stop)`` with ``col >= cpus`` over its window.
-
-        Candidate ``i`` starts at ``max(times[i], nb)``; its window is
-        ``[t, min(t + duration, cap))``. -1 if none.
-        """
-        # The hot loop of a trace replay: locals only, no allocation.
-        times = self._times
-        n = len(times)
-        i = first
-        while i < stop:
-            if col[i] < cpus:
-                i += 1
-                continue
-            t = times[i] if times[i] > nb else nb
-            end = t + duration
-            if cap < end:  # noqa: PLR1730 -- no builtin call per candidate in the hot loop
-                end = cap
-            j = i + 1
-            while j < n and times[j] < end:
-                if col[j] < cpus:
-                    break
-                j += 1
-            else:
-                return i
-            # Every candidate up to j has j inside its window: resume after it.
-            i = j + 1
-        return -1
+        """:func:`scheduler.step_function.scan` over this profile's breakpoints."""
+        return scan(self._times, col, cpus, duration, first, stop, nb, cap)
 
     def _earliest_many(
         self,
@@ -518,34 +496,14 @@ class Profile:
             raise ValueError(f"time {t} is before the profile's start {self._times[0]}")
         return i
 
+    def _lists(self) -> list[list[int]]:
+        """Every column the breakpoints index: the machines', and the totals' if apart."""
+        return self._cols if len(self._cols) == 1 else [*self._cols, self._total]
+
     def _split(self, t: float) -> int:
         """Index of a breakpoint at ``t``, inserting one (same values as before it) if needed."""
-        times = self._times
-        i = bisect_left(times, t)
-        if i < len(times) and times[i] == t:
-            return i
-        if i == 0:
-            raise ValueError(f"time {t} is before the profile's start {times[0]}")
-        times.insert(i, t)
-        cols = self._cols
-        for col in cols:
-            col.insert(i, col[i - 1])
-        if len(cols) > 1:
-            tot = self._total
-            tot.insert(i, tot[i - 1])
-        return i
+        return split(self._times, self._lists(), t)
 
     def _merge(self, i: int) -> None:
         """Drop breakpoint ``i`` if it changes nothing (never the first one, ``now``)."""
-        times = self._times
-        if not 0 < i < len(times):
-            return
-        cols = self._cols
-        for col in cols:
-            if col[i] != col[i - 1]:
-                return
-        del times[i]
-        for col in cols:
-            del col[i]
-        if len(cols) > 1:
-            del self._total[i]
+        merge(self._times, self._lists(), i)

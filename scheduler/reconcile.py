@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 
 from broker.messages import ResizePart
+from model.allocation import Allocation
 from scheduler.context import Context
 from scheduler.journal import JournalState
 from scheduler.lifecycle import JobState
@@ -87,8 +88,7 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
             ctx.job_lost(job_id, now, "its parts no longer fit its machines")
             continue
         log.info("job %s reconciled on %s", job_id, [p.machine for p in pending.parts])
-        pace = min(core.speeds[p.machine] for p in pending.parts)
-        total = sum(p.cpus for p in pending.parts)
+        alloc = Allocation.of(pending.parts, core.speeds)
         for p in pending.parts:
             if live.announced.get(p.machine, p.cpus) != p.cpus:
                 ctx.command(
@@ -96,8 +96,8 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
                     ResizePart(
                         job_id=job_id,
                         cpus=p.cpus,
-                        pace=pace,
-                        job_cpus=total,
+                        pace=alloc.pace,
+                        job_cpus=alloc.cpus,
                         attempt=live.attempt,
                     ),
                 )

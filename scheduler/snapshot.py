@@ -16,6 +16,7 @@ from typing import Protocol
 
 from model.job import Job
 from model.machine import Machine, Part
+from scheduler.queue_index import QueueIndex
 
 
 @dataclass(slots=True, kw_only=True)
@@ -48,6 +49,14 @@ class UsageView(Protocol):
 
     def names(self, kind: str) -> list[str]: ...
 
+    def recent(self, kind: str, name: str, last: int, count: int) -> list[float]: ...
+
+    def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float: ...
+
+    def knows(self, kind: str, name: str) -> bool: ...
+
+    def count(self, kind: str) -> int: ...
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
@@ -65,6 +74,9 @@ class Snapshot:
     #: The reservations the policy returned last time, by job id: a policy that
     #: promises start times (conservative, EASY's head) reads them to keep its word.
     reservations: Mapping[str, Reservation]
+    #: The queue per user and per group (``scheduler.queue_index``), when the core
+    #: keeps one and ``queue`` is all of it; None otherwise (and in hand-built snapshots).
+    by_account: QueueIndex | None = None
 
 
 @dataclass(frozen=True, slots=True)

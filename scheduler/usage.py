@@ -22,17 +22,24 @@ class UsageLedger:
         self._period = period
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
+        self._memo: dict[tuple[str, str], tuple[tuple[int, int, float], float]] = {}
 
     @property
     def period(self) -> float:
         return self._period
 
-    def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
-        """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
+    def note(self, *, user: str, group: str) -> None:
+        """Know ``user`` and ``group`` (a job of theirs took CPUs), charging nothing yet."""
         self._names["user"].setdefault(user, None)
         self._names["group"].setdefault(group, None)
+
+    def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
+        """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
+        self.note(user=user, group=group)
         if end <= start or cpus <= 0:
             return
+        self._memo.pop(("user", user), None)
+        self._memo.pop(("group", group), None)
         for index, seconds in split_periods(start, end, self._period):
             amount = seconds * cpus
             self._charged["user", user, index] += amount
@@ -42,8 +49,35 @@ class UsageLedger:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
         return self._charged.get((kind, name, period_index), 0.0)
 
+    def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float:
+        """:func:`decayed_sum` of :meth:`recent`, remembered until ``name`` is charged again.
+
+        Fair-share asks this of every queued name at every event, and most of
+        them have not been charged since the last time.
+        """
+        key = (kind, name)
+        memo = self._memo.get(key)
+        if memo is not None and memo[0] == (last, count, decay):
+            return memo[1]
+        value = decayed_sum(self.recent(kind, name, last, count), decay)
+        self._memo[key] = ((last, count, decay), value)
+        return value
+
+    def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
+        """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
+        charged = self._charged
+        return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
+
+    def knows(self, kind: str, name: str) -> bool:
+        """Whether ``name`` (a user or group) was ever charged or noted."""
+        return name in self._names[kind]
+
+    def count(self, kind: str) -> int:
+        """How many users or groups were ever charged or noted."""
+        return len(self._names[kind])
+
     def names(self, kind: str) -> list[str]:
-        """Every user or group ever charged, in first-seen order."""
+        """Every user or group ever charged or noted, in first-seen order."""
         return list(self._names[kind])
 
 
@@ -59,3 +93,12 @@ def split_periods(start: float, end: float, period: float) -> list[tuple[int, fl
         t = upto
         index += 1
     return out
+
+
+def decayed_sum(values: list[float], decay: float) -> float:
+    """``sum(decay**k * values[k])``, newest first, added in that order (so a cached
+    sum and a fresh one are the same float)."""
+    raw = 0.0
+    for k, value in enumerate(values):
+        raw += decay**k * value
+    return raw

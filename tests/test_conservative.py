@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import pace
 from scheduler.core import SchedulerCore
 from scheduler.placement import Placement, PlacementRule, sort_machines
 from scheduler.policies.conservative import ConservativeBackfill

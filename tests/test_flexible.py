@@ -16,7 +16,7 @@ from model.metrics import compute_metrics
 from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.flexible import FlexibleBackfill
-from scheduler.priority.flexible import (
+from scheduler.priority.flexible_score import (
     AGE_FACTOR,
     BOOST_VALUE,
     MAX_SCORE,

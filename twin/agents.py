@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from model.allocation import Allocation
 from model.execution import ExecutionModel
 from model.job import Job
 from model.machine import Part
@@ -24,13 +25,12 @@ class ModelError(ValueError):
 @dataclass(slots=True)
 class _Progress:
     job: Job
-    parts: tuple[Part, ...]
-    cpus: int
+    #: Where the job runs now, and where it started (its expanded run time's).
+    alloc: Allocation
+    first: Allocation
     start: float
-    first_pace: float
-    first_parts: tuple[Part, ...]
+    since: float
     done: float = 0.0
-    since: float = 0.0
     rate: float = 1.0
     version: int = 0
     segments: list[Segment] = field(default_factory=list)
@@ -44,25 +44,12 @@ class ModelledAgents:
         self._execution = execution
         self._jobs: dict[str, _Progress] = {}
 
-    def _rate(self, job: Job, parts: tuple[Part, ...], cpus: int) -> float:
-        pace = min(self._speeds[p.machine] for p in parts)
-        return self._execution.rate(
-            procs=job.procs,
-            cpus=cpus,
-            speed=pace,
-            ref_speed=job.ref_speed,
-            cpu_util=job.cpu_util,
-        )
-
     def start(self, job: Job, parts: tuple[Part, ...], now: float) -> tuple[float, int]:
         """Start ``job``; returns ``(end time, version)`` of its end event."""
         if job.runtime is None:
             raise ModelError(f"job {job.id!r} has no run time; the twin needs one")
-        cpus = sum(p.cpus for p in parts)
-        pace = min(self._speeds[p.machine] for p in parts)
-        prog = _Progress(
-            job, parts, cpus, now, pace, parts, since=now, rate=self._rate(job, parts, cpus)
-        )
+        alloc = Allocation.of(parts, self._speeds)
+        prog = _Progress(job, alloc, alloc, now, now, rate=alloc.rate(job, self._execution))
         self._jobs[job.id] = prog
         return now + job.runtime / prog.rate, prog.version
 
@@ -72,11 +59,10 @@ class ModelledAgents:
         assert job.runtime is not None  # checked at start
         prog.done = min(job.runtime, prog.done + (now - prog.since) * prog.rate)
         if now > prog.since:
-            prog.segments.append(Segment(prog.since, now, prog.cpus))
+            prog.segments.append(Segment(prog.since, now, prog.alloc.cpus))
         prog.since = now
-        prog.parts = parts
-        prog.cpus = sum(p.cpus for p in parts)
-        prog.rate = self._rate(job, parts, prog.cpus)
+        prog.alloc = Allocation.of(parts, self._speeds)
+        prog.rate = prog.alloc.rate(job, self._execution)
         prog.version += 1
         return now + (job.runtime - prog.done) / prog.rate, prog.version
 
@@ -89,13 +75,13 @@ class ModelledAgents:
         job = prog.job
         segments = prog.segments
         if now > prog.since or not segments:
-            segments.append(Segment(prog.since, now, prog.cpus))
+            segments.append(Segment(prog.since, now, prog.alloc.cpus))
         assert job.runtime is not None
         return JobOutcome(
             job=job,
             start=prog.start,
             end=now,
-            parts=prog.first_parts,
+            parts=prog.first.parts,
             segments=tuple(segments),
-            expanded_runtime=job.runtime * job.ref_speed / prog.first_pace,
+            expanded_runtime=prog.first.expanded_runtime(job.runtime, job.ref_speed),
         )

@@ -53,8 +53,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from model.allocation import pace
 from model.job import Job
-from scheduler.alloc import pace, take
+from scheduler.alloc import take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo

@@ -4,7 +4,7 @@ Lifka's ANL/IBM SP scheduler as the DPSA paper (sec. III.A, Fig. 1) and the
 FCFS-malleable paper (Fig. 2(b)) use it as their baseline: jobs start in
 priority order while they fit; the first that does not fit gets a reservation
 at the earliest time the running jobs' estimated ends free enough CPUs (the
-*shadow time*, ``scheduler.reservation``); every later job in priority order
+*shadow time*, ``scheduler.easy_shadow``); every later job in priority order
 may start now ("backfill") if it fits now and either ends, by its estimate,
 before the shadow time, or only uses CPUs that the reservation leaves over.
 With exact estimates the head job therefore never starts later than its
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scheduler.alloc import pace, start_while_fit, take
+from model.allocation import pace
+from scheduler.alloc import start_while_fit, take
+from scheduler.easy_shadow import head_shadow
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.reservation import head_shadow
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 

@@ -15,7 +15,7 @@ user's estimate (the wall time): schedulers never see the real run time.
 
 The plan. One :class:`MachinePlan` per machine: its planned jobs in start
 order, each a :class:`Slot` ``[start, end)`` of ``procs`` CPUs, and a
-:class:`Timeline` of its free CPUs with the running jobs and the slots
+:class:`~scheduler.step_function.Timeline` of its free CPUs with the running jobs and the slots
 booked. A pure policy keeps no state between calls, so the plan travels in
 the decisions: every slot is returned as a
 :class:`~scheduler.snapshot.Reservation` with one part (the job's ``procs`` on
@@ -99,13 +99,13 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.step_function import Timeline
 
 MIN_MAKESPAN = 1.0
 """Seconds: the least ``makespan_old`` equation (1) divides by (the zero guard)."""
@@ -160,149 +160,6 @@ class Slot:
 
 def _start_of(slot: Slot) -> float:
     return slot.start
-
-
-class Timeline:
-    """Free CPUs of one machine from now on, as a step function.
-
-    ``free[i]`` CPUs are free from ``times[i]`` until ``times[i + 1]``; the last
-    value holds for ever; ``times[0]`` is now. Equal neighbours are merged, so
-    every later breakpoint is an instant where a job ends or starts and the
-    last one is the end of the machine's plan. ``scheduler.profile`` answers
-    the same questions for policies that span machines; this one-machine
-    version is built in one pass from the running jobs' ends and the slots
-    together (a trace replay rebuilds it at every event), and answers "most
-    CPUs free between two instants", which compaction asks of every slot.
-    """
-
-    __slots__ = ("free", "times")
-
-    def __init__(
-        self,
-        now: float,
-        free_now: int,
-        releases: Iterable[tuple[float, int]],
-        slots: Iterable[Slot] = (),
-    ) -> None:
-        """``releases``: ``(time, cpus)`` given back, ``time >= now``; ``slots`` booked."""
-        steps: dict[float, int] = {now: free_now}
-        get = steps.get
-        for t, c in releases:
-            steps[t] = get(t, 0) + c
-        for s in slots:
-            c = s.job.procs
-            steps[s.start] = get(s.start, 0) - c
-            steps[s.end] = get(s.end, 0) + c
-        # Instants where nothing changes in sum (one slot ends as another of the
-        # same width starts) are no breakpoints; now always is.
-        times = sorted([t for t, d in steps.items() if d or t == now])
-        self.times = times
-        self.free = list(accumulate([steps[t] for t in times]))
-
-    @property
-    def end(self) -> float:
-        """The last change: the end of everything running or booked (now if nothing)."""
-        return self.times[-1]
-
-    def feasible(self) -> bool:
-        return min(self.free) >= 0
-
-    def earliest(
-        self,
-        cpus: int,
-        duration: float,
-        not_before: float,
-        *,
-        before: float = _INF,
-        cap: float = _INF,
-    ) -> float | None:
-        """Earliest start ``t`` in ``[not_before, before)`` with ``cpus`` free over
-        ``[t, min(t + duration, cap))``; None if there is none."""
-        times = self.times
-        free = self.free
-        n = len(times)
-        i = bisect_right(times, not_before) - 1
-        i = max(i, 0)
-        while i < n:
-            if free[i] < cpus:
-                i += 1
-                continue
-            t = times[i] if times[i] > not_before else not_before
-            if t >= before:
-                return None
-            end = t + duration
-            end = min(end, cap)
-            j = i + 1
-            while j < n and times[j] < end:
-                if free[j] < cpus:
-                    break
-                j += 1
-            else:
-                return t
-            # Every candidate up to ``j`` has ``j`` inside its window: resume after it.
-            i = j + 1
-        return None
-
-    def move_earlier(
-        self, start: float, end: float, cpus: int, duration: float, not_before: float
-    ) -> float | None:
-        """Re-book the booking ``[start, end)`` at its earliest start in
-        ``[not_before, start)``; the new start, or None (nothing changed).
-
-        The window need not be checked past ``start``: the job's own CPUs are
-        booked there and a window that starts earlier ends earlier. Most slots
-        cannot move; the C-level ``max`` over the candidates turns them away.
-        """
-        times = self.times
-        i0 = bisect_right(times, not_before) - 1
-        i1 = bisect_left(times, start, i0 + 1)
-        if max(self.free[i0:i1]) < cpus:
-            return None
-        t = self.earliest(cpus, duration, not_before, before=start, cap=start)
-        if t is None:
-            return None
-        self.release(start, end, cpus)
-        self.reserve(t, t + duration, cpus)
-        return t
-
-    def reserve(self, start: float, end: float, cpus: int) -> None:
-        """Book ``cpus`` over ``[start, end)``; a local bug if they are not free."""
-        self._add(start, end, -cpus)
-
-    def release(self, start: float, end: float, cpus: int) -> None:
-        """Give back a booking made with :meth:`reserve`."""
-        self._add(start, end, cpus)
-
-    def _add(self, start: float, end: float, delta: int) -> None:
-        if not end > start:
-            return
-        i = self._split(start)
-        e = self._split(end)
-        free = self.free
-        seg = [x + delta for x in free[i:e]]
-        if delta < 0 and min(seg) < 0:
-            raise ValueError(f"{-delta} CPUs are not free over [{start}, {end})")
-        free[i:e] = seg
-        # Only the two ends can now equal a neighbour; the later first, so ``i`` holds.
-        self._merge(e)
-        self._merge(i)
-
-    def _split(self, t: float) -> int:
-        times = self.times
-        i = bisect_left(times, t)
-        if i < len(times) and times[i] == t:
-            return i
-        if i == 0:
-            raise ValueError(f"time {t} is before the timeline's start {times[0]}")
-        times.insert(i, t)
-        self.free.insert(i, self.free[i - 1])
-        return i
-
-    def _merge(self, i: int) -> None:
-        free = self.free
-        if 0 < i < len(free) and free[i] == free[i - 1]:
-            del self.times[i]
-            del free[i]
 
 
 class MachinePlan:
@@ -448,7 +305,13 @@ class Plan:
             slots = slots_of[mid]
             slots.sort(key=_start_of)
             mp = MachinePlan(
-                m, now, speeds[mid], slots, Timeline(now, free[mid], releases[mid], slots)
+                m,
+                now,
+                speeds[mid],
+                slots,
+                Timeline(
+                    now, free[mid], releases[mid], [(x.start, x.end, x.job.procs) for x in slots]
+                ),
             )
             plan.machines.append(mp)
             plan.by_id[mid] = mp

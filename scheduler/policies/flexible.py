@@ -4,7 +4,7 @@ Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
 section 3.1 and the set-up of section 4. At every scheduling event (job
 submission and completion) the priority ``P(J) = Aging + Deadline +
 WaitMinimization`` of every queued job is recomputed from zero
-(``scheduler.priority.flexible``, defaults agefactor 0.01, k 2.0, Max 20.0,
+(``scheduler.priority.flexible_score``, defaults agefactor 0.01, k 2.0, Max 20.0,
 Min 0.1, boostvalue 2.0), the queue is sorted by it, "and the backfilling
 procedure starts": this is :class:`~scheduler.policies.easy.EasyBackfill`
 with that priority source, by composition (one reservation, for the first
@@ -21,7 +21,7 @@ field away. On a trace's one-partition cluster the two are the same.
 The reservation across events. Section 4: "job priorities are updated at each
 job submission or ending event and the reservation for the first queued job
 is maintained through events". EASY keeps a reservation through events only
-while the same job stays at the head (``scheduler.reservation.shadow_for``
+while the same job stays at the head (``scheduler.easy_shadow.shadow_for``
 reuses the previous promise, read from ``snapshot.reservations``, when the
 new computation would start the job later and the promised CPUs are still
 free then). Under a priority that is re-sorted at every event the head can
@@ -42,7 +42,14 @@ from dataclasses import dataclass, field
 from model.job import Job
 from scheduler.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
-from scheduler.priority.flexible import FlexiblePriority
+from scheduler.priority.flexible_score import (
+    AGE_FACTOR,
+    BOOST_VALUE,
+    MAX_SCORE,
+    MIN_SCORE,
+    FlexiblePriority,
+    K,
+)
 from scheduler.snapshot import Decisions, Snapshot
 
 
@@ -50,13 +57,28 @@ from scheduler.snapshot import Decisions, Snapshot
 class FlexibleBackfill:
     """EASY backfilling over :class:`FlexiblePriority` (see the module docstring)."""
 
-    priority: FlexiblePriority = field(default_factory=FlexiblePriority)
+    #: The score's constants, the paper's by default (``scheduler.priority.flexible_score``).
+    age_factor: float = AGE_FACTOR
+    k: float = K
+    max_score: float = MAX_SCORE
+    min_score: float = MIN_SCORE
+    boost_value: float = BOOST_VALUE
     placement: Placement = field(default_factory=lambda: Placement(rule=PlacementRule.FASTEST))
     keep_reservation: bool = True
     name: str = "flexible"
+    priority: FlexiblePriority = field(init=False, repr=False, compare=False)
     _easy: EasyBackfill = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # The score checks its constants (a bad one is a one-line ValueError).
+        score = FlexiblePriority(
+            age_factor=self.age_factor,
+            k=self.k,
+            max_score=self.max_score,
+            min_score=self.min_score,
+            boost_value=self.boost_value,
+        )
+        object.__setattr__(self, "priority", score)
         # Built once: decide() runs at every event of a trace replay.
         order = (
             _ReservedFirst(inner=self.priority, name=self.priority.name)

@@ -82,10 +82,7 @@ class TabuSearch:
     max_iterations: int = DEFAULT_MAX_ITERATIONS
 
     def __post_init__(self) -> None:
-        if self.tabu_size < 1:
-            raise ValueError(f"tabu_size must be >= 1, got {self.tabu_size!r}")
-        if self.max_iterations < 0:
-            raise ValueError(f"max_iterations must be >= 0, got {self.max_iterations!r}")
+        _check_sizes(self.tabu_size, self.max_iterations)
 
     def optimise(self, plan: Plan) -> TabuResult:
         """Improve ``plan`` in place; returns what was done."""
@@ -180,9 +177,17 @@ class EgEdfTabu:
     """EG-EDF (sec. 3.2) followed by the Tabu search (sec. 3.3) at every decision
     that inserted a job."""
 
-    tabu: TabuSearch = field(default_factory=TabuSearch)
+    #: Jobs kept in the tabu list, and iterations per decision (sec. 3.3; our defaults).
+    tabu_size: int = DEFAULT_TABU_SIZE
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
     keep_order: bool = True
     name: str = "eg-edf-tabu"
+    tabu: TabuSearch = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Fields of the policy itself, so a caller sets them as policy options.
+        search = TabuSearch(tabu_size=self.tabu_size, max_iterations=self.max_iterations)
+        object.__setattr__(self, "tabu", search)
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         if not snapshot.queue:
@@ -198,3 +203,12 @@ class EgEdfTabu:
         decisions.counters["tabu_iterations"] = result.iterations
         decisions.counters["tabu_moves"] = result.moves
         return decisions
+
+
+def _check_sizes(tabu_size: int, max_iterations: int) -> None:
+    for label, value, least in (
+        ("tabu_size", tabu_size, 1),
+        ("max_iterations", max_iterations, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"tabu: {label} must be a whole number >= {least}, got {value!r}")

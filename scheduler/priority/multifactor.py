@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import NamedTuple
 
 from model.job import Job
@@ -115,17 +116,29 @@ class MultiFactor:
         return {job.id: f for job, f in zip(snapshot.queue, self._rows(snapshot), strict=True)}
 
     def _rows(self, snapshot: Snapshot) -> list[Factors]:
-        """The factors of the queue's jobs, in queue order.
+        """The factors of the queue's jobs, in queue order."""
+        rows: list[Factors] = []
+        self._each(snapshot, rows, None)
+        return rows
+
+    def _each(
+        self,
+        snapshot: Snapshot,
+        rows: list[Factors] | None,
+        keys: list[tuple[bool, float, float, int]] | None,
+    ) -> None:
+        """Every queued job's factors into ``rows``, or its sort key into ``keys``.
 
         The hot path of :meth:`order` (a few thousand jobs at every event): plain
-        arithmetic and one tuple per job, no per-job function calls beyond ``min``
-        and ``max``.
+        arithmetic and one tuple per job, no per-job function calls. One loop
+        fills either list so that the order and the factors shown come from the
+        same arithmetic.
         """
         queue = snapshot.queue
         if not queue:
-            return []
-        fair = self.fairshare.priorities(snapshot)
-        account = self.fairshare.account
+            return
+        fair = self.fairshare.queue_priorities(snapshot)
+        account = attrgetter(self.fairshare.by)
         now = snapshot.now
         total = snapshot.total_cpus
         max_age = self.max_age
@@ -142,21 +155,29 @@ class MultiFactor:
         # Fair-share is per user (or group): clip once per name, not once per job.
         fs_of = {who: min(max(p, 0.0), 1.0) for who, p in fair.items()}
         favor_small = self.favor_small
-        rows: list[Factors] = []
-        for job in queue:
-            age = min(max((now - job.submit) / max_age, 0.0), 1.0)
+        # Conditional expressions, not min/max calls: the clips below are
+        # min(max(x, 0.0), 1.0) written out, which is most of this loop's cost.
+        for i, job in enumerate(queue):
+            age = (now - job.submit) / max_age
+            age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)
             fs = fs_of[account(job)]
             if total <= 0:
                 size = 0.0
             elif favor_small:
-                size = min(max(1.0 - (job.procs - 1) / total, 0.0), 1.0)
+                size = 1.0 - (job.procs - 1) / total
+                size = 1.0 if size > 1.0 else (0.0 if size < 0.0 else size)
             else:
-                size = min(job.procs / total, 1.0)
-            qos = min(max(job.qos / max_qos, 0.0), 1.0)
+                size = job.procs / total
+                size = 1.0 if size > 1.0 else size
+            qos = job.qos / max_qos
+            qos = 1.0 if qos > 1.0 else (0.0 if qos < 0.0 else qos)
             priority = w_age * age + w_fs * fs + w_size * size + w_qos * qos
             emergency = emergency_qos is not None and job.qos >= emergency_qos
-            rows.append(Factors(age, fs, size, qos, priority, emergency))
-        return rows
+            if keys is not None:
+                keys.append((not emergency, -round(priority, _TIE_DIGITS), job.submit, i))
+            else:
+                assert rows is not None
+                rows.append(Factors(age, fs, size, qos, priority, emergency))
 
     def priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """Every queued job's weighted priority, by job id."""
@@ -167,9 +188,7 @@ class MultiFactor:
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
-        keys = [
-            (not f.emergency, -round(f.priority, _TIE_DIGITS), job.submit, i)
-            for i, (job, f) in enumerate(zip(queue, self._rows(snapshot), strict=True))
-        ]
+        keys: list[tuple[bool, float, float, int]] = []
+        self._each(snapshot, None, keys)
         keys.sort()
         return [queue[k[3]] for k in keys]

@@ -2,7 +2,8 @@
 
 Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
 section 3.1, "Flexible Backfilling" (after that paper's reference [20]).
-The policy that backfills in this order is ``scheduler.policies.flexible``.
+The policy that backfills in this order is ``scheduler.policies.flexible``
+(this module is named for what it holds, the score, so the two differ).
 
 Theory of operation. At every scheduling event every queued job's priority
 is reset and recomputed from scratch (sec. 3.1: "At each scheduling event the

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import pace
 from scheduler.placement import Placement
 from scheduler.snapshot import Reservation, RunningJob, Snapshot, Start
 

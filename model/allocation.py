@@ -1,0 +1,83 @@
+"""One allocation: the CPUs a job holds, and how fast it goes on them.
+
+An allocation is a tuple of parts ``(machine, cpus)``. Everything the rest of
+the code needs to know of it is here, computed one way (issue 7: the speed of
+an allocation used to be worked out in seven places):
+
+* ``cpus``: the total over its parts;
+* ``pace``: the speed of its slowest machine, since a job whose parts span
+  machines proceeds at the pace of its slowest part (DESIGN.md,
+  "Heterogeneous speed"; EG-EDF paper, sec. 2);
+* ``mpl(procs)``: the multiprogramming level ``p / c`` of a job's processes
+  on it (FCFS-malleable paper, "virtual malleability");
+* ``rate(job, model)``: the job's progress rate on it, which is the execution
+  model's (``model.execution``) and only ever asked of it through here, so a
+  change of model is a change in one call;
+* ``expanded_runtime(work, ref_speed)``: the run time of ``work`` on it at
+  MPL 1, the denominator of the FCFS-malleable paper's slowdown (formula (1)).
+
+:func:`pace` is the same number for a policy's hot loop, without building
+the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from model.execution import ExecutionModel, mpl
+from model.job import Job
+from model.machine import Part
+
+
+class EmptyAllocationError(ValueError):
+    """An allocation needs at least one part."""
+
+
+def pace(parts: tuple[Part, ...], speeds: Mapping[str, float]) -> float:
+    """The speed of an allocation: its slowest machine's."""
+    if len(parts) == 1:
+        return speeds[parts[0].machine]
+    if not parts:
+        raise EmptyAllocationError("an allocation needs at least one part")
+    return min(speeds[p.machine] for p in parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """``parts`` with their total ``cpus`` and their ``pace``; build it with :meth:`of`."""
+
+    parts: tuple[Part, ...]
+    cpus: int
+    pace: float
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise EmptyAllocationError("an allocation needs at least one part")
+        if self.cpus != sum(p.cpus for p in self.parts):
+            raise ValueError(f"allocation {self.parts}: cpus {self.cpus} is not their sum")
+        if not self.pace > 0:
+            raise ValueError(f"allocation {self.parts}: pace must be > 0, got {self.pace!r}")
+
+    @classmethod
+    def of(cls, parts: tuple[Part, ...], speeds: Mapping[str, float]) -> Allocation:
+        """The allocation of ``parts``, with ``speeds`` by machine id."""
+        return cls(parts, sum(p.cpus for p in parts), pace(parts, speeds))
+
+    def mpl(self, procs: int) -> float:
+        """Processes per CPU for a job of ``procs`` processes (raises outside [1, 2])."""
+        return mpl(procs, self.cpus)
+
+    def rate(self, job: Job, model: ExecutionModel) -> float:
+        """``job``'s progress on this allocation, in reference-speed seconds per second."""
+        return model.rate(
+            procs=job.procs,
+            cpus=self.cpus,
+            speed=self.pace,
+            ref_speed=job.ref_speed,
+            cpu_util=job.cpu_util,
+        )
+
+    def expanded_runtime(self, work: float, ref_speed: float) -> float:
+        """Run time of ``work`` (seconds at ``ref_speed``) on this allocation at MPL 1."""
+        return work * ref_speed / self.pace
