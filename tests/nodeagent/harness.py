@@ -80,13 +80,12 @@ class Scheduler:
         kind: type[M],
         where: Callable[[M], bool] = lambda _: True,
         *,
-        after: int = 0,
         timeout: float = HANG,
     ) -> M:
-        """The first message of ``kind`` (from index ``after``) that matches ``where``."""
+        """The first message of ``kind`` that matches ``where``."""
 
         def found() -> M | None:
-            for _, message in self.seen[after:]:
+            for _, message in self.seen:
                 if isinstance(message, kind) and where(message):
                     return message
             return None
