@@ -26,6 +26,14 @@ the epoch) are coalesced: one at the start, one at every rate change, at most
 one per ``report_every`` wall seconds in between, and one at the end. A
 message costs real CPU in the MQTT client; a report per step would not.
 
+The first report is the process's readiness signal: it is sent once the
+process has subscribed to its control topic (over MQTT, once the broker
+acknowledged it; over the pipe, the subscription is relayed first), so a
+command sent from then on reaches it, and once its SIGTERM and SIGINT
+handlers are installed, so a SIGTERM from then on is a clean cancel
+(:data:`EXIT_CANCELLED`, not death by the signal). Whoever must know the
+process is up (the tests, a watcher) waits for that report, not for a time.
+
 Exit codes: :data:`EXIT_DONE` (the work is done), :data:`EXIT_CANCELLED`,
 :data:`EXIT_LOST` (the bus, the agent's pipe or the agent itself is gone, so
 nobody would hear of the result), :data:`EXIT_USAGE` (bad options, or a
@@ -329,6 +337,7 @@ async def _main(args: argparse.Namespace, launch: Launch) -> int:
             connect, parent = MqttBus(settings, client_id), os.getppid()
         async with connect as bus:
             job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
+            # Before run(): its first report says the handlers are in place too.
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, job.cancel)

@@ -1,33 +1,50 @@
-"""The job process: the sleep workload follows the execution model in real time.
+"""The job process: the sleep workload follows the execution model.
 
-In-process tests run ``SleepJob`` on the memory broker; the model checks run
-the real ``python -m nodeagent.job`` under a real agent. Tolerance of every
-timing check: 10 % of the expected wall time plus 50 ms (timer granularity,
-the event loop's scheduling and the relay's latency). This is a model check,
-not a performance assertion: expected times come from the model's rate and
-the time scale, and each case takes about a second.
+In-process tests run ``SleepJob`` on the memory broker and a manual clock
+(``tests.nodeagent.clock``): what they check of time is exact, whatever the
+machine's load. The model checks run the real ``python -m nodeagent.job``
+under a real agent, on the wall clock; they check the reports against the
+model's line, which a loaded machine cannot bend (see :data:`REPORT_SKEW`),
+never how long the run took.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import pytest
 
-from broker.codec import decode, encode
+from broker.bus import Bus
+from broker.codec import encode
 from broker.memory import MemoryBroker
-from broker.messages import CancelPart, PartFinished, PartProgress, PartStarted, ResizePart
+from broker.messages import (
+    CancelPart,
+    Message,
+    PartFinished,
+    PartProgress,
+    PartStarted,
+    ResizePart,
+)
 from model.execution import ExecutionModel
 from nodeagent.job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, JobSettings, SleepJob, main
 from nodeagent.spawn import Launch, LaunchError
-from tests.nodeagent.harness import TOPICS, job, running_agent, start
+from tests.nodeagent.clock import ManualClock
+from tests.nodeagent.harness import HANG, TOPICS, Scheduler, job, running_agent, start
 
+REPORT_SKEW = 0.25
+"""Wall seconds a report's ``at`` may lag the instant its ``done`` was computed for.
 
-def within(measured: float, expected: float) -> bool:
-    return abs(measured - expected) <= 0.10 * expected + 0.05
+The job process reads the two clocks microseconds apart, but a loaded machine
+can preempt it in between for a scheduling period or a few. A quarter of a
+second bounds that generously and stays well under the distances checked (a
+report a second into the run, or one after a resize), so a wrong rate or time
+scale still fails.
+"""
 
 
 def launch(**overrides: object) -> Launch:
@@ -45,126 +62,207 @@ def launch(**overrides: object) -> Launch:
     return Launch(**fields)  # type: ignore[arg-type]
 
 
-async def run_in_process(
-    the_launch: Launch, settings: JobSettings | None = None, *, retained: bytes | None = None
-) -> tuple[int, list[PartProgress], SleepJob]:
+@dataclass
+class InProcess:
+    """A ``SleepJob`` running on a memory broker, seen as its agent would see it."""
+
+    sleeper: SleepJob
+    clock: ManualClock
+    agent: Bus
+    events: Scheduler
+    task: asyncio.Task[int]
+
+    async def report(self, index: int) -> PartProgress:
+        """The job's ``index``-th report (from 0), once it has arrived."""
+        await self.events.expect(PartProgress, lambda _: len(self.reports) > index)
+        return self.reports[index]
+
+    @property
+    def reports(self) -> list[PartProgress]:
+        return self.events.all(PartProgress)
+
+    async def control(self, message: Message | bytes) -> None:
+        payload = message if isinstance(message, bytes) else encode(message)
+        await self.agent.publish(TOPICS.job_control(self.sleeper.launch.job_id), payload)
+
+    async def exit_code(self) -> int:
+        async with asyncio.timeout(HANG):
+            return await self.task
+
+
+@asynccontextmanager
+async def sleep_job(
+    the_launch: Launch,
+    clock: ManualClock,
+    settings: JobSettings | None = None,
+    *,
+    retained: bytes | None = None,
+) -> AsyncIterator[InProcess]:
+    """Run ``the_launch`` in process on ``clock``; a job still running at the end is a
+    failed test, and is cancelled."""
     broker = MemoryBroker()
-    if retained is not None:
-        async with broker.client("agent") as agent:
-            await agent.publish(TOPICS.job_control("j1"), retained, retain=True)
-    async with broker.client("watch") as watch, broker.client("job") as bus:
-        await watch.subscribe(TOPICS.agent_events("node1"))
-        sleeper = SleepJob(the_launch, bus, settings=settings)
-        code = await sleeper.run()
-        progress: list[PartProgress] = []
-        while not watch._inbox.empty():
-            message = decode((await anext(watch.deliveries())).payload)
-            assert isinstance(message, PartProgress)
-            progress.append(message)
-    return code, progress, sleeper
+    async with (
+        broker.client("agent") as agent,
+        broker.client("watch") as watch,
+        broker.client("job") as bus,
+    ):
+        if retained is not None:
+            await agent.publish(TOPICS.job_control(the_launch.job_id), retained, retain=True)
+        await watch.subscribe(TOPICS.agent_events(the_launch.agent))
+        events = Scheduler(watch, the_launch.agent)
+        sleeper = SleepJob(
+            the_launch, bus, settings=settings, clock=clock.wall, monotonic=clock.monotonic
+        )
+        async with asyncio.TaskGroup() as tg:
+            reader = tg.create_task(events.read(), name="test-job-events")
+            task = tg.create_task(sleeper.run(), name="test-job")
+            try:
+                yield InProcess(sleeper, clock, agent, events, task)
+            finally:
+                task.cancel()
+                reader.cancel()
 
 
-# -- in process -----------------------------------------------------------------------
+# -- in process, on a manual clock ----------------------------------------------------
 
 
 async def test_sleep_job_does_its_work_and_reports_start_and_end() -> None:
-    code, progress, _ = await run_in_process(launch(work=100.0, time_scale=1000.0))
-    assert code == EXIT_DONE
-    assert [p.done for p in progress] == [0.0, 100.0]
-    assert {p.rate for p in progress} == {1.0}
-    assert within(progress[-1].at - progress[0].at, 0.1)
+    # 100 units at rate 1 and 1000x: 0.1 s. The clock ticks 1/1024 s per reading, so
+    # the job sees the end at the first reading at or past it.
+    clock = ManualClock(tick=1 / 1024)
+    async with sleep_job(launch(work=100.0), clock, JobSettings(step=0.001)) as run:
+        assert await run.exit_code() == EXIT_DONE
+        end = await run.report(1)
+    first = run.reports[0]
+    assert [(p.done, p.rate) for p in run.reports] == [(0.0, 1.0), (100.0, 1.0)]
+    assert 0.1 <= end.at - first.at < 0.1 + 1 / 1024
 
 
 async def test_work_counts_from_the_agents_start_time() -> None:
-    # Started (by the agent) 50 ms ago: 5 of the 10 units are done already.
-    started = time.time() - 0.05
-    code, progress, _ = await run_in_process(launch(work=10.0, time_scale=100.0, start_at=started))
-    assert code == EXIT_DONE
-    assert 4.0 <= progress[0].done <= 7.0
-    assert progress[-1].done == 10.0
-    assert within(progress[-1].at - started, 0.1)
+    # Started (by the agent) 1/8 s before the job's first reading: 12.5 of its 25
+    # units (at 100x) are done already, and the rest take another 1/8 s.
+    clock = ManualClock()
+    started = clock.now - 1 / 8
+    async with sleep_job(launch(work=25.0, time_scale=100.0, start_at=started), clock) as run:
+        first = await run.report(0)
+        assert (first.done, first.at) == (12.5, clock.now)
+        clock.advance(1 / 8)
+        assert await run.exit_code() == EXIT_DONE
+        end = await run.report(1)
+    assert (end.done, end.at - started) == (25.0, 1 / 4)
 
 
 async def test_zero_work_finishes_at_once() -> None:
-    code, progress, _ = await run_in_process(launch(work=0.0))
-    assert code == EXIT_DONE
-    assert [p.done for p in progress] == [0.0, 0.0]
+    async with sleep_job(launch(work=0.0), ManualClock()) as run:
+        assert await run.exit_code() == EXIT_DONE
+        await run.report(1)
+    assert [p.done for p in run.reports] == [0.0, 0.0]
 
 
 async def test_progress_reports_are_coalesced() -> None:
-    # 0.6 s of work in 10 ms steps: 60 steps, but a report only every 0.1 s.
-    settings = JobSettings(step=0.01, report_every=0.1)
-    code, progress, _ = await run_in_process(launch(work=60.0, time_scale=100.0), settings)
-    assert code == EXIT_DONE
-    assert 6 <= len(progress) <= 9
-    dones = [p.done for p in progress]
-    assert dones == sorted(dones)
-    assert dones[-1] == 60.0
+    # 0.75 s of work read in steps of 1/64 s (one clock reading per step): 48 steps,
+    # but a report only every 1/8 s, and the start and the end.
+    clock = ManualClock(tick=1 / 64)
+    settings = JobSettings(step=0.001, report_every=1 / 8)
+    async with sleep_job(launch(work=75.0, time_scale=100.0), clock, settings) as run:
+        assert await run.exit_code() == EXIT_DONE
+        await run.report(6)
+    assert [p.done for p in run.reports] == [0.0, 12.5, 25.0, 37.5, 50.0, 62.5, 75.0]
+    start = run.reports[0].at
+    assert [p.at - start for p in run.reports] == [k / 8 for k in range(7)]
 
 
 async def test_resize_changes_the_rate_for_the_remaining_work() -> None:
-    broker = MemoryBroker()
-    async with broker.client("agent") as agent, broker.client("job") as bus:
-        sleeper = SleepJob(launch(procs=2, cpus=2, work=100.0, time_scale=100.0), bus)
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(sleeper.run(), name="test-job")
-            await asyncio.sleep(0.3)
-            resize = ResizePart(job_id="j1", cpus=1, pace=1.0)
-            await agent.publish(TOPICS.job_control("j1"), encode(resize))
-            await asyncio.sleep(0.1)
-            assert (sleeper.rate, sleeper.cpus) == (0.5, 1)
-            done_at_resize = sleeper.done
-        assert running.result() == EXIT_DONE
-    # 30 units at rate 1, then the other 70 at rate 0.5: 0.3 s + 1.4 s.
-    assert 25.0 <= done_at_resize <= 40.0
+    # 25 units at rate 1 (100x, 1/4 s), then the other 75 at rate 0.5 (1.5 s). No
+    # periodic reports: each report here answers a resize, or is the end.
+    clock = ManualClock()
+    the_launch = launch(procs=2, cpus=2, work=100.0, time_scale=100.0)
+    async with sleep_job(the_launch, clock, JobSettings(report_every=1e6)) as run:
+        first = await run.report(0)
+        clock.advance(1 / 4)
+        await run.control(ResizePart(job_id="j1", cpus=1, pace=1.0))
+        resized = await run.report(1)
+        assert (run.sleeper.rate, run.sleeper.cpus) == (0.5, 1)
+        clock.advance(1.5 - 1 / 16)
+        await run.control(ResizePart(job_id="j1", cpus=1, pace=1.0))  # a report, not the end
+        before_end = await run.report(2)
+        clock.advance(1 / 16)
+        assert await run.exit_code() == EXIT_DONE
+        end = await run.report(3)
+    assert (resized.done, resized.rate, resized.at - first.at) == (25.0, 0.5, 1 / 4)
+    assert before_end.done == 100.0 - 50.0 / 16
+    assert (end.done, end.at - first.at) == (100.0, 1.75)
 
 
 async def test_a_resize_retained_before_the_start_applies() -> None:
+    clock = ManualClock()
     resize = encode(ResizePart(job_id="j1", cpus=1, pace=2.0))
-    code, progress, sleeper = await run_in_process(launch(time_scale=1000.0), retained=resize)
-    assert code == EXIT_DONE
-    assert (sleeper.cpus, sleeper.pace) == (1, 2.0)
-    assert progress[-1].rate == 1.0  # MPL 2 at u = 1 halves it, pace 2 doubles it
+    async with sleep_job(launch(work=100.0), clock, retained=resize) as run:
+        applied = await run.report(1)
+        assert (run.sleeper.cpus, run.sleeper.pace) == (1, 2.0)
+        clock.advance(1 / 8)  # past the 0.1 s the work takes
+        assert await run.exit_code() == EXIT_DONE
+        await run.report(2)
+    assert applied.done == 0.0
+    assert applied.rate == 1.0  # MPL 2 at u = 1 halves it, pace 2 doubles it
 
 
 async def test_cancel_part_on_the_control_topic_stops_the_job() -> None:
-    broker = MemoryBroker()
-    async with broker.client("agent") as agent, broker.client("job") as bus:
-        sleeper = SleepJob(launch(work=1e6, time_scale=1.0), bus)
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(sleeper.run(), name="test-job")
-            await asyncio.sleep(0.1)
-            await agent.publish(TOPICS.job_control("j1"), encode(CancelPart(job_id="j1")))
-        assert running.result() == EXIT_CANCELLED
-        assert 0 < sleeper.done < 1.0
+    clock = ManualClock()
+    async with sleep_job(launch(work=1e6, time_scale=1.0), clock) as run:
+        await run.report(0)  # subscribed: a command now reaches it
+        clock.advance(0.5)
+        await run.control(CancelPart(job_id="j1"))
+        assert await run.exit_code() == EXIT_CANCELLED
+        last = await run.report(1)
+    assert run.sleeper.done == last.done == 0.5  # it reported how far it got
+
+
+async def test_commands_of_another_attempt_are_ignored() -> None:
+    clock = ManualClock()
+    async with sleep_job(launch(work=1e6, time_scale=1.0, attempt=2), clock) as run:
+        await run.report(0)
+        await run.control(ResizePart(job_id="j1", cpus=1, pace=2.0, attempt=3))  # a later start's
+        await run.control(CancelPart(job_id="j1", attempt=1))  # the stale start's
+        await run.control(ResizePart(job_id="j1", cpus=1, attempt=2))  # its own
+        # Handled in order: the first two were ignored, or this report would differ.
+        applied = await run.report(1)
+        assert (applied.rate, run.sleeper.pace) == (0.5, 1.0)
+        assert not run.task.done()
+        await run.control(CancelPart(job_id="j1"))  # attempt 0: whichever start runs
+        assert await run.exit_code() == EXIT_CANCELLED
+        await run.report(2)
+    assert {p.attempt for p in run.reports} == {2}
+    assert run.sleeper.bad_messages == 0
 
 
 async def test_bad_control_messages_are_counted_and_ignored() -> None:
-    broker = MemoryBroker()
-    async with broker.client("agent") as agent, broker.client("job") as bus:
-        sleeper = SleepJob(launch(work=200.0, time_scale=1000.0), bus)
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(sleeper.run(), name="test-job")
-            await asyncio.sleep(0.02)
-            control = TOPICS.job_control("j1")
-            await agent.publish(control, b"\xc1")
-            await agent.publish(control, encode(ResizePart(job_id="j1", cpus=8)))  # MPL 0.25
-            await agent.publish(control, encode(ResizePart(job_id="other", cpus=1)))
-            await agent.publish(control, b"", retain=True)  # a cleared retained message
-        assert running.result() == EXIT_DONE
-        assert sleeper.bad_messages == 3
-        assert sleeper.cpus == 2
+    clock = ManualClock()
+    async with sleep_job(launch(work=250.0), clock) as run:
+        await run.report(0)
+        await run.control(b"\xc1")
+        await run.control(ResizePart(job_id="j1", cpus=8))  # MPL 0.25
+        await run.control(ResizePart(job_id="other", cpus=1))
+        await run.agent.publish(TOPICS.job_control("j1"), b"", retain=True)  # a cleared retain
+        # Handled in order: once this one is applied, the bad ones were refused.
+        await run.control(ResizePart(job_id="j1", cpus=1))
+        await run.report(1)
+        assert run.sleeper.bad_messages == 3
+        clock.advance(0.5)  # 250 units at rate 0.5 and 1000x
+        assert await run.exit_code() == EXIT_DONE
+        await run.report(2)
+    assert [p.rate for p in run.reports] == [1.0, 0.5, 0.5]
+    assert run.sleeper.cpus == 1
 
 
 async def test_cancel_method_is_what_sigterm_calls() -> None:
-    broker = MemoryBroker()
-    async with broker.client("job") as bus:
-        sleeper = SleepJob(launch(work=1e6, time_scale=1.0), bus)
-        async with asyncio.TaskGroup() as tg:
-            running = tg.create_task(sleeper.run(), name="test-job")
-            await asyncio.sleep(0.05)
-            sleeper.cancel()
-        assert running.result() == EXIT_CANCELLED
+    async with sleep_job(launch(work=1e6, time_scale=1.0), ManualClock()) as run:
+        await run.report(0)
+        run.sleeper.cancel()
+        assert await run.exit_code() == EXIT_CANCELLED
+
+
+# -- the process --------------------------------------------------------------------
 
 
 async def test_job_exits_when_its_agent_closes_the_pipe() -> None:
@@ -180,7 +278,7 @@ async def test_job_exits_when_its_agent_closes_the_pipe() -> None:
     )
     assert process.stdin is not None
     process.stdin.close()
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(HANG):
         _, err = await process.communicate()
     assert process.returncode == EXIT_LOST
     assert b"the agent closed the pipe" in err
@@ -197,7 +295,7 @@ async def test_pipe_mode_refuses_a_stdout_that_is_not_a_pipe() -> None:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(HANG):
         _, err = await process.communicate()
     assert process.returncode == EXIT_LOST
     assert b"--pipe needs pipes on stdin and stdout" in err
@@ -234,66 +332,88 @@ def test_an_allocation_outside_the_mpl_bounds_is_a_usage_error(
 # -- the model check, through a real agent and real processes -------------------------
 
 
+def off_the_line(report: PartProgress, origin: float, done: float, speed: float) -> float:
+    """Wall seconds ``report`` lies off the line through (``origin``, ``done``) of slope
+    ``speed`` (work units per wall second): how late its ``at`` is for its ``done``."""
+    return (report.at - origin) - (report.done - done) / speed
+
+
 class Case(NamedTuple):
     procs: int
     cpus: int
     pace: float
     ref_speed: float
     cpu_util: float
-    work: float
     time_scale: float
 
 
 MODEL_CASES = [
-    pytest.param(Case(2, 2, 2.0, 1.0, 1.0, 360.0, 100.0), id="fast-machine-mpl1"),
-    pytest.param(Case(4, 2, 1.0, 1.0, 0.5, 120.0, 100.0), id="mpl2-u0.5"),
-    pytest.param(Case(3, 2, 1.5, 3.0, 1.0, 60.0, 100.0), id="mpl1.5-slow-vs-ref"),
+    pytest.param(Case(2, 2, 2.0, 1.0, 1.0, 100.0), id="fast-machine-mpl1"),
+    pytest.param(Case(4, 2, 1.0, 1.0, 0.5, 100.0), id="mpl2-u0.5"),
+    pytest.param(Case(3, 2, 1.5, 3.0, 1.0, 100.0), id="mpl1.5-slow-vs-ref"),
 ]
 
 
 @pytest.mark.parametrize("case", MODEL_CASES)
-async def test_run_time_follows_the_execution_model(case: Case) -> None:
-    # Expected 1.8 s: longer than a job process takes to start (0.2 to 0.5 s, over
-    # 1 s on a loaded machine), which the part's clock includes, as the
-    # scheduler's does (it starts at PartStarted).
-    procs, cpus, pace, ref_speed, cpu_util, work, time_scale = case
+async def test_progress_follows_the_execution_model(case: Case) -> None:
+    # A part of a minute's work: its first report (the process is up) and the next
+    # one, a second later, lie on the model's line from PartStarted: the work counts
+    # from the agent's start, at the model's rate times the time scale. The cancel's
+    # report lies on it too. How long the process took to start does not matter.
+    procs, cpus, pace, ref_speed, cpu_util, time_scale = case
     rate = ExecutionModel().rate(
         procs=procs, cpus=cpus, speed=pace, ref_speed=ref_speed, cpu_util=cpu_util
     )
-    expected = work / (rate * time_scale)
-    spec = job("m", procs=procs, work=work, walltime=1e6, cpu_util=cpu_util, ref_speed=ref_speed)
+    speed = rate * time_scale
+    spec = job("m", procs=procs, work=60 * speed, cpu_util=cpu_util, ref_speed=ref_speed)
     async with running_agent(cpus=8) as run:
         await run.scheduler.send(start(spec, cpus=cpus, pace=pace, time_scale=time_scale))
         started = await run.scheduler.expect(PartStarted)
+        await run.scheduler.expect(PartProgress, lambda _: len(run.scheduler.all(PartProgress)) > 1)
+        await run.scheduler.send(CancelPart(job_id="m"))
         finished = await run.scheduler.expect(PartFinished)
-    assert finished.reason == "done"
+    assert finished.reason == "cancelled"
     progress = run.scheduler.all(PartProgress)
-    assert progress[0].at - started.at < expected, "the process took longer to start than its run"
-    assert progress[-1].done == work
+    assert len(progress) >= 3
     assert all(p.rate == pytest.approx(rate) for p in progress)
-    # The part ends when the model says, seen from the scheduler...
-    assert within(progress[-1].at - started.at, expected), (progress[-1].at - started.at, expected)
-    assert within(finished.at - started.at, expected)
-    # ...and every report in between lies on the model's line.
-    for p in progress[:-1]:
-        assert within(p.at - started.at, p.done / (rate * time_scale)), p
+    for p in progress:
+        assert abs(off_the_line(p, started.at, 0.0, speed)) <= REPORT_SKEW, (p, started)
 
 
-async def test_resize_to_mpl_2_doubles_the_time_of_the_remaining_work() -> None:
-    spec = job("r", procs=2, work=200.0, walltime=1e6, malleable=True)
+async def test_a_part_ends_no_sooner_than_the_model_says() -> None:
+    # 50 units at rate 1 and 100x: 0.5 s from PartStarted, the process's start-up
+    # included (it may take longer than the run on a loaded machine: the part then
+    # ends as soon as it is up). How much later it ends is the machine's business.
+    async with running_agent() as run:
+        await run.scheduler.send(start(job("e", work=50.0), time_scale=100.0))
+        started = await run.scheduler.expect(PartStarted)
+        finished = await run.scheduler.expect(PartFinished)
+    assert (finished.reason, finished.exit_code) == ("done", 0)
+    progress = run.scheduler.all(PartProgress)
+    end = progress[-1]
+    assert end.done == 50.0
+    assert end.at - started.at >= 0.5 - REPORT_SKEW
+    assert finished.at >= end.at
+    for p in progress:
+        if p.done < 50.0:  # a report at the end is capped at the work, off the line
+            assert abs(off_the_line(p, started.at, 0.0, 100.0)) <= REPORT_SKEW, (p, started)
+
+
+async def test_resize_to_mpl_2_halves_the_rate_of_the_remaining_work() -> None:
+    spec = job("r", procs=2, work=1e6, malleable=True)
     async with running_agent(cpus=4) as run:
-        await run.scheduler.send(start(spec, cpus=2, time_scale=100.0))  # 2 s at rate 1
+        await run.scheduler.send(start(spec, cpus=2, time_scale=100.0))
         started = await run.scheduler.expect(PartStarted)
         first = await run.scheduler.expect(PartProgress)  # the process is up
-        await asyncio.sleep(0.1)
         await run.scheduler.send(ResizePart(job_id="r", cpus=1, pace=1.0))
         resized = await run.scheduler.expect(PartProgress, lambda p: p.rate == 0.5)
         assert run.agent.stats().cpus_busy == 1
+        # The periodic report, a second after the resize's.
+        later = await run.scheduler.expect(PartProgress, lambda p: p.done > resized.done)
+        await run.scheduler.send(CancelPart(job_id="r"))
         await run.scheduler.expect(PartFinished)
-    last = run.scheduler.all(PartProgress)[-1]
     assert first.rate == 1.0
-    assert last.done == 200.0
-    assert resized.done < 200.0
-    # Before the resize: rate 1 at 100x; after it: the rest at rate 0.5, twice as long.
-    assert within(resized.at - started.at, resized.done / 100.0)
-    assert within(last.at - resized.at, (200.0 - resized.done) / 50.0)
+    assert later.rate == 0.5
+    # Before the resize: rate 1 at 100x from the start; after it: rate 0.5, half as fast.
+    assert abs(off_the_line(resized, started.at, 0.0, 100.0)) <= REPORT_SKEW
+    assert abs(off_the_line(later, resized.at, resized.done, 50.0)) <= REPORT_SKEW

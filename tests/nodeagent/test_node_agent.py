@@ -1,9 +1,13 @@
-"""The node agent over the memory broker, with real job processes."""
+"""The node agent over the memory broker, with real job processes.
+
+Durations (wall-time limits) are checked on a manual clock the agent reads;
+everything else waits for the signal it expects (see ``harness``).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -26,13 +30,19 @@ from model.machine import Machine
 from nodeagent.__main__ import main as cli_main
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.job import EXIT_CANCELLED
+from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import (
     FAST,
+    STOPPED,
     TOPICS,
+    Running,
     Scheduler,
+    agent_reaches,
     command_spawn,
+    gone,
     job,
     running_agent,
+    settled,
     start,
 )
 
@@ -99,9 +109,9 @@ async def test_duplicate_start_part_is_ignored() -> None:
         await run.scheduler.send(command)  # a QoS 1 redelivery while it runs
         await run.scheduler.expect(PartFinished)
         await run.scheduler.send(command)  # and one after it finished
-        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
+        await settled(run.scheduler)
         assert len(run.scheduler.all(PartStarted)) == 1
-        assert len(run.scheduler.all(PartFinished)) == 1
+        assert len(run.scheduler.all(PartFinished, lambda f: f.job_id == "dup")) == 1
         assert run.agent.stats().parts_started == 1
 
 
@@ -119,65 +129,93 @@ async def test_cancel_part_terminates_and_reports_cancelled() -> None:
         assert run.agent.stats().cpus_busy == 0
         await run.scheduler.send(CancelPart(job_id="c1"))  # redelivered: nothing to do
         await run.scheduler.send(CancelPart(job_id="never-started"))
-        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
-        assert len(run.scheduler.all(PartFinished)) == 1
+        await settled(run.scheduler)
+        assert len(run.scheduler.all(PartFinished, lambda f: f.job_id == "c1")) == 1
 
 
 async def test_a_process_ignoring_sigterm_is_killed_after_the_grace() -> None:
     settings = AgentSettings(heartbeat_interval=0.05, kill_grace=0.3, walltime_grace=0.5)
     stubborn = command_spawn(
-        "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+        "-c",
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)",
     )
     async with running_agent(spawn=stubborn, settings=settings) as run:
         await run.scheduler.send(start(job("s1", work=1e6), time_scale=1.0))
         await run.scheduler.expect(PartStarted)
-        await asyncio.sleep(0.2)  # let the interpreter install its handler
+        await stubborn.ready()  # it ignores SIGTERM from now on
         await run.scheduler.send(CancelPart(job_id="s1"))
         finished = await run.scheduler.expect(PartFinished)
         assert finished.reason == "cancelled"
         assert finished.exit_code == -9
 
 
+async def assert_limit_between(
+    run: Running, command: Callable[[str], StartPart], low: float, high: float
+) -> None:
+    """The agent ends a part of ``command`` for its wall time after ``low`` s, by ``high`` s.
+
+    Seconds on the agent's manual clock, from the part's start. Two parts of
+    ``command`` start at the same instant, so with the same limit. At ``low``
+    the first is cancelled: reported "cancelled", not "walltime", it had not
+    been ended, and the agent had checked both limits at ``low`` (see
+    ``agent_reaches``). At ``high`` the other is ended for its wall time.
+    """
+    assert run.clock is not None
+    t0 = run.clock.now
+
+    async def up(job_id: str) -> None:
+        await run.scheduler.send(command(job_id))
+        # Up, its SIGTERM handler installed: it will exit as the agent asks it to.
+        await run.scheduler.expect(PartProgress, lambda p: p.job_id == job_id)
+
+    await up("early")
+    await up("late")
+    await agent_reaches(run, t0 + low)
+    await run.scheduler.send(CancelPart(job_id="early"))
+    early = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "early")
+    assert (early.reason, early.exit_code) == ("cancelled", EXIT_CANCELLED)
+    await agent_reaches(run, t0 + high)
+    late = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "late")
+    assert (late.reason, late.exit_code) == ("walltime", EXIT_CANCELLED)
+    started = run.scheduler.all(PartStarted, lambda s: s.job_id == "late")[0]
+    assert (started.at, late.at) == (t0, t0 + high)  # the agent's clock, on the wire
+    assert run.agent.stats().parts_finished["walltime"] == 1
+
+
 async def test_walltime_limit_kills_the_part() -> None:
-    # 100 units at rate 1 and 10x take 10 s; the limit is 1 unit: 0.1 s + 0.5 s grace.
-    async with running_agent() as run:
-        await run.scheduler.send(start(job("w1", work=100.0, walltime=1.0), time_scale=10.0))
-        started = await run.scheduler.expect(PartStarted)
-        finished = await run.scheduler.expect(PartFinished)
-        assert finished.reason == "walltime"
-        assert finished.exit_code == EXIT_CANCELLED
-        assert 0.6 <= finished.at - started.at < 5.0
-        assert run.agent.stats().parts_finished["walltime"] == 1
+    # 1 unit of wall time at rate 1 and 10x is 0.1 s, plus the 0.5 s grace: 0.6 s.
+    # The work (1e6 units, a day at 10x) never ends it first.
+    def command(job_id: str) -> StartPart:
+        return start(job(job_id, work=1e6, walltime=1.0), time_scale=10.0)
+
+    async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
+        await assert_limit_between(run, command, 0.6 - 1 / 16, 0.6 + 1 / 16)
 
 
 async def test_walltime_limit_follows_the_allocation_rate() -> None:
     # Shrunk to MPL 2 (u = 1) the part runs at half speed, so its limit doubles,
-    # as the scheduler core's estimate does: 2 units at rate 0.5 and 10x = 0.4 s.
-    async with running_agent() as run:
-        spec = job("w2", procs=2, work=100.0, walltime=2.0, malleable=True)
-        await run.scheduler.send(start(spec, cpus=1, time_scale=10.0))
-        started = await run.scheduler.expect(PartStarted)
-        finished = await run.scheduler.expect(PartFinished)
-        assert finished.reason == "walltime"
-        assert 0.9 <= finished.at - started.at < 5.0
+    # as the scheduler core's estimate does: 2 units at rate 0.5 and 10x = 0.4 s,
+    # plus the grace: 0.9 s.
+    def command(job_id: str) -> StartPart:
+        spec = job(job_id, procs=2, work=1e6, walltime=2.0, malleable=True)
+        return start(spec, cpus=1, time_scale=10.0)
+
+    async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
+        await assert_limit_between(run, command, 0.9 - 1 / 16, 0.9 + 1 / 16)
 
 
 async def test_a_part_of_a_multi_part_job_runs_at_the_jobs_mpl() -> None:
     # One part of 2 CPUs of a job of 8 processes on 4 CPUs in all (MPL 2, u = 1):
     # the part advances at half speed, so its wall-time limit doubles as in the test
-    # above; without job_cpus the part would be taken to run at MPL 1.
-    async with running_agent() as run:
-        spec = job("mp", procs=8, work=100.0, walltime=2.0, malleable=True)
-        command = StartPart(
-            job=spec, cpus=2, pace=1.0, part=0, parts=2, time_scale=10.0, job_cpus=4
-        )
-        await run.scheduler.send(command)
-        started = await run.scheduler.expect(PartStarted)
-        progress = await run.scheduler.expect(PartProgress)
-        assert progress.rate == pytest.approx(0.5)
-        finished = await run.scheduler.expect(PartFinished)
-        assert finished.reason == "walltime"
-        assert 0.9 <= finished.at - started.at < 5.0
+    # above; without job_cpus the part would be taken to run at MPL 1 (limit 0.7 s).
+    def command(job_id: str) -> StartPart:
+        spec = job(job_id, procs=8, work=1e6, walltime=2.0, malleable=True)
+        return StartPart(job=spec, cpus=2, pace=1.0, part=0, parts=2, time_scale=10.0, job_cpus=4)
+
+    async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
+        await assert_limit_between(run, command, 0.9 - 1 / 16, 0.9 + 1 / 16)
+        assert all(p.rate == pytest.approx(0.5) for p in run.scheduler.all(PartProgress))
 
 
 async def test_crashing_process_is_reported_failed_with_its_exit_code() -> None:
@@ -240,7 +278,7 @@ async def test_resize_beyond_free_cpus_is_not_applied() -> None:
         await run.scheduler.send(start(job("other", procs=2, work=1e6), time_scale=1.0))
         await run.scheduler.expect(PartStarted, lambda s: s.job_id == "other")
         await run.scheduler.send(ResizePart(job_id="r", cpus=4))
-        await run.scheduler.expect(Heartbeat, after=len(run.scheduler.seen))
+        await settled(run.scheduler)
         assert run.agent.stats().bad_messages == 1
         assert run.agent.stats().cpus_busy == 4
 
@@ -287,14 +325,6 @@ async def test_will_announces_a_killed_agent_lost() -> None:
         assert offline == AgentOffline(agent_id="node9", incarnation="inc1", reason="lost")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return "\nState:\tZ" in status
-
-
 async def test_an_agent_that_dies_uncleanly_kills_its_parts() -> None:
     broker = MemoryBroker()
     async with broker.client("scheduler") as sched_bus:
@@ -318,9 +348,7 @@ async def test_an_agent_that_dies_uncleanly_kills_its_parts() -> None:
                 running.cancel()  # as if its bus had failed
                 with pytest.raises(asyncio.CancelledError):
                     await running
-            async with asyncio.timeout(10):
-                while not _gone(started.pid):
-                    await asyncio.sleep(0.02)
+            await gone(started.pid)
             watcher.cancel()
         assert scheduler.all(PartFinished) == []
 
