@@ -54,6 +54,15 @@ from accordion.live import (
     run_async,
 )
 from accordion.live import replay as replay_plan
+from accordion.options import (
+    CpusOpt,
+    MissingUtilOpt,
+    ModelOpt,
+    TauOpt,
+    Window,
+    WindowOpt,
+    execution_model,
+)
 from accordion.runs import Run, Variation, load_workload, run_policy, safe_name, write_run
 from accordion.up import (
     DEFAULT_CLUSTER,
@@ -71,15 +80,16 @@ from broker.bus import BusError
 from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
 from broker.mqtt import MqttSettings
 from broker.topics import DEFAULT_ROOT
-from model.execution import ExecutionModel
+from model.execution import ModelKind
 from model.job import JobError
 from model.machine import MachineError
+from model.metrics import DEFAULT_TAU
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import POLICIES, PRIORITIES, UnknownPolicyError, build_policy
 from workload.cluster import ClusterError, ClusterSpec, load_cluster
-from workload.convert import SwfRules, load_jobs
 from workload.deadlines import DeadlineRule
 from workload.swf import SwfError, write_swf
+from workload.swf_rules import SwfRules, load_jobs
 from workload.synthetic import SyntheticSpec
 from workload.synthetic import generate as generate_records
 from workload.synthetic import header as synthetic_header
@@ -207,8 +217,8 @@ OverheadOpt = Annotated[
 ]
 
 
-def _rules(missing_walltime: str) -> SwfRules:
-    return SwfRules.from_fallback(missing_walltime)
+def _rules(missing_walltime: str, missing_util: float = 1.0) -> SwfRules:
+    return SwfRules.from_fallback(missing_walltime, missing_cpu_util=missing_util)
 
 
 def _variation(deadlines: float | None, slack: str, seed: int, malleable: bool) -> Variation:
@@ -238,21 +248,32 @@ def simulate(
     malleable: MalleableOpt = False,
     overhead: OverheadOpt = 0.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    window: WindowOpt = None,
+    tau: TauOpt = DEFAULT_TAU,
+    cpus: CpusOpt = None,
+    model: ModelOpt = ModelKind.LINEAR,
+    missing_util: MissingUtilOpt = 1.0,
 ) -> None:
     """Replay TRACE under one policy and print its metrics."""
     with user_errors():
         build_policy(policy, placement=placement)  # fail fast on a bad name
+        execution = execution_model(model, overhead=overhead, seed=seed)
         workload = load_workload(
             trace,
             cluster=cluster,
-            jobs=jobs,
-            rules=_rules(missing_walltime),
+            rules=_rules(missing_walltime, missing_util),
             variation=_variation(deadlines, deadline_slack, seed, malleable),
+            window=Window.of(window, jobs),
+            cpus=cpus,
         )
-        execution = ExecutionModel(overhead=overhead)
         with progress_bar(policy, progress and len(workload.jobs) >= 2000) as update:
             run = run_policy(
-                workload, policy, placement=placement, execution=execution, progress=update
+                workload,
+                policy,
+                placement=placement,
+                execution=execution,
+                progress=update,
+                tau=tau,
             )
         table = Table(title=f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}")
         table.add_column("metric")
@@ -297,6 +318,11 @@ def compare(
     per_job: Annotated[
         bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
     ] = True,
+    window: WindowOpt = None,
+    tau: TauOpt = DEFAULT_TAU,
+    cpus: CpusOpt = None,
+    model: ModelOpt = ModelKind.LINEAR,
+    missing_util: MissingUtilOpt = 1.0,
 ) -> None:
     """Replay TRACE under several policies; print every metric against a baseline."""
     with user_errors():
@@ -311,14 +337,15 @@ def compare(
         if base not in specs:
             specs.insert(0, base)
             build_policy(base, placement=placement)
+        execution = execution_model(model, overhead=overhead, seed=seed)
         workload = load_workload(
             trace,
             cluster=cluster,
-            jobs=jobs,
-            rules=_rules(missing_walltime),
+            rules=_rules(missing_walltime, missing_util),
             variation=_variation(deadlines, deadline_slack, seed, malleable),
+            window=Window.of(window, jobs),
+            cpus=cpus,
         )
-        execution = ExecutionModel(overhead=overhead)
         runs: list[Run] = []
         for spec in specs:
             with progress_bar(spec, progress and len(workload.jobs) >= 2000) as update:
@@ -329,6 +356,7 @@ def compare(
                         placement=placement,
                         execution=execution,
                         progress=update,
+                        tau=tau,
                     )
                 )
         for run in runs:
@@ -691,12 +719,14 @@ def replay(
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
+    window: WindowOpt = None,
 ) -> None:
     """Publish TRACE's jobs at their compressed submit times (one request per instant)."""
     with user_errors():
         rules = _rules(missing_walltime)
         prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
         variation = Variation(malleable=malleable)
+        picked = Window.of(window, jobs)
 
         async def go() -> tuple[ReplayState, int, int]:
             async with connect(broker, root, timeout=timeout, watch=wait) as client:
@@ -705,13 +735,16 @@ def replay(
                 if not cpus:
                     raise LiveError("no machine is online: start agents first")
                 # Jobs wider than the live cluster are skipped as the twin skips them.
-                loaded = load_jobs(trace, rules, limit=jobs, total_cpus=cpus)
-                if not loaded.jobs:
+                loaded = load_jobs(
+                    trace, rules, limit=None if picked is None else picked.stop, total_cpus=cpus
+                )
+                kept = loaded.jobs if picked is None else loaded.jobs[picked.start :]
+                if not kept:
                     raise ValueError(f"{trace}: no job to replay (skipped: {dict(loaded.skipped)})")
-                plan = arrivals(variation.apply(loaded.jobs), prefix=prefix)
+                plan = arrivals(variation.apply(kept), prefix=prefix)
                 span = plan[-1].at / time_scale
                 err_console.print(
-                    f"replaying {len(loaded.jobs)} jobs of {trace.name} as {prefix}*, "
+                    f"replaying {len(kept)} jobs of {trace.name} as {prefix}*, "
                     f"in {len(plan)} requests over {span:.1f} s wall (time scale {time_scale:g})",
                     highlight=False,
                 )

@@ -472,6 +472,7 @@ class SchedulerCore:
             speed=speed,
             ref_speed=job.ref_speed,
             cpu_util=job.cpu_util,
+            job_id=job.id,
         )
 
     def _apply_start(

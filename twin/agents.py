@@ -52,6 +52,7 @@ class ModelledAgents:
             speed=pace,
             ref_speed=job.ref_speed,
             cpu_util=job.cpu_util,
+            job_id=job.id,
         )
 
     def start(self, job: Job, parts: tuple[Part, ...], now: float) -> tuple[float, int]:
