@@ -37,7 +37,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from accordion import sweep_cmd
 from accordion.chart import write_chart
+from accordion.generate_cmd import write_preset
 from accordion.live import (
     BROKER_ENV,
     DEFAULT_BROKER,
@@ -431,12 +433,31 @@ def generate(
     load: Annotated[float, typer.Option("--load", min=0.01, max=10.0)] = 0.9,
     users: Annotated[int, typer.Option("--users", min=1)] = 12,
     seed: Annotated[int, typer.Option("--seed")] = 1,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="a paper's setup instead: eg-edf-grid writes OUT and OUT's .cluster.toml",
+        ),
+    ] = None,
+    interarrival: Annotated[
+        float, typer.Option("--interarrival", min=1e-6, help="preset: mean inter-arrival, s")
+    ] = 10.0,
 ) -> None:
     """Write a small seeded synthetic trace (see workload/synthetic.py for the recipe)."""
     with user_errors():
+        if preset is not None:
+            trace, cluster_file, count = write_preset(
+                preset, out, seed=seed, interarrival=interarrival
+            )
+            out_console.print(f"wrote {count} jobs to {trace} and the cluster to {cluster_file}")
+            return
         spec = SyntheticSpec(jobs=jobs, cpus=cpus, load=load, users=users, seed=seed)
         count = write_swf(out, generate_records(spec), header=synthetic_header(spec))
         out_console.print(f"wrote {count} jobs to {out}")
+
+
+app.command("sweep")(sweep_cmd.sweep)
 
 
 @app.command("policies")

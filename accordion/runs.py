@@ -22,7 +22,8 @@ from scheduler.policies.registry import build_policy, policy_info
 from twin.report import metrics_of, summary, write_jobs_csv, write_summary
 from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
-from workload.deadlines import DeadlineRule, assign_deadlines
+from workload.deadlines import HEADER_KEY as DEADLINES_KEY
+from workload.deadlines import DeadlineRule, assign_deadlines, rule_from_text
 from workload.swf import read_header, write_swf
 from workload.swf_rules import SwfRules, load_jobs, records_from_schedule
 
@@ -126,6 +127,10 @@ def load_workload(
     if not kept:
         raise ValueError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
     variation = variation or Variation()
+    stated = loaded.header.get(DEADLINES_KEY)
+    if stated is not None and variation.deadlines is None:
+        # A generated trace states its deadline rule in its header (workload.deadlines).
+        variation = replace(variation, deadlines=rule_from_text(stated))
     return Workload(
         name=trace_name(trace),
         path=trace,
