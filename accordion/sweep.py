@@ -24,6 +24,7 @@ the deadlines and the paper model's per-job OV.
 from __future__ import annotations
 
 import csv
+import math
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -61,7 +62,9 @@ METRIC_COLUMNS = (
     "deadline_jobs",
     "deadline_missed",
     "deadline_miss_rate",
+    "cpu_util_mean",
 )
+"""Schedule metrics (``model.metrics``), then ``cpu_util_mean``: the jobs' mean ``u``."""
 COLUMNS = (*KEY_COLUMNS, *METRIC_COLUMNS)
 
 Row = dict[str, str]
@@ -191,7 +194,8 @@ def run_task(task: Task) -> Row:
     work, src = _workload(task)
     execution = ExecutionModel(kind=src.model, overhead=src.overhead, seed=task.seed)
     run = run_policy(work, task.policy, placement=src.placement, execution=execution, tau=src.tau)
-    metrics = run.metrics.as_dict()
+    metrics: dict[str, float | int | str] = dict(run.metrics.as_dict())
+    metrics["cpu_util_mean"] = math.fsum(j.cpu_util for j in work.jobs) / len(work.jobs)
     row = dict(zip(KEY_COLUMNS, task.key, strict=True))
     for column in METRIC_COLUMNS:
         value = metrics[column]
