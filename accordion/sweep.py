@@ -38,6 +38,7 @@ from model.execution import ExecutionModel, ModelKind
 from model.job import Job
 from model.metrics import DEFAULT_TAU
 from scheduler.placement import PlacementRule
+from twin.report import metrics_of
 from workload.cluster import parse_cluster
 from workload.deadlines import DeadlineRule
 from workload.grid_preset import PRESET_NAME, GridPreset, cluster_toml, records
@@ -122,11 +123,12 @@ def tasks(
         raise ValueError("interarrival is a preset's parameter; a trace has its own arrivals")
     if parameter == "cpus" and source.trace is None:
         raise ValueError("cpus sizes a trace's machine; a preset has its own grid")
+    # Seed-major: a sweep stopped half-way has every policy and value for its first seeds.
     return [
         Task(source=source, policy=p, parameter=parameter, value=v, seed=s)
-        for p in policies
-        for v in values
         for s in seeds
+        for v in values
+        for p in policies
     ]
 
 
@@ -191,16 +193,44 @@ def _workload(task: Task) -> tuple[Workload, Source]:
 
 def run_task(task: Task) -> Row:
     """Replay one task; its row (keys and schedule metrics, as CSV text)."""
-    work, src = _workload(task)
-    execution = ExecutionModel(kind=src.model, overhead=src.overhead, seed=task.seed)
-    run = run_policy(work, task.policy, placement=src.placement, execution=execution, tau=src.tau)
-    metrics: dict[str, float | int | str] = dict(run.metrics.as_dict())
-    metrics["cpu_util_mean"] = math.fsum(j.cpu_util for j in work.jobs) / len(work.jobs)
-    row = dict(zip(KEY_COLUMNS, task.key, strict=True))
-    for column in METRIC_COLUMNS:
-        value = metrics[column]
-        row[column] = _num(float(value)) if isinstance(value, int | float) else str(value)
-    return row
+    return run_group((task,))[0]
+
+
+def run_group(group: Sequence[Task]) -> list[Row]:
+    """Rows of tasks that differ in ``tau`` alone, from one replay.
+
+    ``tau`` only enters the metrics, never the schedule, so a tau sweep replays
+    each (policy, seed) once and scores the schedule at every tau.
+    """
+    first = group[0]
+    if any(replace(t, value=first.value) != first for t in group) or (
+        len(group) > 1 and first.parameter != "tau"
+    ):
+        raise ValueError("a group holds tasks that differ in the tau value alone")
+    work, src = _workload(first)
+    execution = ExecutionModel(kind=src.model, overhead=src.overhead, seed=first.seed)
+    run = run_policy(work, first.policy, placement=src.placement, execution=execution, tau=src.tau)
+    u_mean = math.fsum(j.cpu_util for j in work.jobs) / len(work.jobs)
+    rows = []
+    for task in group:
+        scored = run.metrics if task is first else metrics_of(run.result, tau=task.value)
+        metrics: dict[str, float | int | str] = dict(scored.as_dict())
+        metrics["cpu_util_mean"] = u_mean
+        row = dict(zip(KEY_COLUMNS, task.key, strict=True))
+        for column in METRIC_COLUMNS:
+            value = metrics[column]
+            row[column] = _num(float(value)) if isinstance(value, int | float) else str(value)
+        rows.append(row)
+    return rows
+
+
+def _groups(todo: Sequence[Task]) -> list[tuple[Task, ...]]:
+    """One group per task, except that a tau sweep groups a (policy, seed)'s values."""
+    groups: dict[object, list[Task]] = {}
+    for t in todo:
+        key = (t.policy, t.seed) if t.parameter == "tau" else t.key
+        groups.setdefault(key, []).append(t)
+    return [tuple(g) for g in groups.values()]
 
 
 def read_rows(path: Path) -> dict[tuple[str, ...], Row]:
@@ -251,13 +281,13 @@ def run_sweep(
             writer = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
             if new_file:
                 writer.writeheader()
-            futures = [executor.submit(run_task, t) for t in missing]
+            futures = [executor.submit(run_group, g) for g in _groups(missing)]
             for future in as_completed(futures):
-                row = future.result()
-                writer.writerow(row)
+                for row in future.result():
+                    writer.writerow(row)
+                    done[tuple(row[k] for k in KEY_COLUMNS)] = row
+                    finished += 1
                 fh.flush()  # a crash keeps every finished row for the next run
-                done[tuple(row[k] for k in KEY_COLUMNS)] = row
-                finished += 1
                 if progress is not None:
                     progress(finished, total)
     rows = [done[k] for k in wanted]
