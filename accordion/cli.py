@@ -2,7 +2,7 @@
 
 The app and its commands, registered from the modules that hold them:
 
-- the twin's, :mod:`accordion.twin_cmds`: ``simulate``, ``compare``,
+- the twin's, :mod:`accordion.twin_cmds`: ``simulate``, ``compare``, ``sweep``,
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.live_cmds`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;

@@ -49,7 +49,7 @@ from twin.report import TIME_BASE as TWIN_TIME_BASE
 from twin.report import DecisionTimes, decision_times
 from twin.simulate import simulate
 from workload.cluster import ClusterSpec
-from workload.convert import SwfRules, iter_jobs
+from workload.swf_rules import SwfRules, iter_jobs
 from workload.synthetic import SyntheticSpec, generate
 
 

@@ -22,8 +22,8 @@ from model.job import JobError
 from model.machine import MachineError
 from scheduler.policies.registry import PolicyOptionError, UnknownPolicyError
 from workload.cluster import ClusterError
-from workload.convert import TraceOrderError
 from workload.swf import SwfError
+from workload.swf_rules import TraceOrderError
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from accordion.client import (
     run_async,
 )
 from accordion.display import err_console, out_console, replay_display
-from accordion.errors import LiveError, UserError, refused, user_errors
+from accordion.errors import LiveError, UserError, parsed, refused, user_errors
 from accordion.options import (
     DURATIONS,
     BrokerOpt,
@@ -46,9 +46,10 @@ from accordion.replay import replay as replay_plan
 from accordion.runs import Variation
 from accordion.specs import job_spec, parse_duration
 from accordion.tables import print_status
+from accordion.twin_options import MissingUtilOpt, Window, WindowOpt
 from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
 from broker.topics import DEFAULT_ROOT
-from workload.convert import load_jobs
+from workload.swf_rules import load_jobs
 
 
 class WorkloadKind(StrEnum):
@@ -220,7 +221,9 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
         bool, typer.Option("--wait", help="also wait until every accepted job has ended")
     ] = False,
     missing_walltime: WalltimeOpt = "runtime",
+    missing_util: MissingUtilOpt = 1.0,
     malleable: MalleableOpt = False,
+    window: WindowOpt = None,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
@@ -228,7 +231,8 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
 ) -> None:
     """Publish TRACE's jobs at their compressed submit times (one request per instant)."""
     with user_errors():
-        rules = swf_rules(missing_walltime)
+        rules = swf_rules(missing_walltime, missing_util)
+        picked = parsed(lambda: Window.of(window, jobs), "--window")
         prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
         variation = Variation(malleable=malleable)
 
@@ -239,13 +243,15 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
                 if not cpus:
                     raise LiveError("no machine is online: start agents first")
                 # Jobs wider than the live cluster are skipped as the twin skips them.
-                loaded = load_jobs(trace, rules, limit=jobs, total_cpus=cpus)
-                if not loaded.jobs:
+                limit = None if picked is None else picked.stop
+                loaded = load_jobs(trace, rules, limit=limit, total_cpus=cpus)
+                kept = loaded.jobs if picked is None else loaded.jobs[picked.start :]
+                if not kept:
                     raise UserError(f"{trace}: no job to replay (skipped: {dict(loaded.skipped)})")
-                plan = arrivals(variation.apply(loaded.jobs), prefix=prefix)
+                plan = arrivals(variation.apply(kept), prefix=prefix)
                 span = plan[-1].at / time_scale
                 err_console.print(
-                    f"replaying {len(loaded.jobs)} jobs of {trace.name} as {prefix}*, "
+                    f"replaying {len(kept)} jobs of {trace.name} as {prefix}*, "
                     f"in {len(plan)} requests over {span:.1f} s wall (time scale {time_scale:g})",
                     highlight=False,
                 )

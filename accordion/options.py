@@ -18,8 +18,8 @@ from accordion.errors import UserError, parsed
 from accordion.runs import Variation
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import parse_policy_opts
-from workload.convert import SwfRules
 from workload.deadlines import DeadlineRule
+from workload.swf_rules import SwfRules
 
 TraceArg = Annotated[Path, typer.Argument(help="SWF trace (.swf or .swf.gz)")]
 ClusterOpt = Annotated[
@@ -81,9 +81,12 @@ TimeoutOpt = Annotated[
 DURATIONS = "seconds (not sbatch's minutes), M:SS, H:MM:SS or D-H:MM:SS"
 
 
-def swf_rules(missing_walltime: str) -> SwfRules:
-    """The trace conversion rules of ``--missing-walltime``."""
-    return parsed(lambda: SwfRules.from_fallback(missing_walltime), "--missing-walltime")
+def swf_rules(missing_walltime: str, missing_util: float = 1.0) -> SwfRules:
+    """The trace conversion rules of ``--missing-walltime`` and ``--missing-util``."""
+    return parsed(
+        lambda: SwfRules.from_fallback(missing_walltime, missing_cpu_util=missing_util),
+        "--missing-walltime",
+    )
 
 
 def variation(deadlines: float | None, slack: str, seed: int, malleable: bool) -> Variation:

@@ -17,18 +17,20 @@ from typing import Any
 
 from accordion.chart import write_chart
 from accordion.errors import UserError
+from accordion.twin_options import Window
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine
-from model.metrics import ScheduleMetrics
+from model.metrics import DEFAULT_TAU, ScheduleMetrics
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import build_policy_with, policy_info
 from twin.report import metrics_of, summary, write_jobs_csv, write_summary
 from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
-from workload.convert import SwfRules, load_jobs, records_from_schedule
-from workload.deadlines import DeadlineRule, assign_deadlines
+from workload.deadlines import HEADER_KEY as DEADLINES_KEY
+from workload.deadlines import DeadlineRule, assign_deadlines, rule_from_text
 from workload.swf import read_header, write_swf
+from workload.swf_rules import SwfRules, load_jobs, records_from_schedule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,12 +44,14 @@ class Workload:
     cluster_source: str
     skipped: Counter[str]
     variation: Variation
+    window: Window | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "path": str(self.path),
             "jobs": len(self.jobs),
+            "window": None if self.window is None else str(self.window),
             "skipped": dict(self.skipped),
             "cluster_source": self.cluster_source,
             **self.variation.describe(),
@@ -95,12 +99,20 @@ def load_workload(
     trace: Path,
     *,
     cluster: Path | None,
-    jobs: int | None,
+    jobs: int | None = None,
     rules: SwfRules | None = None,
     variation: Variation | None = None,
+    window: Window | None = None,
+    cpus: int | None = None,
 ) -> Workload:
-    """Read ``trace`` (SWF) and the machines: a cluster file, or the trace's header."""
+    """Read ``trace`` (SWF) and the machines: a cluster file, or the trace's header.
+
+    ``window`` keeps the jobs at those positions (``accordion.options``; ``jobs=N``
+    is the window ``0:N``); ``cpus`` replaces the header's machine size.
+    """
     if cluster is not None:
+        if cpus is not None:
+            raise UserError("--cpus sets the size of the trace's one machine; not with --cluster")
         spec = load_cluster(cluster)
         machines = spec.machines
         source = str(cluster)
@@ -108,19 +120,31 @@ def load_workload(
         spec = cluster_from_header(read_header(trace))
         machines = spec.machines
         source = "trace header"
+        if cpus is not None:
+            machines = (replace(machines[0], cpus=cpus),)
+            source = f"trace header, {cpus} CPUs (--cpus)"
+    if window is None and jobs is not None:
+        window = Window(0, jobs)
     total = sum(m.cpus for m in machines)
-    loaded = load_jobs(trace, rules or SwfRules(), limit=jobs, total_cpus=total)
-    if not loaded.jobs:
+    limit = None if window is None else window.stop
+    loaded = load_jobs(trace, rules or SwfRules(), limit=limit, total_cpus=total)
+    kept = loaded.jobs if window is None else loaded.jobs[window.start :]
+    if not kept:
         raise UserError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")
     variation = variation or Variation()
+    stated = loaded.header.get(DEADLINES_KEY)
+    if stated is not None and variation.deadlines is None:
+        # A generated trace states its deadline rule in its header (workload.deadlines).
+        variation = replace(variation, deadlines=rule_from_text(stated))
     return Workload(
         name=trace_name(trace),
         path=trace,
-        jobs=variation.apply(loaded.jobs),
+        jobs=variation.apply(kept),
         machines=tuple(machines),
         cluster_source=source,
         skipped=loaded.skipped,
         variation=variation,
+        window=window,
     )
 
 
@@ -142,6 +166,7 @@ def run_policy(
     execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
     options: Mapping[str, str] | None = None,
+    tau: float = DEFAULT_TAU,
 ) -> Run:
     """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``)."""
     options = dict(options or {})
@@ -166,11 +191,11 @@ def run_policy(
         execution=execution,
         progress=progress,
     )
-    metrics = metrics_of(result)
+    metrics = metrics_of(result, tau=tau)
     data = summary(result, metrics, workload=workload.describe())
     data["placement"] = str(placement)
     data["policy_options"] = options
-    data["execution_model"] = {"overhead": execution.overhead}
+    data["execution_model"] = execution.describe()
     return Run(spec=spec, result=result, metrics=metrics, summary=data)
 
 

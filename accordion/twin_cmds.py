@@ -14,8 +14,10 @@ from typing import Annotated
 
 import typer
 
+from accordion import sweep_cmd
 from accordion.display import out_console, progress_bar
-from accordion.errors import UserError, user_errors
+from accordion.errors import UserError, parsed, user_errors
+from accordion.generate_cmd import write_preset
 from accordion.options import (
     ClusterOpt,
     DeadlinesOpt,
@@ -36,7 +38,17 @@ from accordion.options import (
 )
 from accordion.runs import Run, load_workload, run_policy, write_compare, write_run
 from accordion.tables import print_compare, print_metrics, print_policies
-from model.execution import ExecutionModel
+from accordion.twin_options import (
+    CpusOpt,
+    MissingUtilOpt,
+    ModelOpt,
+    TauOpt,
+    Window,
+    WindowOpt,
+    execution_model,
+)
+from model.execution import ModelKind
+from model.metrics import DEFAULT_TAU
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import (
     PolicyOptionError,
@@ -64,6 +76,11 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     seed: SeedOpt = 0,
     malleable: MalleableOpt = False,
     overhead: OverheadOpt = 0.0,
+    window: WindowOpt = None,
+    tau: TauOpt = DEFAULT_TAU,
+    cpus: CpusOpt = None,
+    model: ModelOpt = ModelKind.LINEAR,
+    missing_util: MissingUtilOpt = 1.0,
     progress: ProgressOpt = True,
 ) -> None:
     """Replay TRACE under one policy and print its metrics."""
@@ -73,11 +90,14 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
         workload = load_workload(
             trace,
             cluster=cluster,
-            jobs=jobs,
-            rules=swf_rules(missing_walltime),
+            rules=swf_rules(missing_walltime, missing_util),
             variation=variation(deadlines, deadline_slack, seed, malleable),
+            window=parsed(lambda: Window.of(window, jobs), "--window"),
+            cpus=cpus,
         )
-        execution = ExecutionModel(overhead=overhead)
+        execution = parsed(
+            lambda: execution_model(model, overhead=overhead, seed=seed), "--execution-model"
+        )
         # Only the user-input types are caught: a ValueError of a policy shows its traceback.
         with progress_bar(policy, progress and len(workload.jobs) >= 2000) as update:
             run = run_policy(
@@ -87,6 +107,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
                 execution=execution,
                 progress=update,
                 options=options,
+                tau=tau,
             )
         print_metrics(
             f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}", policy, run.summary
@@ -145,6 +166,11 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     seed: SeedOpt = 0,
     malleable: MalleableOpt = False,
     overhead: OverheadOpt = 0.0,
+    window: WindowOpt = None,
+    tau: TauOpt = DEFAULT_TAU,
+    cpus: CpusOpt = None,
+    model: ModelOpt = ModelKind.LINEAR,
+    missing_util: MissingUtilOpt = 1.0,
     progress: ProgressOpt = True,
     per_job: Annotated[
         bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
@@ -166,11 +192,14 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
         workload = load_workload(
             trace,
             cluster=cluster,
-            jobs=jobs,
-            rules=swf_rules(missing_walltime),
+            rules=swf_rules(missing_walltime, missing_util),
             variation=variation(deadlines, deadline_slack, seed, malleable),
+            window=parsed(lambda: Window.of(window, jobs), "--window"),
+            cpus=cpus,
         )
-        execution = ExecutionModel(overhead=overhead)
+        execution = parsed(
+            lambda: execution_model(model, overhead=overhead, seed=seed), "--execution-model"
+        )
         runs: list[Run] = []
         for spec in specs:
             with progress_bar(spec, progress and len(workload.jobs) >= 2000) as update:
@@ -182,6 +211,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
                         execution=execution,
                         progress=update,
                         options=options[spec],
+                        tau=tau,
                     )
                 )
         for run in runs:
@@ -202,9 +232,26 @@ def generate(  # noqa: PLR0917 (typer reads the options from the parameters)
     load: Annotated[float, typer.Option("--load", min=0.01, max=10.0)] = 0.9,
     users: Annotated[int, typer.Option("--users", min=1)] = 12,
     seed: Annotated[int, typer.Option("--seed")] = 1,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            "--preset",
+            help="a paper's setup instead: eg-edf-grid writes OUT and OUT's .cluster.toml",
+        ),
+    ] = None,
+    interarrival: Annotated[
+        float, typer.Option("--interarrival", min=1e-6, help="preset: mean inter-arrival, s")
+    ] = 10.0,
 ) -> None:
     """Write a small seeded synthetic trace (see workload/synthetic.py for the recipe)."""
     with user_errors():
+        if preset is not None:
+            trace, cluster_file, count = parsed(
+                lambda: write_preset(preset, out, seed=seed, interarrival=interarrival),
+                "--preset",
+            )
+            out_console.print(f"wrote {count} jobs to {trace} and the cluster to {cluster_file}")
+            return
         spec = SyntheticSpec(jobs=jobs, cpus=cpus, load=load, users=users, seed=seed)
         count = write_swf(out, generate_records(spec), header=synthetic_header(spec))
         out_console.print(f"wrote {count} jobs to {out}")
@@ -227,3 +274,4 @@ def register(app: typer.Typer) -> None:
     app.command()(compare)
     app.command()(generate)
     app.command("policies")(policies)
+    app.command("sweep")(sweep_cmd.sweep)

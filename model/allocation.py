@@ -76,6 +76,7 @@ class Allocation:
             speed=self.pace,
             ref_speed=job.ref_speed,
             cpu_util=job.cpu_util,
+            job_id=job.id,
         )
 
     def expanded_runtime(self, work: float, ref_speed: float) -> float:

@@ -1,7 +1,7 @@
 """Trace and cluster files: pure parsing over the model.
 
 ``workload.swf`` reads and writes the Standard Workload Format of the Parallel
-Workloads Archive, ``workload.convert`` turns its records into ``model.Job``
+Workloads Archive, ``workload.swf_rules`` turns its records into ``model.Job``
 (and a schedule back into records) by stated rules, and ``workload.cluster``
 reads machine descriptions (a TOML file, or an SWF header). Nothing here
 imports the scheduler, the twin, the agents or the CLI.
@@ -14,7 +14,17 @@ from workload.cluster import (
     load_cluster,
     parse_cluster,
 )
-from workload.convert import (
+from workload.swf import (
+    SwfError,
+    SwfHeader,
+    SwfReader,
+    SwfRecord,
+    open_swf,
+    read_header,
+    read_swf,
+    write_swf,
+)
+from workload.swf_rules import (
     DEFAULT_RULES,
     AdjustReason,
     LoadResult,
@@ -26,16 +36,6 @@ from workload.convert import (
     load_jobs,
     record_to_job,
     records_from_schedule,
-)
-from workload.swf import (
-    SwfError,
-    SwfHeader,
-    SwfReader,
-    SwfRecord,
-    open_swf,
-    read_header,
-    read_swf,
-    write_swf,
 )
 
 __all__ = [

@@ -139,3 +139,44 @@ def assign_deadlines(jobs: Sequence[Job], rule: DeadlineRule | None = None) -> l
         deadline = rule.deadline_for(job)
         out.append(job if deadline == job.deadline else replace(job, deadline=deadline))
     return out
+
+
+HEADER_KEY = "Deadlines"
+"""The SWF header key under which a generated trace states its deadline rule.
+
+SWF has no deadline field, so a generated trace with deadlines (``accordion
+generate --preset eg-edf-grid``) carries its rule instead, as
+``; Deadlines: share=0.7 slack=1.5:4 estimate=runtime seed=3``; since every
+job's deadline follows from the rule and its id alone, the rule is the
+deadlines. Other SWF readers see one more comment line.
+"""
+
+
+def rule_to_text(rule: DeadlineRule) -> str:
+    """The header value of ``rule`` (:data:`HEADER_KEY`); :func:`rule_from_text` reads it."""
+    return (
+        f"share={rule.share!r} slack={rule.slack_min!r}:{rule.slack_max!r} "
+        f"estimate={rule.estimate} seed={rule.seed}"
+    )
+
+
+def rule_from_text(text: str) -> DeadlineRule:
+    """Parse a :func:`rule_to_text` value; a ``ValueError`` quoting it when malformed."""
+    try:
+        fields = dict(item.split("=", 1) for item in text.split())
+        lo, _, hi = fields["slack"].partition(":")
+        estimate = fields["estimate"]
+        if estimate not in ("walltime", "runtime"):
+            raise ValueError(estimate)
+        return DeadlineRule(
+            share=float(fields["share"]),
+            slack_min=float(lo),
+            slack_max=float(hi),
+            estimate="runtime" if estimate == "runtime" else "walltime",
+            seed=int(fields["seed"]),
+        )
+    except (KeyError, ValueError) as exc:
+        raise ValueError(
+            f"deadline rule {text!r}: expected 'share=S slack=MIN:MAX estimate=walltime|runtime "
+            f"seed=N' ({exc})"
+        ) from None

@@ -134,6 +134,15 @@ class SwfRules:
             per processor) over run time, clamped to [min_cpu_util, 1]
             (default True); 1.0 when either is unknown or zero.
         min_cpu_util: lower clamp of that ratio (default 0.01; ``Job`` needs > 0).
+        missing_cpu_util: ``Job.cpu_util`` of a job whose trace line has no CPU
+            time (field 6 missing or zero, as in all of KTH-SP2), or of every
+            job when ``cpu_util_from_trace`` is off. Default 1.0: a job of
+            unknown utilisation is taken as compute-bound, the costliest case
+            for sharing a CPU, so that a shrink is never cheaper than the
+            trace can show; under the ``linear`` and ``paper`` execution
+            models that makes every shrink to MPL 2 double the run time. The
+            FCFS-malleable paper's traces had CPU times (its Table 2 averages
+            them), so it never needed this rule.
         ref_speed: ``Job.ref_speed`` of every job: the speed the trace's
             machine had relative to the simulated cluster's (default 1.0).
     """
@@ -150,6 +159,7 @@ class SwfRules:
     require_allocated: bool = True
     cpu_util_from_trace: bool = True
     min_cpu_util: float = 0.01
+    missing_cpu_util: float = 1.0
     ref_speed: float = 1.0
 
     def __post_init__(self) -> None:
@@ -172,6 +182,11 @@ class SwfRules:
             raise ValueError(f"min_walltime must be > 0, got {self.min_walltime!r}")
         if not 0 < self.min_cpu_util <= 1:
             raise ValueError(f"min_cpu_util must be in (0, 1], got {self.min_cpu_util!r}")
+        if not 0 < self.missing_cpu_util <= 1:
+            raise ValueError(
+                f"the CPU utilisation of jobs without CPU time must be in (0, 1], "
+                f"got {self.missing_cpu_util!r}"
+            )
         if not (self.ref_speed > 0 and math.isfinite(self.ref_speed)):
             raise ValueError(f"ref_speed must be > 0, got {self.ref_speed!r}")
         # Accept any iterable of ints for convenience, store it hashable.
@@ -263,7 +278,7 @@ def _walltime(rec: SwfRecord, rules: SwfRules) -> tuple[float, tuple[AdjustReaso
 def _build(rec: SwfRecord, procs: int, rules: SwfRules) -> tuple[Job, tuple[AdjustReason, ...]]:
     walltime, adjusted = _walltime(rec, rules)
     run = rec.run_time
-    util = 1.0
+    util = rules.missing_cpu_util
     if rules.cpu_util_from_trace and rec.avg_cpu_time > 0 and run > 0:
         util = min(1.0, max(rules.min_cpu_util, rec.avg_cpu_time / run))
     job = Job(

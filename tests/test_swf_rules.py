@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model import Job
-from workload.convert import (
+from workload.swf import FIELD_NAMES, SwfRecord, read_swf, write_swf
+from workload.swf_rules import (
     AdjustReason,
     SkipReason,
     SwfRules,
@@ -22,7 +23,6 @@ from workload.convert import (
     record_to_job,
     records_from_schedule,
 )
-from workload.swf import FIELD_NAMES, SwfRecord, read_swf, write_swf
 
 PWA = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "pwa"
 
