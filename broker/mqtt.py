@@ -559,15 +559,18 @@ class MqttBus:
         what = f"subscribe to {pattern!r}"
         deadline = asyncio.get_running_loop().time() + self._settings.publish_timeout
         # Known before the SUBSCRIBE leaves, so retained messages it replays are kept.
-        self._filters[pattern] = max(qos, self._filters.get(pattern, 0))
+        before = self._filters.get(pattern)
+        self._filters[pattern] = max(qos, before or 0)
         while True:
             client = await self._linked(deadline, what)
             try:
                 await self._subscribe_on(client, pattern, qos)
             except BusError:
-                if client is self._client:
-                    raise
-                continue  # the connection dropped meanwhile; the next one subscribes anyway
+                if client is not self._client:
+                    continue  # the connection dropped meanwhile; the next one subscribes
+                if before is None:  # refused (e.g. by an ACL): not ours to receive
+                    self._filters.pop(pattern, None)
+                raise
             return
 
     async def _subscribe_on(self, client: aiomqtt.Client, pattern: str, qos: int) -> None:
