@@ -36,11 +36,13 @@ everyone (see ``broker.embedded``).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import hashlib
 import os
 import pwd
 import secrets
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +103,8 @@ def agent_account(machine: str, password: str | None = None) -> Account:
 
 def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[Account, ...]:
     """``logins`` logins speaking for ``user`` (``alice``, ``alice~2``...): one per client."""
+    if logins < 1:
+        raise AuthError(f"a user needs at least one login, not {logins}")
     if role not in ("user", "admin"):
         raise AuthError(f"user_accounts makes users and admins, not {role!r}")
     names = [user] + [f"{user}~{i}" for i in range(2, logins + 1)]
@@ -235,3 +239,52 @@ def mosquitto_auth_config(files: AuthFiles) -> str:
         "# connection or inherit its session.\n"
         "use_username_as_clientid true\n"
     )
+
+
+def cluster_accounts(
+    agents: Iterable[str], users: Iterable[str], admins: Iterable[str] = (), *, logins: int = 2
+) -> tuple[Account, ...]:
+    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin."""
+    accounts = [scheduler_account()]
+    accounts += [agent_account(a) for a in agents]
+    for user in users:
+        accounts += user_accounts(user, logins=logins)
+    for admin in admins:
+        accounts += user_accounts(admin, logins=logins, role="admin")
+    return tuple(accounts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m broker.auth``: write a cluster's password, ACL and secret files."""
+    parser = argparse.ArgumentParser(
+        prog="python -m broker.auth",
+        description=(
+            "Write Mosquitto's password and ACL files for a cluster, and one secret "
+            "file per login (for ACCORDION_MQTT_PASSWORD_FILE). Passwords are random, "
+            "hashed here, and never printed."
+        ),
+    )
+    parser.add_argument("--dir", type=Path, required=True, help="where to write the files")
+    parser.add_argument("--root", default=Topics().root, help="topic root (%(default)s)")
+    parser.add_argument("--agent", action="append", default=[], help="an agent's machine id")
+    parser.add_argument("--user", action="append", default=[], help="a user name")
+    parser.add_argument("--admin", action="append", default=[], help="an admin's name")
+    parser.add_argument("--logins", type=int, default=2, help="logins per user (%(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        accounts = cluster_accounts(args.agent, args.user, args.admin, logins=args.logins)
+        files = write_auth_files(args.dir, accounts, Topics(args.root))
+    except (AuthError, ValueError, OSError) as exc:
+        parser.error(str(exc))
+    print(f"password_file {files.password_file}")
+    print(f"acl_file {files.acl_file}")
+    for account in accounts:
+        print(
+            f"{account.role:9} {account.identity:16} login {account.login:20} "
+            f"secret {files.secret_of(account.login)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
