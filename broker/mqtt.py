@@ -180,7 +180,7 @@ class MqttSettings:
         Errors show the URL with its password hidden.
         """
         shown = redact_url(url)
-        expected = "expected mqtt[s]://[user[:password]@]host[:port]"
+        expected = "expected mqtt://host[:port] (or mqtts://; user[:password]@ before the host)"
         parts = urlsplit(url)
         if parts.scheme not in _SCHEMES:
             raise ValueError(f"{shown!r}: {expected}")
