@@ -382,6 +382,9 @@ class MqttBus:
         try:
             await client.__aenter__()
         except aiomqtt.MqttError as exc:
+            # A refused TLS handshake can leave paho's socket open (TLS 1.3 reports a
+            # missing client certificate after the handshake): close it.
+            client._client._sock_close()
             raise BusError(
                 f"cannot connect to {self._where()} as {self._client_id!r}: {exc}"
             ) from exc
@@ -544,8 +547,10 @@ class MqttBus:
                 )
             except aiomqtt.MqttError as exc:
                 if client is self._client:
-                    late = "timed out" in str(exc)
-                    if not late or asyncio.get_running_loop().time() >= deadline:
+                    if _dropped(exc):
+                        # paho knows before the link task does: wait for it to notice.
+                        await self._until_down(deadline)
+                    elif "timed out" not in str(exc) or self._past(deadline):
                         raise BusError(f"{what} on {self._where()} failed: {exc}") from exc
                 continue  # the connection dropped, or the ack is late: publish again
             if client is self._client:
@@ -554,6 +559,15 @@ class MqttBus:
             # so whether the broker has it is unknown. Publish again (QoS 1 may repeat).
             if qos == 0:
                 return
+
+    def _past(self, deadline: float) -> bool:
+        return asyncio.get_running_loop().time() >= deadline
+
+    async def _until_down(self, deadline: float) -> None:
+        remaining = deadline - asyncio.get_running_loop().time()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(remaining, 0.0)):
+                await self._down.wait()
 
     async def subscribe(self, pattern: str, *, qos: int = 1) -> None:
         what = f"subscribe to {pattern!r}"
@@ -565,9 +579,13 @@ class MqttBus:
             client = await self._linked(deadline, what)
             try:
                 await self._subscribe_on(client, pattern, qos)
-            except BusError:
+            except BusError as exc:
                 if client is not self._client:
                     continue  # the connection dropped meanwhile; the next one subscribes
+                cause = exc.__cause__
+                if isinstance(cause, aiomqtt.MqttError) and _dropped(cause):
+                    await self._until_down(deadline)
+                    continue
                 if before is None:  # refused (e.g. by an ACL): not ours to receive
                     self._filters.pop(pattern, None)
                 raise
@@ -608,6 +626,12 @@ class MqttBus:
             if isinstance(delivery, Exception):
                 raise delivery
             yield delivery
+
+
+def _dropped(exc: aiomqtt.MqttError) -> bool:
+    """Whether paho refused a call because the connection is gone."""
+    rc = getattr(exc, "rc", None)
+    return rc in (paho.MQTT_ERR_NO_CONN, paho.MQTT_ERR_CONN_LOST)
 
 
 def _fail_pending(client: aiomqtt.Client) -> None:
