@@ -12,8 +12,10 @@ raises :class:`~broker.bus.BusError` (nobody listens: the user's mistake, said
 at once). After that a lost connection is an ordinary event: a named
 background task reconnects with capped exponential backoff and jitter
 (``reconnect_min`` doubling up to ``reconnect_max`` seconds, each wait drawn
-in [0.5, 1] of it), subscribes again to every filter subscribed so far, and
-``deliveries()`` goes on iterating across the gap. ``publish`` and
+in [0.5, 1] of it; a connection that lived less than ``reconnect_max`` does
+not reset the step, so two clients fighting over one client id slow down),
+subscribes again to every filter subscribed so far, and ``deliveries()`` goes
+on iterating across the gap. ``publish`` and
 ``subscribe`` wait for a connection, for at most ``publish_timeout`` seconds,
 then raise ``BusError``. The owner can watch the link: :attr:`MqttBus.connected`,
 :attr:`MqttBus.disconnected_since` (monotonic seconds), :meth:`MqttBus.wait_connected`,
@@ -307,6 +309,8 @@ class MqttBus:
         self._filters: dict[str, int] = {}
         self._inbox: asyncio.Queue[Delivery | Exception | None] = asyncio.Queue()
         self._disconnected_since: float | None = None
+        self._attached_at = 0.0
+        self._delay = settings.reconnect_min  # the backoff's current step
         #: Connections made again after a loss.
         self.reconnects = 0
         #: Deliveries dropped because no subscribed filter matches their topic.
@@ -430,6 +434,7 @@ class MqttBus:
 
     def _attach(self, client: aiomqtt.Client) -> None:
         self._client = client
+        self._attached_at = time.monotonic()
         self._disconnected_since = None
         self._down.clear()
         self._up.set()
@@ -487,10 +492,15 @@ class MqttBus:
 
     async def _reconnect(self) -> aiomqtt.Client:
         s = self._settings
-        delay = s.reconnect_min
+        # A connection that lived less than the cap is flapping (a takeover fight, a
+        # denied publish that costs the connection): go on from the last delay
+        # instead of starting again at the minimum.
+        lived = (self._disconnected_since or 0.0) - self._attached_at
+        delay = s.reconnect_min if lived >= s.reconnect_max else self._delay
         while True:
             await asyncio.sleep(delay * (0.5 + 0.5 * self._rng.random()))
             delay = min(2 * delay, s.reconnect_max)
+            self._delay = delay
             try:
                 client = await self._connect()
             except BusError as exc:
