@@ -14,6 +14,7 @@ from broker.mqtt import (
     MqttBus,
     MqttSettings,
     redact_url,
+    tls_parameters,
 )
 
 SECRET = "s3cr3t-Pa55"
@@ -47,7 +48,7 @@ def test_mqtts_with_ca_and_client_certificate(tmp_path: Path) -> None:
         tmp_path / "c.pem",
         tmp_path / "k.pem",
     )
-    params = s.tls_params()
+    params = tls_parameters(s)
     assert params is not None
     assert params.ca_certs == str(tmp_path / "ca.pem")
     assert s.url == "mqtts://bob@broker:8883"
