@@ -11,10 +11,11 @@ import shutil
 import socket
 from typing import Final
 
+from broker.auth import AuthFiles, mosquitto_auth_config
+
 # Mosquitto 2.0 option names, checked against mosquitto.conf(5) of 2.0.11.
 _MOSQUITTO_CONF: Final = """\
 listener {port} {host}
-allow_anonymous true
 # Nagle's algorithm plus delayed ACKs add 40 ms to every small QoS 1 message.
 set_tcp_nodelay true
 # The default 1000 silently drops QoS 1 messages queued for a slow or offline
@@ -31,9 +32,20 @@ _VERBOSE: Final = "log_type information\nconnection_messages true\n"
 _QUIET: Final = "connection_messages false\n"
 
 
-def mosquitto_config(*, host: str, port: int, verbose: bool = False) -> str:
-    """A ``mosquitto.conf`` listening on ``host:port``; ``verbose`` logs connections."""
-    return _MOSQUITTO_CONF.format(host=host, port=port) + (_VERBOSE if verbose else _QUIET)
+_ANONYMOUS: Final = "allow_anonymous true\n"
+
+
+def mosquitto_config(
+    *, host: str, port: int, verbose: bool = False, auth: AuthFiles | None = None
+) -> str:
+    """A ``mosquitto.conf`` listening on ``host:port``; ``verbose`` logs connections.
+
+    Without ``auth`` anyone may connect and do anything (a trusted machine);
+    with it, only its logins, each as its ACL says (``broker.auth``).
+    """
+    access = _ANONYMOUS if auth is None else mosquitto_auth_config(auth)
+    text = _MOSQUITTO_CONF.format(host=host, port=port) + access
+    return text + (_VERBOSE if verbose else _QUIET)
 
 
 def mosquitto_binary() -> str | None:

@@ -1,14 +1,47 @@
 """The bus over a real MQTT broker (aiomqtt); the only module that imports it.
 
-Theory of operation. A :class:`MqttBus` is one aiomqtt client connection,
-opened by ``async with``. It speaks MQTT 3.1.1 by default: the protocol keeps
+Theory of operation. A :class:`MqttBus` is one logical client: opened by
+``async with``, it keeps a connection to the broker for as long as it is open,
+reconnecting by itself. It speaks MQTT 3.1.1 by default: the protocol keeps
 its correlation ids and reply topics in the payloads, so it needs no MQTT 5
 feature and runs on brokers that speak only 3.1.1 (amqtt, the embedded
-broker). ``publish`` returns once the broker has the message: at QoS 1 that is
-its PUBACK, so a publish that raised :class:`~broker.bus.BusError` may or may
-not have been delivered, and the caller retries it (handlers are idempotent).
+broker).
 
-Three settings matter more than they look:
+Reconnection. The first connection is made in ``__aenter__`` and its failure
+raises :class:`~broker.bus.BusError` (nobody listens: the user's mistake, said
+at once). After that a lost connection is an ordinary event: a named
+background task reconnects with capped exponential backoff and jitter
+(``reconnect_min`` doubling up to ``reconnect_max`` seconds, each wait drawn
+in [0.5, 1] of it; a connection that lived less than ``reconnect_max`` does
+not reset the step, so two clients fighting over one client id slow down),
+subscribes again to every filter subscribed so far, and ``deliveries()`` goes
+on iterating across the gap. ``publish`` and
+``subscribe`` wait for a connection, for at most ``publish_timeout`` seconds,
+then raise ``BusError``. The owner can watch the link: :attr:`MqttBus.connected`,
+:attr:`MqttBus.disconnected_since` (monotonic seconds), :meth:`MqttBus.wait_connected`,
+:meth:`MqttBus.wait_disconnected` and :attr:`MqttBus.reconnects` (an agent's
+lease reads them).
+
+What a reconnection guarantees. ``publish`` returns once the broker has the
+message (QoS 1: its PUBACK). A publish whose connection drops before the
+PUBACK is sent again on the next connection, so it may arrive twice (handlers
+are idempotent, by job id and sequence). With ``clean_session=False`` the
+broker keeps the subscriptions and queues QoS 1 messages for the client while
+it is away; they arrive after the reconnection, in the order the broker
+received them, possibly after a duplicate of a message delivered just before
+the drop. With ``clean_session=True`` what was published while the client was
+away is not delivered to it (except retained messages, replayed when it
+subscribes again). Messages the client library had acknowledged before the
+drop are delivered, never dropped.
+
+Foreign topics. On a clean session, a delivery on a topic that matches none
+of the subscribed filters is dropped and counted (:attr:`MqttBus.foreign`):
+amqtt 0.12 delivers other topics' retained messages to a new subscription,
+and an actor must see only what it asked for. A persistent session keeps
+every delivery: the broker sends what it queued for the session before the
+new connection has subscribed again, and dropping that would lose it.
+
+Four settings matter more than they look:
 
 - ``TCP_NODELAY`` on the client socket. Without it Nagle's algorithm holds a
   small publish back until the previous segment is acknowledged, and Linux
@@ -20,21 +53,26 @@ Three settings matter more than they look:
   so a bound would lose QoS 1 messages silently. MQTT gives no way to push
   back on the broker short of not reading the socket, so the queue absorbs
   bursts and the consumer (one actor's drain loop) is what must keep up.
-- No automatic reconnection. A lost connection ends ``deliveries()`` and every
-  pending call with :class:`~broker.bus.BusError`; the actor's supervisor
-  opens the bus again (a ``MqttBus`` is reusable, not reentrant). With
-  ``clean_session=False`` and the same client id, the broker keeps the
-  subscriptions and queues QoS 1 messages while the client is away.
+- A subscription whose SUBACK times out is sent again (up to
+  ``subscribe_attempts`` times): the embedded broker sometimes misses one
+  under load.
+- Credentials and TLS (``mqtts://``), from :class:`broker.settings.MqttSettings`.
+  The password is never part of a repr, a URL this module prints, or an
+  error message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import random
 import socket
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Literal, Self
-from urllib.parse import urlsplit
+from typing import Self
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -42,8 +80,36 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from broker.bus import BusError, Delivery, Will
+from broker.settings import (
+    ENV_CA,
+    ENV_CERT,
+    ENV_KEY,
+    ENV_PASSWORD,
+    ENV_PASSWORD_FILE,
+    ENV_USERNAME,
+    MqttProtocol,
+    MqttSettings,
+    read_secret,
+    redact_url,
+)
+from broker.topics import matches
 
-MqttProtocol = Literal["3.1.1", "5"]
+# The settings live in broker.settings; they are importable from here as before.
+__all__ = [
+    "ENV_CA",
+    "ENV_CERT",
+    "ENV_KEY",
+    "ENV_PASSWORD",
+    "ENV_PASSWORD_FILE",
+    "ENV_USERNAME",
+    "MqttBus",
+    "MqttProtocol",
+    "MqttSettings",
+    "read_secret",
+    "redact_url",
+    "tls_parameters",
+]
+
 _PROTOCOLS: dict[str, aiomqtt.ProtocolVersion] = {
     "3.1.1": aiomqtt.ProtocolVersion.V311,
     "5": aiomqtt.ProtocolVersion.V5,
@@ -52,61 +118,30 @@ _NODELAY = (socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 _MAX_PENDING = 1000  # publishes and subscribes awaiting their ack, per connection
 _SESSION_NEVER_EXPIRES = 0xFFFFFFFF  # MQTT 5's Session Expiry Interval "never"
 
+log = logging.getLogger("broker.mqtt")
 
-@dataclass(frozen=True, slots=True)
-class MqttSettings:
-    """Where the broker is and how to talk to it.
 
-    ``keepalive`` (seconds) bounds how long a silent, half-open connection
-    goes unnoticed: the broker publishes the will after 1.5 times it (a killed
-    process is noticed at once, its socket closes). ``connect_timeout`` bounds
-    the wait for the broker's CONNACK, ``ack_timeout`` the wait for a PUBACK or
-    SUBACK.
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 1883
-    protocol: MqttProtocol = "3.1.1"
-    keepalive: int = 15
-    connect_timeout: float = 10.0
-    ack_timeout: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ValueError("MQTT host is empty")
-        if not 0 < self.port < 65536:
-            raise ValueError(f"MQTT port {self.port} is not in 1..65535")
-        if self.protocol not in _PROTOCOLS:
-            raise ValueError(f"MQTT protocol {self.protocol!r} is not one of 3.1.1, 5")
-        if not 1 <= self.keepalive <= 65535:
-            raise ValueError(f"MQTT keepalive {self.keepalive} s is not in 1..65535")
-        if self.connect_timeout <= 0 or self.ack_timeout <= 0:
-            raise ValueError("MQTT timeouts must be positive")
-
-    @classmethod
-    def from_url(cls, url: str, *, protocol: MqttProtocol = "3.1.1") -> MqttSettings:
-        """``mqtt://host[:port]`` (port 1883 by default); nothing else is accepted."""
-        parts = urlsplit(url)
-        if parts.scheme != "mqtt":
-            raise ValueError(f"{url!r}: expected mqtt://host[:port]")
-        if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-            raise ValueError(f"{url!r}: expected mqtt://host[:port], nothing more")
-        try:
-            port = parts.port
-        except ValueError as exc:
-            raise ValueError(f"{url!r}: bad port") from exc
-        if not parts.hostname:
-            raise ValueError(f"{url!r}: no host")
-        return cls(host=parts.hostname, port=1883 if port is None else port, protocol=protocol)
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"mqtt://{host}:{self.port}"
+def tls_parameters(settings: MqttSettings) -> aiomqtt.TLSParameters | None:
+    """aiomqtt's TLS parameters of ``settings`` (None without TLS); the broker is verified."""
+    if not settings.tls:
+        return None
+    return aiomqtt.TLSParameters(
+        ca_certs=None if settings.ca_file is None else str(settings.ca_file),
+        certfile=None if settings.cert_file is None else str(settings.cert_file),
+        keyfile=None if settings.key_file is None else str(settings.key_file),
+        cert_reqs=ssl.CERT_REQUIRED,
+    )
 
 
 class MqttBus:
-    """One connection to an MQTT broker, implementing :class:`broker.bus.Bus`."""
+    """One logical client of an MQTT broker, implementing :class:`broker.bus.Bus`.
+
+    See the module's docstring for reconnection and what it guarantees. ``rng``
+    draws the backoff's jitter (a seeded one makes the delays reproducible).
+    ``on_reconnect`` is awaited after each reconnection, once subscribed again,
+    before anything else is read (it may publish); an error it raises ends the
+    link, which is the owner's bug to see.
+    """
 
     def __init__(
         self,
@@ -115,6 +150,8 @@ class MqttBus:
         *,
         will: Will | None = None,
         clean_session: bool = True,
+        rng: random.Random | None = None,
+        on_reconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         if not client_id:
             raise ValueError("an MQTT client id is required (sessions and takeover use it)")
@@ -122,7 +159,22 @@ class MqttBus:
         self._client_id = client_id
         self._will = will
         self._clean_session = clean_session
-        self._client: aiomqtt.Client | None = None
+        self._rng = rng or random.Random()  # jitter, not a secret
+        self._on_reconnect = on_reconnect
+        self._client: aiomqtt.Client | None = None  # the live connection, if any
+        self._up = asyncio.Event()
+        self._down = asyncio.Event()
+        self._open = False
+        self._link: asyncio.Task[None] | None = None
+        self._filters: dict[str, int] = {}
+        self._inbox: asyncio.Queue[Delivery | Exception | None] = asyncio.Queue()
+        self._disconnected_since: float | None = None
+        self._attached_at = 0.0
+        self._delay = settings.reconnect_min  # the backoff's current step
+        #: Connections made again after a loss.
+        self.reconnects = 0
+        #: Deliveries dropped because no subscribed filter matches their topic.
+        self.foreign = 0
 
     @property
     def client_id(self) -> str:
@@ -131,6 +183,21 @@ class MqttBus:
     @property
     def settings(self) -> MqttSettings:
         return self._settings
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    @property
+    def disconnected_since(self) -> float | None:
+        """``time.monotonic()`` when the connection was lost; None while connected."""
+        return self._disconnected_since
+
+    async def wait_connected(self) -> None:
+        await self._up.wait()
+
+    async def wait_disconnected(self) -> None:
+        await self._down.wait()
 
     def _where(self) -> str:
         return f"MQTT broker {self._settings.host}:{self._settings.port}"
@@ -150,11 +217,14 @@ class MqttBus:
             if not self._clean_session:
                 properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
                 properties.SessionExpiryInterval = _SESSION_NEVER_EXPIRES
-        return aiomqtt.Client(
+        client = aiomqtt.Client(
             s.host,
             s.port,
             identifier=self._client_id,
             protocol=_PROTOCOLS[s.protocol],
+            username=s.username,
+            password=s.password,
+            tls_params=tls_parameters(s),
             will=will,
             clean_session=clean_session,
             clean_start=clean_start,
@@ -165,22 +235,36 @@ class MqttBus:
             max_concurrent_outgoing_calls=_MAX_PENDING,  # backpressure on publishers
             socket_options=[_NODELAY],
         )
-
-    async def __aenter__(self) -> Self:
-        if self._client is not None:
-            raise BusError(f"MQTT client {self._client_id!r} is already connected")
-        client = self._new_client()
         # aiomqtt logs a warning per call past this many awaiting their ack (10 by
         # default; an actor fanning commands out has more). Calls are bounded to
         # _MAX_PENDING by a semaphore, so this never fires.
         client.pending_calls_threshold = _MAX_PENDING
+        return client
+
+    async def _connect(self) -> aiomqtt.Client:
+        client = self._new_client()
         try:
             await client.__aenter__()
         except aiomqtt.MqttError as exc:
+            # A refused TLS handshake can leave paho's socket open (TLS 1.3 reports a
+            # missing client certificate after the handshake): close it.
+            client._client._sock_close()
             raise BusError(
                 f"cannot connect to {self._where()} as {self._client_id!r}: {exc}"
             ) from exc
-        self._client = client
+        return client
+
+    async def __aenter__(self) -> Self:
+        if self._open:
+            raise BusError(f"MQTT client {self._client_id!r} is already connected")
+        client = await self._connect()
+        self._open = True
+        self._filters.clear()
+        self._inbox = asyncio.Queue()
+        self._attach(client)
+        self._link = asyncio.get_running_loop().create_task(
+            self._keep_linked(client), name=f"mqtt-link-{self._client_id}"
+        )
         return self
 
     async def __aexit__(
@@ -189,7 +273,18 @@ class MqttBus:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        client, self._client = self._client, None
+        if not self._open:
+            return
+        self._open = False
+        link, self._link = self._link, None
+        client = self._client
+        self._detach()
+        if link is not None:
+            link.cancel()
+            # Its own error, if it died of one, went to deliveries() already.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await link
+        self._inbox.put_nowait(None)  # ends deliveries()
         if client is None:
             return
         try:
@@ -197,44 +292,226 @@ class MqttBus:
         except aiomqtt.MqttError as err:
             raise BusError(f"unclean disconnect from {self._where()}: {err}") from err
 
-    def _connected(self) -> aiomqtt.Client:
-        if self._client is None:
-            raise BusError(f"MQTT client {self._client_id!r} is not connected")
-        return self._client
+    def _attach(self, client: aiomqtt.Client) -> None:
+        self._client = client
+        self._attached_at = time.monotonic()
+        self._disconnected_since = None
+        self._down.clear()
+        self._up.set()
+
+    def _detach(self) -> None:
+        if self._client is not None:
+            self._client = None
+            self._disconnected_since = time.monotonic()
+        self._up.clear()
+        self._down.set()
+
+    # -- the link: read, notice the loss, reconnect ------------------------------------
+
+    async def _keep_linked(self, client: aiomqtt.Client) -> None:
+        try:
+            await self._link_loop(client)
+        except Exception as exc:
+            # A bug (e.g. in on_reconnect): the owner's deliveries() raises it.
+            self._detach()
+            self._inbox.put_nowait(exc)
+            raise
+
+    async def _link_loop(self, client: aiomqtt.Client) -> None:
+        while True:
+            await self._read(client)
+            log.warning(
+                "MQTT client %r lost its connection to %s; reconnecting",
+                self._client_id,
+                self._where(),
+            )
+            self._detach()
+            _fail_pending(client)
+            with contextlib.suppress(aiomqtt.MqttError):
+                await client.__aexit__(None, None, None)
+            client = await self._reconnect()
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        """Pass deliveries on until the connection is lost."""
+        with contextlib.suppress(aiomqtt.MqttError):
+            async for message in client.messages:
+                self._take(message)
+        # What is still queued was acknowledged to the broker already: deliver it.
+        queue = client._queue  # aiomqtt's iterator refuses once disconnected
+        while not queue.empty():
+            self._take(queue.get_nowait())
+
+    def _take(self, message: aiomqtt.Message) -> None:
+        topic = str(message.topic)
+        # A persistent session's queued messages arrive before this connection has
+        # subscribed to anything, so only a clean session can tell what is foreign.
+        if self._clean_session and not any(matches(f, topic) for f in self._filters):
+            self.foreign += 1
+            return
+        self._inbox.put_nowait(Delivery(topic, bytes(message.payload), message.retain))
+
+    async def _reconnect(self) -> aiomqtt.Client:
+        s = self._settings
+        # A connection that lived less than the cap is flapping (a takeover fight, a
+        # denied publish that costs the connection): go on from the last delay
+        # instead of starting again at the minimum.
+        lived = (self._disconnected_since or 0.0) - self._attached_at
+        delay = s.reconnect_min if lived >= s.reconnect_max else self._delay
+        while True:
+            await asyncio.sleep(delay * (0.5 + 0.5 * self._rng.random()))
+            delay = min(2 * delay, s.reconnect_max)
+            self._delay = delay
+            try:
+                client = await self._connect()
+            except BusError as exc:
+                log.info("%s; retrying", exc)
+                continue
+            try:
+                for pattern, qos in list(self._filters.items()):
+                    await self._subscribe_on(client, pattern, qos)
+            except BusError as exc:
+                log.info("%s; reconnecting", exc)
+                _fail_pending(client)
+                with contextlib.suppress(aiomqtt.MqttError):
+                    await client.__aexit__(None, None, None)
+                continue
+            self.reconnects += 1
+            self._attach(client)
+            log.warning("MQTT client %r is connected again to %s", self._client_id, self._where())
+            if self._on_reconnect is not None:
+                # E.g. an agent publishing its state again: a restarted broker without
+                # persistence has forgotten every retained message.
+                await self._on_reconnect()
+            return client
+
+    # -- the Bus interface ---------------------------------------------------------------
+
+    async def _linked(self, deadline: float, what: str) -> aiomqtt.Client:
+        """The live connection, waiting for one until ``deadline`` (loop time)."""
+        while True:
+            if not self._open:
+                raise BusError(f"MQTT client {self._client_id!r} is not connected")
+            client = self._client
+            if client is not None:
+                return client
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise BusError(
+                    f"{what} on {self._where()} failed: no connection for "
+                    f"{self._settings.publish_timeout:g} s"
+                )
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._up.wait()
 
     async def publish(
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
-        client = self._connected()
-        try:
-            await client.publish(
-                topic, payload, qos=qos, retain=retain, timeout=self._settings.ack_timeout
-            )
-        except aiomqtt.MqttError as exc:
-            raise BusError(f"publish to {topic!r} on {self._where()} failed: {exc}") from exc
+        what = f"publish to {topic!r}"
+        deadline = asyncio.get_running_loop().time() + self._settings.publish_timeout
+        while True:
+            client = await self._linked(deadline, what)
+            try:
+                await client.publish(
+                    topic, payload, qos=qos, retain=retain, timeout=self._settings.ack_timeout
+                )
+            except aiomqtt.MqttError as exc:
+                if client is self._client:
+                    if _dropped(exc):
+                        # paho knows before the link task does: wait for it to notice.
+                        await self._until_down(deadline)
+                    elif "timed out" not in str(exc) or self._past(deadline):
+                        raise BusError(f"{what} on {self._where()} failed: {exc}") from exc
+                continue  # the connection dropped, or the ack is late: publish again
+            if client is self._client:
+                return
+            # The connection dropped while the publish waited: _fail_pending woke it,
+            # so whether the broker has it is unknown. Publish again (QoS 1 may repeat).
+            if qos == 0:
+                return
+
+    def _past(self, deadline: float) -> bool:
+        return asyncio.get_running_loop().time() >= deadline
+
+    async def _until_down(self, deadline: float) -> None:
+        remaining = deadline - asyncio.get_running_loop().time()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(remaining, 0.0)):
+                await self._down.wait()
 
     async def subscribe(self, pattern: str, *, qos: int = 1) -> None:
-        client = self._connected()
-        try:
-            granted = await client.subscribe(pattern, qos=qos, timeout=self._settings.ack_timeout)
-        except aiomqtt.MqttError as exc:
-            raise BusError(f"subscribe to {pattern!r} on {self._where()} failed: {exc}") from exc
+        what = f"subscribe to {pattern!r}"
+        deadline = asyncio.get_running_loop().time() + self._settings.publish_timeout
+        # Known before the SUBSCRIBE leaves, so retained messages it replays are kept.
+        before = self._filters.get(pattern)
+        self._filters[pattern] = max(qos, before or 0)
+        while True:
+            client = await self._linked(deadline, what)
+            try:
+                await self._subscribe_on(client, pattern, qos)
+            except BusError as exc:
+                if client is not self._client:
+                    continue  # the connection dropped meanwhile; the next one subscribes
+                cause = exc.__cause__
+                if isinstance(cause, aiomqtt.MqttError) and _dropped(cause):
+                    await self._until_down(deadline)
+                    continue
+                if before is None:  # refused (e.g. by an ACL): not ours to receive
+                    self._filters.pop(pattern, None)
+                raise
+            return
+
+    async def _subscribe_on(self, client: aiomqtt.Client, pattern: str, qos: int) -> None:
+        attempts = self._settings.subscribe_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                granted = await client.subscribe(
+                    pattern, qos=qos, timeout=self._settings.ack_timeout
+                )
+            except aiomqtt.MqttError as exc:
+                if attempt < attempts and "timed out" in str(exc):
+                    log.info("subscribe to %r timed out; sending it again", pattern)
+                    continue
+                raise BusError(
+                    f"subscribe to {pattern!r} on {self._where()} failed: {exc}"
+                ) from exc
+            break
         for code in granted:
             value = code if isinstance(code, int) else code.value
             if value >= 0x80:
                 raise BusError(f"{self._where()} refused the subscription to {pattern!r}: {code}")
 
     async def deliveries(self) -> AsyncIterator[Delivery]:
-        """Every message on the subscribed filters, in arrival order.
+        """Every message on the subscribed filters, in arrival order, across reconnections.
 
-        Ends when this bus is closed; raises :class:`BusError` when the
-        connection is lost.
+        Ends when this bus is closed. Raises :class:`BusError` if it was never opened.
         """
-        client = self._connected()
-        try:
-            async for message in client.messages:
-                yield Delivery(str(message.topic), bytes(message.payload), message.retain)
-        except aiomqtt.MqttError as exc:
-            if self._client is not client:
-                return  # closed by __aexit__, not lost
-            raise BusError(f"connection to {self._where()} lost: {exc}") from exc
+        if not self._open:
+            raise BusError(f"MQTT client {self._client_id!r} is not connected")
+        inbox = self._inbox
+        while True:
+            delivery = await inbox.get()
+            if delivery is None:
+                return
+            if isinstance(delivery, Exception):
+                raise delivery
+            yield delivery
+
+
+def _dropped(exc: aiomqtt.MqttError) -> bool:
+    """Whether paho refused a call because the connection is gone."""
+    rc = getattr(exc, "rc", None)
+    return rc in (paho.MQTT_ERR_NO_CONN, paho.MQTT_ERR_CONN_LOST)
+
+
+def _fail_pending(client: aiomqtt.Client) -> None:
+    """Wake every call still waiting for an ack on a dead connection.
+
+    aiomqtt leaves them waiting until their timeout; the publishers then see
+    that the connection they used is gone and publish again on the next one.
+    """
+    for event in client._pending_publishes.values():
+        event.set()
+    for future in client._pending_subscribes.values():
+        if not future.done():
+            future.set_exception(aiomqtt.MqttError("connection lost"))

@@ -19,6 +19,20 @@ of the root so two protocol versions can share a broker):
 
 Commands and events use QoS 1; handlers are idempotent (by job id, part and
 sequence number), since QoS 1 may deliver twice.
+
+Identity in the topic (for a broker with credentials and ACLs, see
+``broker.auth``). A payload cannot be trusted to say who sent it; the topic
+can, because the broker's ACL decides who may publish where. These topics
+carry the sender's identity in a level the ACL pins to the login:
+
+- ``R/scheduler/requests/<user>``: a user's requests; the scheduler takes the
+  user from the topic, not from the payload.
+- ``R/scheduler/admin/<admin>``: an admin's requests (may cancel any job).
+- ``R/users/<user>/replies/<client>``: the scheduler's replies to one client
+  of that user; only that user (and admins) may read ``R/users/<user>/#``.
+- ``R/users/<user>/events``: JobEvents of that user's jobs.
+- ``R/agents/<agent>/jobs/<job>/control``: an agent to its job's process, under
+  the agent's own subtree so no other agent may write it.
 """
 
 from __future__ import annotations
@@ -37,6 +51,11 @@ def _level(name: str) -> str:
     if not name or any(c in name for c in "/+#\0"):
         raise TopicError(f"{name!r} cannot be a topic level (empty, or has / + # or NUL)")
     return name
+
+
+def valid_level(name: str) -> str:
+    """``name`` if it can be one topic level; else :class:`TopicError`."""
+    return _level(name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +103,46 @@ class Topics:
     @property
     def all_agent_events(self) -> str:
         return f"{self.root}/agents/+/events"
+
+    # Topics with the sender's identity in them (see the module's docstring).
+    def user_requests(self, user: str) -> str:
+        return f"{self.root}/scheduler/requests/{_level(user)}"
+
+    def admin_requests(self, admin: str) -> str:
+        return f"{self.root}/scheduler/admin/{_level(admin)}"
+
+    @property
+    def all_user_requests(self) -> str:
+        return f"{self.root}/scheduler/requests/+"
+
+    @property
+    def all_admin_requests(self) -> str:
+        return f"{self.root}/scheduler/admin/+"
+
+    def user_replies(self, user: str, client: str) -> str:
+        return f"{self.root}/users/{_level(user)}/replies/{_level(client)}"
+
+    def user_events(self, user: str) -> str:
+        return f"{self.root}/users/{_level(user)}/events"
+
+    def user_subtree(self, user: str) -> str:
+        """Everything addressed to ``user``: what their clients subscribe to."""
+        return f"{self.root}/users/{_level(user)}/#"
+
+    def agent_job_control(self, agent: str, job: str) -> str:
+        return f"{self.root}/agents/{_level(agent)}/jobs/{_level(job)}/control"
+
+    def requester_of(self, topic: str) -> tuple[str, bool] | None:
+        """``(identity, is_admin)`` of a ``user_requests``/``admin_requests`` topic, else None."""
+        for prefix, admin in (
+            (f"{self.root}/scheduler/requests/", False),
+            (f"{self.root}/scheduler/admin/", True),
+        ):
+            if topic.startswith(prefix):
+                name = topic[len(prefix) :]
+                if name and not any(c in name for c in "/+#\0"):
+                    return name, admin
+        return None
 
     def agent_of(self, topic: str) -> str | None:
         """The agent id in an ``R/agents/<agent>/...`` topic, else None."""

@@ -68,11 +68,22 @@ def _parser() -> argparse.ArgumentParser:
 async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSettings) -> int:
     topics = Topics(args.root)
     incarnation = new_incarnation()
-    mqtt = MqttSettings(host=args.host, port=args.port)
     will = agent_will(topics, machine.id, incarnation)
     failed = False
+    agents: list[NodeAgent] = []
+
+    async def reconnected() -> None:
+        for agent in agents:
+            await agent.reconnected()
+
     try:
-        async with MqttBus(mqtt, f"agent-{machine.id}", will=will) as bus:
+        # Credentials, if any, come from the environment (ACCORDION_MQTT_*), never argv.
+        mqtt = MqttSettings(host=args.host, port=args.port).with_env()
+    except ValueError as exc:
+        log.error("agent %s: %s", machine.id, exc)
+        return 2
+    try:
+        async with MqttBus(mqtt, f"agent-{machine.id}", will=will, on_reconnect=reconnected) as bus:
             agent = NodeAgent(
                 bus=bus,
                 topics=topics,
@@ -81,6 +92,7 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
                 settings=settings,
                 incarnation=incarnation,
             )
+            agents.append(agent)
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, agent.stop)

@@ -87,7 +87,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from broker.bus import Bus, Delivery, Will
+from broker.bus import Bus, BusError, Delivery, Will
 from broker.codec import WireError, decode, encode
 from broker.messages import (
     AgentOffline,
@@ -215,7 +215,12 @@ class _Exited:
     attempt: int
 
 
-_Mail = Delivery | _Exited | None  # None only wakes the loop (stop requested)
+@dataclass(frozen=True, slots=True)
+class _Reconnected:
+    """The bus is connected again (posted by :meth:`NodeAgent.reconnected`)."""
+
+
+_Mail = Delivery | _Exited | _Reconnected | None  # None only wakes the loop
 
 
 @dataclass(slots=True)
@@ -380,6 +385,8 @@ class NodeAgent:
                 await self._command(mail)
             elif isinstance(mail, _Exited):
                 await self._exited(mail)
+            elif isinstance(mail, _Reconnected):
+                await self._announce()
 
     async def _next(self, timeout: float) -> _Mail:
         with contextlib.suppress(asyncio.QueueEmpty):
@@ -442,10 +449,43 @@ class NodeAgent:
         )
 
     async def _beat(self, beat: Heartbeat) -> None:
-        await self._publish(self._events, beat)
+        try:
+            await self._publish(self._events, beat)
+        except BusError as exc:
+            # The broker stayed away past the bus's bound: no renewal (the lease runs
+            # out on its own); the next beat tries again.
+            log.warning("agent %s: heartbeat %d not sent: %s", self.agent_id, beat.seq, exc)
+            return
         self._counters.heartbeats += 1
         if self._lease is not None:
             self._lease.renew()
+
+    async def reconnected(self) -> None:
+        """The bus's ``on_reconnect``: announce this agent and its parts again.
+
+        A restarted broker (no persistence) has forgotten the retained
+        ``AgentOnline``, and the scheduler may have counted this agent silent
+        meanwhile; the announcement and an immediate heartbeat put it right. The
+        parts kept running if the outage was shorter than the lease.
+        """
+        await self._mailbox.put(_Reconnected())
+
+    async def _announce(self) -> None:
+        running = tuple(
+            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
+            for job_id, p in self._parts.items()
+        )
+        online = AgentOnline(
+            machine=self._spec,
+            incarnation=self.incarnation,
+            running=running,
+            lease=self.settings.lease,
+        )
+        await self._publish(self._state, online, retain=True)
+        log.info(
+            "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
+        )
+        self._next_heartbeat = self._monotonic()
 
     def lease_lapsed(self) -> bool:
         """Whether the broker has not acknowledged a heartbeat for the lease's length."""

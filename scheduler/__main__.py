@@ -152,7 +152,8 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
     try:
         policy = policy_from_args(args)
         topics = Topics(args.root)
-        mqtt = MqttSettings(host=args.host, port=args.port)
+        # Credentials, if any, come from the environment (ACCORDION_MQTT_*), never argv.
+        mqtt = MqttSettings(host=args.host, port=args.port).with_env()
         settings = ActorSettings(
             heartbeat_interval=args.heartbeat_interval,
             reconcile_grace=args.reconcile_grace,
@@ -190,7 +191,13 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             log.info("metrics on http://%s:%d/metrics", args.metrics_addr, server.port)
         # A persistent session: the broker queues the agents' QoS 1 events while the
         # scheduler restarts, and the journal reconciles with them.
-        bus = MqttBus(mqtt, args.client_id, clean_session=False)
+        actors: list[SchedulerActor] = []
+
+        async def reconnected() -> None:
+            for actor in actors:
+                await actor.connected()
+
+        bus = MqttBus(mqtt, args.client_id, clean_session=False, on_reconnect=reconnected)
         actor = SchedulerActor(
             bus,
             topics,
@@ -199,7 +206,9 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             clock=clock,
             settings=settings,
             metrics=metrics,
+            link=bus,
         )
+        actors.append(actor)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, actor.stop)

@@ -56,7 +56,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -90,6 +90,13 @@ __all__ = ["ActorSettings", "JobEvents", "SchedulerActor", "job_from_spec"]
 log = logging.getLogger(__name__)
 
 
+class Link(Protocol):
+    """The state of the actor's connection (``broker.mqtt.MqttBus`` has it)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+
 class _Wake:
     """A mailbox item that only wakes the drain loop (timer tick, stop)."""
 
@@ -117,10 +124,8 @@ class _Held:
 
 def _bad_reason(exc: WireError) -> str:
     """The bounded label of a decoding failure (see ``exporter.BAD_MESSAGE_REASONS``)."""
-    text = str(exc)
-    if text.startswith("invalid message"):
-        return "unknown_kind" if "`$.kind`" in text else "invalid"
-    return "not_msgpack"
+    # too_large is not a label of its own: an oversized payload is not msgpack we read.
+    return "not_msgpack" if exc.reason == "too_large" else exc.reason
 
 
 class SchedulerActor:
@@ -138,6 +143,7 @@ class SchedulerActor:
         metrics: SchedulerMetrics | None = None,
         execution: ExecutionModel = DEFAULT_MODEL,
         wall: Callable[[], float] = time.time,
+        link: Link | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ActorSettings()
         core = SchedulerCore(
@@ -157,6 +163,7 @@ class SchedulerActor:
             wall=wall,
         )
         self._bus = bus
+        self._link = link
         self._topics = topics
         self._journal = journal
         self._clock = clock
@@ -215,8 +222,8 @@ class SchedulerActor:
         with contextlib.suppress(asyncio.QueueFull):
             self._mailbox.put_nowait(_TICK)
 
-    def connected(self) -> None:
-        """The bus (re)connected: agents' silence counts from now."""
+    async def connected(self) -> None:
+        """The bus reconnected (its ``on_reconnect``): agents' silence counts from now."""
         self.ctx.heard_since = self._clock.now()
 
     @property
@@ -372,7 +379,10 @@ class SchedulerActor:
 
     def _on_tick(self, now: float) -> None:
         ctx = self.ctx
-        agents.check_liveness(ctx, now)
+        if self._link is None or self._link.connected:
+            # Cut off from the broker ourselves, we hear no one: that is no agent's
+            # silence (and ``connected()`` restarts the count once we are back).
+            agents.check_liveness(ctx, now)
         if not ctx.dirty and ctx.core.queue:
             # A reservation falling due when no event happens (the twin's "wakes").
             ctx.dirty = any(r.start <= now for r in ctx.core.reservations)

@@ -1,8 +1,6 @@
 """Fixtures of the broker tests: every async test runs on asyncio and on uvloop.
 
-The real brokers come from ``tests/integration/conftest.py`` (the shared
-session fixtures), re-exported here so the bus tests can sit beside the other
-broker tests.
+The real brokers come from ``tests/conftest.py`` (one of each for the whole run).
 """
 
 from __future__ import annotations
@@ -15,9 +13,6 @@ import uvloop
 from _pytest.terminal import TerminalReporter
 
 from tests.broker.scenarios import LATENCIES
-from tests.integration.conftest import embedded_broker, mosquitto, mqtt_broker
-
-__all__ = ["embedded_broker", "mosquitto", "mqtt_broker"]
 
 
 def pytest_asyncio_loop_factories(

@@ -1,7 +1,7 @@
 """Fixtures of the live client and ``accordion up`` tests.
 
 Async tests run on asyncio and on uvloop. The real brokers come from
-``tests/integration/conftest.py`` (the shared session fixtures).
+``tests/conftest.py`` (one of each for the whole run).
 ``live_cluster`` starts a real scheduler and two heterogeneous agents (speeds
 1 and 2) as subprocesses on Mosquitto, with ``accordion.cluster.LocalCluster``;
 each cluster has its own topic root and machine names, since the broker is
@@ -22,10 +22,8 @@ import uvloop
 from accordion.client import connect, run_async
 from accordion.cluster import LocalCluster
 from model.machine import Machine
-from tests.integration.conftest import BrokerEndpoint, embedded_broker, mosquitto
+from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec
-
-__all__ = ["embedded_broker", "mosquitto"]
 
 
 def pytest_asyncio_loop_factories(

@@ -1,8 +1,6 @@
 """Fixtures of the node agent tests: every async test runs on asyncio and on uvloop.
 
-The real brokers come from ``tests/integration/conftest.py`` (the shared
-session fixtures), re-exported here so the agent's integration tests sit
-beside its other tests.
+The real brokers come from ``tests/conftest.py`` (one of each for the whole run).
 """
 
 from __future__ import annotations
@@ -12,10 +10,6 @@ from collections.abc import Callable, Mapping
 
 import pytest
 import uvloop
-
-from tests.integration.conftest import embedded_broker, mosquitto, mqtt_broker
-
-__all__ = ["embedded_broker", "mosquitto", "mqtt_broker"]
 
 
 def pytest_asyncio_loop_factories(

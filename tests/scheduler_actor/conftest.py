@@ -9,10 +9,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tests.integration.conftest import mosquitto
 from tests.scheduler_actor.harness import TOPICS, Cluster
-
-__all__ = ["mosquitto"]
 
 
 def pytest_asyncio_loop_factories(

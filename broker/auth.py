@@ -1,0 +1,290 @@
+"""Who may do what on the broker: accounts, Mosquitto's password file and its ACL file.
+
+Theory of operation. Identity comes from the broker, not from payloads: every
+client logs in, and the ACL file decides what each login may publish and
+read. Four roles (DESIGN.md, "Trust and faults"):
+
+- ``scheduler``: reads every request and every agent's state and events;
+  the only one that writes agents' commands, users' replies and the cluster
+  summary.
+- ``agent`` (identity: its machine id): writes only its own state and events,
+  reads only its own commands, and relays its jobs' control under its own
+  subtree (``R/agents/<agent>/jobs/...``). A job process reaches the broker
+  through its agent, so it can touch nothing but what its agent relays.
+- ``user`` (identity: the user name): writes requests only on
+  ``R/scheduler/requests/<user>``, so the scheduler knows who asks from the
+  topic; reads only ``R/users/<user>/#`` (its replies and its jobs' events)
+  and the cluster summary.
+- ``admin``: requests on ``R/scheduler/admin/<admin>`` (the scheduler lets an
+  admin cancel any job) and reads everything under the root.
+
+Client ids. Mosquitto lets any client take over the connection of another
+with the same client id (and inherit a persistent session's subscriptions),
+whoever it logged in as. :func:`mosquitto_auth_config` therefore sets
+``use_username_as_clientid``: the broker replaces the client id by the login,
+so a login can only ever take over itself. A login is one connection at a
+time: a user who wants two clients at once (``watch`` beside ``submit``) gets
+two logins of the same identity (:func:`user_accounts`); the ACL is written
+per login, so both speak for the same user.
+
+Passwords are stored as Mosquitto's own ``$7$`` hashes (PBKDF2-SHA512, 101
+iterations, a 12-byte salt; what ``mosquitto_passwd`` writes), computed here
+so no password is ever on a command line. Files holding secrets are created
+mode 0600. The embedded broker (amqtt) supports none of this: it admits
+everyone (see ``broker.embedded``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import pwd
+import secrets
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal, get_args
+
+from broker.topics import Topics, valid_level
+
+Role = Literal["scheduler", "agent", "user", "admin"]
+ROLES: Final[tuple[Role, ...]] = get_args(Role)
+
+PBKDF2_ITERATIONS: Final = 101  # mosquitto_passwd's default in Mosquitto 2.0
+_SALT_BYTES: Final = 12
+
+
+class AuthError(ValueError):
+    """An account that cannot be (a bad login, role or identity)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    """One login of the broker: its ``role`` and the ``identity`` it speaks for.
+
+    ``login`` is the MQTT username and, with ``use_username_as_clientid``, the
+    client id too. The password is not in the repr.
+    """
+
+    login: str
+    role: Role
+    identity: str
+    password: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise AuthError(f"role {self.role!r} is not one of {', '.join(ROLES)}")
+        for what, name in (("login", self.login), ("identity", self.identity)):
+            try:
+                valid_level(name)
+            except ValueError as exc:
+                raise AuthError(f"{what} {name!r}: {exc}") from None
+            if ":" in name or any(c.isspace() for c in name):
+                raise AuthError(f"{what} {name!r} may not hold ':' or spaces")
+        if not self.password or "\n" in self.password:
+            raise AuthError(f"login {self.login!r}: the password is empty or has a newline")
+
+
+def new_password() -> str:
+    """A random password (32 URL-safe characters)."""
+    return secrets.token_urlsafe(24)
+
+
+def scheduler_account(password: str | None = None) -> Account:
+    return Account("scheduler", "scheduler", "scheduler", password or new_password())
+
+
+def agent_account(machine: str, password: str | None = None) -> Account:
+    return Account(f"agent-{machine}", "agent", machine, password or new_password())
+
+
+def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[Account, ...]:
+    """``logins`` logins speaking for ``user`` (``alice``, ``alice~2``...): one per client."""
+    if logins < 1:
+        raise AuthError(f"a user needs at least one login, not {logins}")
+    if role not in ("user", "admin"):
+        raise AuthError(f"user_accounts makes users and admins, not {role!r}")
+    names = [user] + [f"{user}~{i}" for i in range(2, logins + 1)]
+    return tuple(Account(name, role, user, new_password()) for name in names)
+
+
+# -- Mosquitto's files ------------------------------------------------------------------
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """Mosquitto's ``$7$`` hash of ``password`` (PBKDF2-HMAC-SHA512)."""
+    salt = secrets.token_bytes(_SALT_BYTES) if salt is None else salt
+    digest = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, PBKDF2_ITERATIONS)
+    b64 = base64.b64encode
+    return f"$7${PBKDF2_ITERATIONS}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def password_file(accounts: Iterable[Account]) -> str:
+    """The text of Mosquitto's ``password_file``: ``login:hash`` per line."""
+    lines = []
+    seen: set[str] = set()
+    for account in accounts:
+        if account.login in seen:
+            raise AuthError(f"login {account.login!r} appears twice")
+        seen.add(account.login)
+        lines.append(f"{account.login}:{hash_password(account.password)}")
+    return "\n".join(lines) + "\n"
+
+
+def grants(account: Account, topics: Topics) -> list[tuple[str, str]]:
+    """``(access, topic filter)`` pairs the ACL gives ``account`` (access: read/write)."""
+    r = topics.root
+    who = account.identity
+    if account.role == "scheduler":
+        return [
+            ("read", topics.all_user_requests),
+            ("read", topics.all_admin_requests),
+            ("read", topics.requests),  # the identity-less topic of older clients
+            ("read", topics.all_agent_states),
+            ("read", topics.all_agent_events),
+            ("write", f"{r}/agents/+/commands"),
+            ("write", f"{r}/users/#"),
+            ("write", f"{r}/clients/+/replies"),
+            ("readwrite", topics.cluster),
+            ("write", topics.events),
+        ]
+    if account.role == "agent":
+        return [
+            ("write", topics.agent_state(who)),
+            ("write", topics.agent_events(who)),
+            ("read", topics.agent_commands(who)),
+            ("readwrite", f"{r}/agents/{who}/jobs/#"),
+            ("read", topics.cluster),
+        ]
+    if account.role == "user":
+        return [
+            ("write", topics.user_requests(who)),
+            ("read", topics.user_subtree(who)),
+            ("read", topics.cluster),
+        ]
+    return [  # admin
+        ("write", topics.admin_requests(who)),
+        ("write", topics.user_requests(who)),
+        ("read", f"{r}/#"),
+    ]
+
+
+def acl_file(accounts: Iterable[Account], topics: Topics) -> str:
+    """The text of Mosquitto's ``acl_file``: a ``user`` section per login.
+
+    Nothing is granted outside these sections, so a login may do only what
+    :func:`grants` lists (``$SYS`` included: nobody reads it).
+    """
+    out = [f"# Generated by broker.auth for the topic root {topics.root}; do not edit."]
+    for account in accounts:
+        out.append("")
+        out.append(f"# {account.role} {account.identity}")
+        out.append(f"user {account.login}")
+        out.extend(f"topic {access} {topic}" for access, topic in grants(account, topics))
+    return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFiles:
+    """Where :func:`write_auth_files` put Mosquitto's files and each login's secret."""
+
+    password_file: Path
+    acl_file: Path
+    secrets: dict[str, Path]
+
+    def secret_of(self, login: str) -> Path:
+        """The file holding ``login``'s password (for ``ACCORDION_MQTT_PASSWORD_FILE``)."""
+        return self.secrets[login]
+
+
+def _write_private(path: Path, text: str) -> None:
+    # Created 0600 from the start, so the secret is never readable by others.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)
+
+
+def write_auth_files(directory: Path, accounts: Iterable[Account], topics: Topics) -> AuthFiles:
+    """Write ``passwd``, ``acl`` and ``secrets/<login>`` (each 0600) under ``directory``."""
+    accounts = tuple(accounts)
+    directory.mkdir(parents=True, exist_ok=True)
+    secret_dir = directory / "secrets"
+    secret_dir.mkdir(mode=0o700, exist_ok=True)
+    passwd, acl = directory / "passwd", directory / "acl"
+    _write_private(passwd, password_file(accounts))
+    _write_private(acl, acl_file(accounts, topics))
+    secret_files = {}
+    for account in accounts:
+        path = secret_dir / account.login
+        _write_private(path, account.password + "\n")
+        secret_files[account.login] = path
+    return AuthFiles(passwd, acl, secret_files)
+
+
+def mosquitto_auth_config(files: AuthFiles) -> str:
+    """The lines of ``mosquitto.conf`` that turn authentication and the ACL on."""
+    # Run as root, Mosquitto drops to the user "mosquitto", who cannot read our
+    # 0600 files; naming the user who wrote them keeps it able to.
+    owner = pwd.getpwuid(files.password_file.stat().st_uid).pw_name
+    return (
+        f"user {owner}\n"
+        "allow_anonymous false\n"
+        f"password_file {files.password_file}\n"
+        f"acl_file {files.acl_file}\n"
+        "# The client id is the login: no client can take over another login's\n"
+        "# connection or inherit its session.\n"
+        "use_username_as_clientid true\n"
+    )
+
+
+def cluster_accounts(
+    agents: Iterable[str], users: Iterable[str], admins: Iterable[str] = (), *, logins: int = 2
+) -> tuple[Account, ...]:
+    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin."""
+    accounts = [scheduler_account()]
+    accounts += [agent_account(a) for a in agents]
+    for user in users:
+        accounts += user_accounts(user, logins=logins)
+    for admin in admins:
+        accounts += user_accounts(admin, logins=logins, role="admin")
+    return tuple(accounts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m broker.auth``: write a cluster's password, ACL and secret files."""
+    parser = argparse.ArgumentParser(
+        prog="python -m broker.auth",
+        description=(
+            "Write Mosquitto's password and ACL files for a cluster, and one secret "
+            "file per login (for ACCORDION_MQTT_PASSWORD_FILE). Passwords are random, "
+            "hashed here, and never printed."
+        ),
+    )
+    parser.add_argument("--dir", type=Path, required=True, help="where to write the files")
+    parser.add_argument("--root", default=Topics().root, help="topic root (%(default)s)")
+    parser.add_argument("--agent", action="append", default=[], help="an agent's machine id")
+    parser.add_argument("--user", action="append", default=[], help="a user name")
+    parser.add_argument("--admin", action="append", default=[], help="an admin's name")
+    parser.add_argument("--logins", type=int, default=2, help="logins per user (%(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        accounts = cluster_accounts(args.agent, args.user, args.admin, logins=args.logins)
+        files = write_auth_files(args.dir, accounts, Topics(args.root))
+    except (AuthError, ValueError, OSError) as exc:
+        parser.error(str(exc))
+    print(f"password_file {files.password_file}")
+    print(f"acl_file {files.acl_file}")
+    for account in accounts:
+        print(
+            f"{account.role:9} {account.identity:16} login {account.login:20} "
+            f"secret {files.secret_of(account.login)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
