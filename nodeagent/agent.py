@@ -104,6 +104,7 @@ from broker.messages import (
 )
 from broker.topics import Topics
 from model.machine import Machine
+from nodeagent.job import EXIT_LOST
 from nodeagent.lease import DEFAULT_LEASE, LeaseFile
 from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn
 
@@ -745,9 +746,10 @@ class NodeAgent:
         part = self._parts.pop(exited.job_id)
         self._busy -= part.cpus
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
-        if reason == "failed" and self.lease_lapsed():
-            # The process stopped itself because this agent lost the broker for longer
-            # than its lease (fencing): the part was fenced off, not failed.
+        if reason == "failed" and (exited.code == EXIT_LOST or self.lease_lapsed()):
+            # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
+            # never reached the broker); like a lapsed lease, that is fencing, not the
+            # job failing: the scheduler requeues it.
             reason = "fenced"
         if part.resized:
             await self._bus.publish(self._topics.job_control(exited.job_id), b"", retain=True)

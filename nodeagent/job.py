@@ -326,24 +326,54 @@ def _exit_fenced() -> None:
 
 async def _main(args: argparse.Namespace, launch: Launch) -> int:
     client_id = f"job-{launch.agent}-{launch.job_id}"
+    if args.pipe:
+        return await _serve(await PipeBus.stdio(client_id), launch, None)
+    # The pipe ends when the agent dies; over MQTT the job watches its parent. A
+    # broker that is restarting when the job starts is waited for, as long as the
+    # lease allows (the agent's heartbeats cannot be renewed meanwhile either).
+    settings = MqttSettings(host=args.host, port=args.port)
+    patience = launch.lease if launch.lease_file is not None else CONNECT_PATIENCE
+    deadline = time.monotonic() + patience
+    delay = 0.05
+    while True:
+        try:
+            return await _serve(MqttBus(settings, client_id), launch, os.getppid())
+        except _NotConnectedError as exc:
+            if time.monotonic() + delay > deadline:
+                log.error("job %s: %s", launch.job_id, exc.__cause__)
+                return EXIT_LOST
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 1.0)
+
+
+CONNECT_PATIENCE = 10.0
+"""Wall seconds a job without a lease waits for its broker to accept it."""
+
+
+class _NotConnectedError(Exception):
+    """The first connection failed (nothing of the job has run yet): try again."""
+
+
+async def _serve(
+    connect: AbstractAsyncContextManager[Bus], launch: Launch, parent: int | None
+) -> int:
+    try:
+        bus = await connect.__aenter__()
+    except BusError as exc:
+        raise _NotConnectedError from exc
     code = EXIT_LOST
     try:
-        connect: AbstractAsyncContextManager[Bus]
-        if args.pipe:
-            connect, parent = await PipeBus.stdio(client_id), None
-        else:
-            # The pipe ends when the agent dies; over MQTT the job watches its parent.
-            settings = MqttSettings(host=args.host, port=args.port)
-            connect, parent = MqttBus(settings, client_id), os.getppid()
-        async with connect as bus:
-            job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
-            # Before run(): its first report says the handlers are in place too.
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(signum, job.cancel)
-            code = await job.run()
+        job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
+        # Before run(): its first report says the handlers are in place too.
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, job.cancel)
+        code = await job.run()
     except BusError as exc:
         log.error("job %s: %s", launch.job_id, exc)
+    finally:
+        with contextlib.suppress(BusError):
+            await connect.__aexit__(None, None, None)
     return code
 
 
