@@ -54,6 +54,7 @@ from accordion.processes import Child, UpError, signals_held, spawn
 from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 from broker.messages import StatusReply
 from broker.topics import DEFAULT_ROOT
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import build_policy_with
@@ -164,6 +165,7 @@ class LocalCluster:
         start_agents: bool = True,
         python: str = sys.executable,
         on_restart: Callable[[Restart], None] | None = None,
+        execution: ExecutionModel = DEFAULT_MODEL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
@@ -189,6 +191,7 @@ class LocalCluster:
         # heartbeats): 4 heartbeats by default, so a requeued job never runs twice.
         self.lease = LEASE_HEARTBEATS * heartbeat if lease is None else lease
         self.walltime_grace = walltime_grace
+        self.execution = execution
         self.start_agents = start_agents
         self.python = python
         self.journal = run_dir / "journal.sqlite"
@@ -405,6 +408,9 @@ class LocalCluster:
             f"--metrics-addr={HOST}",
             f"--time-scale={self.time_scale!r}",
             f"--heartbeat-interval={self.heartbeat!r}",
+            f"--execution-model={self.execution.kind.value}",
+            f"--overhead={self.execution.overhead!r}",
+            f"--model-seed={self.execution.seed}",
         ]
         child = self._spawn("scheduler", "scheduler", argv)
         self.scheduler_metrics = child.address = f"http://{HOST}:{metrics}/metrics"

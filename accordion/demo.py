@@ -35,7 +35,7 @@ from accordion.cluster import LocalCluster, scrape
 from accordion.processes import UpError
 from accordion.replay import Arrival, Changed, ReplayState, arrivals, replay_and_follow
 from model.allocation import Allocation
-from model.execution import DEFAULT_MODEL
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Part
 from model.metrics import ScheduleMetrics, compute_metrics
@@ -117,6 +117,7 @@ def plan_demo(
     time_scale: float | None = None,
     prefix: str = "demo-",
     policy_options: Mapping[str, str] | None = None,
+    execution: ExecutionModel = DEFAULT_MODEL,
 ) -> DemoPlan:
     """Generate the demo's jobs, run them in the twin, pick K for ``seconds`` of wall time."""
     single = policy_info(policy).single_machine or placement is PlacementRule.SINGLE
@@ -125,7 +126,7 @@ def plan_demo(
         workload,
         machines=spec.machines,
         policy=build_policy_with(policy, policy_options or {}, placement=placement),
-        execution=DEFAULT_MODEL,
+        execution=execution,
     )
     twin = compute_metrics(result.outcomes, total_cpus=result.total_cpus, time_base=TWIN_TIME_BASE)
     scale = time_scale if time_scale is not None else nice_scale(twin.makespan / seconds)

@@ -26,8 +26,9 @@ from accordion.client import connect, run_async
 from accordion.cluster import DEFAULT_CLUSTER, LocalCluster, Restart
 from accordion.demo import DemoPlan, DemoReport, LiveRun, plan_demo, report_demo, run_demo
 from accordion.display import note, replay_display
-from accordion.errors import LiveError, refused, user_errors
+from accordion.errors import LiveError, parsed, refused, user_errors
 from accordion.options import (
+    OverheadOpt,
     PlacementOpt,
     PolicyOpt,
     PolicyOptsOpt,
@@ -37,8 +38,10 @@ from accordion.options import (
 )
 from accordion.processes import UpError
 from accordion.tables import print_demo, print_endpoints
+from accordion.twin_options import ModelOpt, execution_model
 from broker.bus import BusError
 from broker.topics import DEFAULT_ROOT
+from model.execution import ModelKind
 from scheduler.placement import PlacementRule
 from workload.cluster import load_cluster
 
@@ -105,6 +108,8 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
         Path | None,
         typer.Option("--run-dir", help="the run directory (kept; default: a temporary one)"),
     ] = None,
+    model: ModelOpt = ModelKind.LINEAR,
+    overhead: OverheadOpt = 0.0,
     progress: ProgressOpt = True,
 ) -> None:
     """Start a local cluster from a cluster file: broker, scheduler, agents (Ctrl-C stops).
@@ -116,6 +121,11 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     with user_errors():
         spec = load_cluster(cluster if cluster is not None else DEFAULT_CLUSTER)
         options = policy_opts(policy_opt)
+        # The same model for the scheduler, its agents and the demo's twin (the seed
+        # of the paper model's OV is the demo's --seed).
+        execution = parsed(
+            lambda: execution_model(model, overhead=overhead, seed=seed), "--execution-model"
+        )
         plan: DemoPlan | None = None
         if demo:
             plan = plan_demo(
@@ -127,6 +137,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
                 placement=placement,
                 time_scale=time_scale,
                 policy_options=options,
+                execution=execution,
             )
         scale = plan.time_scale if plan is not None else (time_scale or 1.0)
         # Created when the cluster starts; removed after it unless kept.
@@ -143,6 +154,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             broker_port=broker_port,
             root=root,
             on_restart=_print_restart,
+            execution=execution,
         )
     if plan is not None:
         note(

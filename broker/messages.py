@@ -252,6 +252,19 @@ class PartFinished(Message, tag="part_finished", frozen=True):
     attempt: Attempt = 0
 
 
+class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The execution model the scheduler plans with (``model.execution``), so the
+    agents' sleep workload progresses by the same formula: its named ``kind``,
+    formula (4)'s fixed ``overhead`` and the ``paper`` model's per-job OV range
+    and seed."""
+
+    kind: Literal["linear", "max", "paper"] = "linear"
+    overhead: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
+    ov_min: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
+    ov_max: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0
+    seed: int = 0
+
+
 class StartPart(Message, tag="start_part", frozen=True):
     """Run ``cpus`` CPUs of ``job`` on this agent at the job's ``pace`` (slowest part)."""
 
@@ -271,6 +284,8 @@ class StartPart(Message, tag="start_part", frozen=True):
     #: agent refuses a start older than its lease: it was delayed (the agent frozen
     #: or cut off) long enough that the job may have been given to another agent.
     issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    #: The execution model (None from an older sender: the default ``linear``).
+    execution: ExecutionSpec | None = None
 
 
 class ResizePart(Message, tag="resize_part", frozen=True):

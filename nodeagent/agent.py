@@ -93,6 +93,7 @@ from broker.messages import (
     AgentOffline,
     AgentOnline,
     CancelPart,
+    ExecutionSpec,
     Heartbeat,
     MachineSpec,
     Message,
@@ -103,6 +104,7 @@ from broker.messages import (
     StartPart,
 )
 from broker.topics import Topics
+from model.execution import DEFAULT_MODEL, ExecutionModel, ModelKind
 from model.machine import Machine
 from nodeagent.job import EXIT_LOST
 from nodeagent.lease import DEFAULT_LEASE, LeaseFile
@@ -166,6 +168,22 @@ class AgentStats:
     parts_finished: Mapping[str, int]
     bad_messages: int
     heartbeats: int
+
+
+def execution_model(spec: ExecutionSpec | None) -> ExecutionModel:
+    """The model a ``StartPart`` names (its default when it names none)."""
+    if spec is None:
+        return DEFAULT_MODEL
+    try:
+        return ExecutionModel(
+            kind=ModelKind(spec.kind),
+            overhead=spec.overhead,
+            ov_min=spec.ov_min,
+            ov_max=spec.ov_max,
+            seed=spec.seed,
+        )
+    except ValueError as exc:
+        raise LaunchError(f"execution model: {exc}") from exc
 
 
 def machine_spec(machine: Machine) -> MachineSpec:
@@ -554,6 +572,7 @@ class NodeAgent:
             workload=job.workload,
             root=self._topics.root,
             attempt=max(1, command.attempt),
+            execution=execution_model(command.execution),
             lease_file=None if self._lease is None else str(self._lease.path),
             lease=self.settings.lease,
         )

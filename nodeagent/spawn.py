@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.topics import DEFAULT_ROOT, Topics
-from model.execution import DEFAULT_MODEL, AllocationError
+from model.execution import DEFAULT_MODEL, AllocationError, ExecutionModel, ModelKind
 
 JOB_MODULE = "nodeagent.job"
 
@@ -74,6 +74,9 @@ class Launch:
     #: None: no lease (the process then stops only when its agent dies).
     lease_file: str | None = None
     lease: float = 0.0
+    #: The scheduler's execution model (``StartPart.execution``): the sleep
+    #: workload's pace follows the same formula the scheduler plans with.
+    execution: ExecutionModel = DEFAULT_MODEL
 
     def __post_init__(self) -> None:
         def finite_positive(name: str, value: float) -> None:
@@ -102,12 +105,13 @@ class Launch:
     def rate(self, *, cpus: int | None = None, pace: float | None = None) -> float:
         """Work units per cluster second on this allocation (or on a resized one)."""
         try:
-            return DEFAULT_MODEL.rate(
+            return self.execution.rate(
                 procs=self.procs,
                 cpus=self.cpus if cpus is None else cpus,
                 speed=self.pace if pace is None else pace,
                 ref_speed=self.ref_speed,
                 cpu_util=self.cpu_util,
+                job_id=self.job_id,
             )
         except AllocationError as exc:
             raise LaunchError(f"job {self.job_id!r}: {exc}") from exc
@@ -134,6 +138,11 @@ class Launch:
             f"--time-scale={self.time_scale!r}",
             f"--workload={self.workload}",
             f"--attempt={self.attempt}",
+            f"--execution-model={self.execution.kind.value}",
+            f"--overhead={self.execution.overhead!r}",
+            f"--ov-min={self.execution.ov_min!r}",
+            f"--ov-max={self.execution.ov_max!r}",
+            f"--model-seed={self.execution.seed}",
             *start,
             *lease,
         ]
@@ -156,6 +165,13 @@ class Launch:
             "--start-at", type=float, default=None, help="count the work from (epoch s)"
         )
         parser.add_argument("--attempt", type=int, default=1, help="the job's attempt (fencing)")
+        parser.add_argument(
+            "--execution-model", default="linear", choices=[k.value for k in ModelKind]
+        )
+        parser.add_argument("--overhead", type=float, default=0.0, help="formula (4)'s OV")
+        parser.add_argument("--ov-min", type=float, default=0.0, help="paper model: OV_j's min")
+        parser.add_argument("--ov-max", type=float, default=1.0, help="paper model: OV_j's max")
+        parser.add_argument("--model-seed", type=int, default=0, help="paper model: OV_j's seed")
         parser.add_argument("--lease-file", default=None, help="the agent's lease file")
         parser.add_argument("--lease", type=float, default=0.0, help="lease length (wall s)")
 
@@ -175,9 +191,23 @@ class Launch:
             workload=args.workload,
             start_at=args.start_at,
             attempt=args.attempt,
+            execution=_model(args),
             lease_file=args.lease_file,
             lease=args.lease,
         )
+
+
+def _model(args: argparse.Namespace) -> ExecutionModel:
+    try:
+        return ExecutionModel(
+            kind=ModelKind(args.execution_model),
+            overhead=args.overhead,
+            ov_min=args.ov_min,
+            ov_max=args.ov_max,
+            seed=args.model_seed,
+        )
+    except ValueError as exc:
+        raise LaunchError(f"execution model: {exc}") from exc
 
 
 class JobProcess(Protocol):

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from broker.bus import BusError
 from broker.topics import DEFAULT_ROOT, TopicError, Topics
+from model.execution import ExecutionModel, ModelKind
 from scheduler.actor import ActorSettings, SchedulerActor
 from scheduler.clock import WallClock
 from scheduler.exporter import SchedulerMetrics, serve
@@ -98,6 +99,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max-requeues", type=int, default=2, help="requeues before a lost job fails")
     p.add_argument(
+        "--execution-model",
+        default="linear",
+        choices=[k.value for k in ModelKind],
+        help="how a shrunk job progresses (model/execution.py), as the twin's option",
+    )
+    p.add_argument("--overhead", type=float, default=0.0, help="formula (4)'s OV (linear, max)")
+    p.add_argument("--model-seed", type=int, default=0, help="seeds the paper model's OV_j")
+    p.add_argument(
         "--silence-factor",
         type=float,
         default=6.0,
@@ -154,6 +163,9 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         topics = Topics(args.root)
         # Credentials, if any, come from the environment (ACCORDION_MQTT_*), never argv.
         mqtt = MqttSettings(host=args.host, port=args.port).with_env()
+        execution = ExecutionModel(
+            kind=ModelKind(args.execution_model), overhead=args.overhead, seed=args.model_seed
+        )
         settings = ActorSettings(
             heartbeat_interval=args.heartbeat_interval,
             reconcile_grace=args.reconcile_grace,
@@ -207,6 +219,7 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             settings=settings,
             metrics=metrics,
             link=bus,
+            execution=execution,
         )
         actors.append(actor)
         loop = asyncio.get_running_loop()

@@ -11,7 +11,7 @@ MPL it runs at.
 
 from __future__ import annotations
 
-from broker.messages import ResizePart, StartPart
+from broker.messages import ExecutionSpec, ResizePart, StartPart
 from model.allocation import Allocation
 from scheduler.context import Context
 from scheduler.core import PolicyError
@@ -45,6 +45,14 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             )
         ctx.event(job_id, "resized", now, f"{alloc.cpus} CPUs")
     issued = ctx.wall()
+    model = core.execution
+    execution = ExecutionSpec(
+        kind=model.kind.value,
+        overhead=model.overhead,
+        ov_min=model.ov_min,
+        ov_max=model.ov_max,
+        seed=model.seed,
+    )
     for start in decisions.starts:
         job_id = start.job.id
         spec = ctx.specs[job_id]
@@ -66,6 +74,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                     job_cpus=alloc.cpus,
                     attempt=attempt,
                     issued=issued,
+                    execution=execution,
                 ),
             )
         ctx.event(

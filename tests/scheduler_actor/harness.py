@@ -39,6 +39,7 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.topics import Topics
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.actor import ActorSettings, SchedulerActor
 from scheduler.clock import ManualClock
 from scheduler.journal import Journal
@@ -305,7 +306,9 @@ class Cluster:
         broker: MemoryBroker | None = None,
         clock: ManualClock | None = None,
         wrap_bus: Callable[[MemoryBus], Bus] | None = None,
+        execution: ExecutionModel = DEFAULT_MODEL,
     ) -> None:
+        self.execution = execution
         self.path = path
         self.wrap_bus = wrap_bus
         self.policy = policy
@@ -332,6 +335,7 @@ class Cluster:
             journal=self.journal,
             clock=self.clock,
             settings=self.settings,
+            execution=self.execution,
         )
         self.task = asyncio.create_task(self.actor.run(), name="test-scheduler")
         # Subscribed once the retained agent states have been replayed into the bus.

@@ -9,6 +9,7 @@ from broker.codec import encode
 from broker.messages import (
     AgentOffline,
     CancelPart,
+    ExecutionSpec,
     HistoryReply,
     HistoryRequest,
     JobEvent,
@@ -18,6 +19,7 @@ from broker.messages import (
     SubmitJobs,
     SubmitReply,
 )
+from model.execution import ExecutionModel, ModelKind
 from scheduler.clock import ManualClock
 from scheduler.settings import ActorSettings
 from tests.scheduler_actor.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
@@ -210,5 +212,23 @@ async def test_event_numbers_go_on_after_a_restart(journal_path: Path) -> None:
         seqs = [e.seq for e in events]
         assert seqs == list(range(1, len(seqs) + 1)), [(e.seq, e.state) for e in events]
         assert events[-1].state == "finished"
+    finally:
+        await c.stop()
+
+
+async def test_starts_carry_the_schedulers_execution_model(journal_path: Path) -> None:
+    model = ExecutionModel(kind=ModelKind.PAPER, seed=7, ov_min=0.1, ov_max=0.4)
+    c = Cluster(journal_path, execution=model)
+    await c.client.start()
+    await c.start()
+    try:
+        agent = await c.agent("a1", 4)
+        await c.client.submit(spec("j", 2))
+        await eventually(lambda: agent.started("j"))
+        (start,) = agent.starts()
+        assert start.execution == ExecutionSpec(
+            kind="paper", overhead=0.0, ov_min=0.1, ov_max=0.4, seed=7
+        )
+        assert start.issued > 0
     finally:
         await c.stop()
