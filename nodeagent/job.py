@@ -327,7 +327,11 @@ def _exit_fenced() -> None:
 async def _main(args: argparse.Namespace, launch: Launch) -> int:
     client_id = f"job-{launch.agent}-{launch.job_id}"
     if args.pipe:
-        return await _serve(await PipeBus.stdio(client_id), launch, None)
+        try:
+            return await _serve(await PipeBus.stdio(client_id), launch, None)
+        except (BusError, _NotConnectedError) as exc:
+            log.error("job %s: %s", launch.job_id, exc.__cause__ or exc)
+            return EXIT_LOST
     # The pipe ends when the agent dies; over MQTT the job watches its parent. A
     # broker that is restarting when the job starts is waited for, as long as the
     # lease allows (the agent's heartbeats cannot be renewed meanwhile either).

@@ -62,7 +62,11 @@ FAMILIES = (
         tuple(
             encode(msg)
             for msg in (
-                m.Heartbeat(agent_id="fz-node", seq=3, running=("fz-1",)),
+                m.Heartbeat(
+                    agent_id="fz-node",
+                    seq=3,
+                    running=(m.RunningPart(job_id="fz-1", cpus=1, started=0.0, attempt=1),),
+                ),
                 m.PartStarted(job_id="fz-1", agent_id="fz-node", pid=1, at=1.0),
                 m.PartProgress(job_id="fz-1", agent_id="fz-node", done=1.0, rate=1.0, at=2.0),
                 m.PartFinished(job_id="fz-1", agent_id="fz-node", at=3.0),

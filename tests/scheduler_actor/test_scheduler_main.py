@@ -25,6 +25,7 @@ from broker.messages import (
     MachineSpec,
     PartFinished,
     PartStarted,
+    RunningPart,
     StartPart,
     StatusReply,
     StatusRequest,
@@ -126,12 +127,14 @@ async def peer(
             task.cancel()
 
 
-async def heartbeats(agent: Peer, running: list[str]) -> None:
-    """What a live agent does every 2 s (faster here), listing the parts it runs."""
+async def heartbeats(agent: Peer, running: dict[str, int]) -> None:
+    """What a live agent does every 2 s (faster here), listing the parts it runs
+    (job id -> CPUs)."""
     seq = 0
     while True:
         seq += 1
-        beat = Heartbeat(agent_id="n1", seq=seq, running=tuple(running))
+        parts = tuple(RunningPart(job_id=j, cpus=c, started=0.0) for j, c in running.items())
+        beat = Heartbeat(agent_id="n1", seq=seq, running=parts)
         await agent.bus.publish(TOPICS.agent_events("n1"), encode(beat))
         await asyncio.sleep(0.2)
 
@@ -189,7 +192,7 @@ async def test_the_scheduler_process_on_mosquitto(
         ):
             online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1")
             await agent.bus.publish(TOPICS.agent_state("n1"), encode(online), retain=True)
-            running: list[str] = []
+            running: dict[str, int] = {}
             beating = asyncio.create_task(heartbeats(agent, running), name="test-heartbeats")
             # The scheduler may still be connecting: ask until it answers.
             async with asyncio.timeout(20):
@@ -217,7 +220,7 @@ async def test_the_scheduler_process_on_mosquitto(
             await agent.bus.publish(
                 TOPICS.agent_events("n1"), encode(PartStarted(job_id="a", agent_id="n1"))
             )
-            running.append("a")
+            running["a"] = 2
 
             # SIGKILL right after the acknowledgements: nothing accepted is lost.
             proc.send_signal(signal.SIGKILL)
@@ -236,7 +239,7 @@ async def test_the_scheduler_process_on_mosquitto(
             assert [j.id for j in after.running] == ["a"]
             assert [j.id for j in after.queue] == ["b", "c"]
 
-            running.remove("a")
+            del running["a"]
             await agent.bus.publish(
                 TOPICS.agent_events("n1"),
                 encode(PartFinished(job_id="a", agent_id="n1", exit_code=0, reason="done")),
