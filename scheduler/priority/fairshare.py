@@ -210,8 +210,13 @@ class FairShare:
             if by_name is not None
             else {account(j) for j in snapshot.queue}
         )
+        # Running use inside today's period, per name: for a run that began today it is
+        # ``now * cpus - begin * cpus``, so it is summed as it goes and added to the
+        # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
+        # per-period list. Only runs that began before today go period by period.
+        today_start = today * period
+        current: dict[str, float] = {}
         live: dict[str, dict[int, float]] = {}
-        floor = math.floor
         if by_name is not None:
             # The core noted every running job's names in the ledger when it started.
             running: set[str] = set()
@@ -223,15 +228,16 @@ class FairShare:
             who = account(run.job)
             if who not in wanted or run.cpus <= 0:
                 continue
-            begin = max(run.start, run.charged_from, window_start)
+            # max(start, charged_from, window_start), written out: it runs per job.
+            begin = run.charged_from
+            begin = run.start if run.start > begin else begin
+            begin = window_start if window_start > begin else begin
             if now <= begin:
                 continue
-            per = live.setdefault(who, {})
-            index = floor(begin / period)
-            if now <= (index + 1) * period:
-                # Within one period (most runs): split_periods' one piece, inlined.
-                per[index] = per.get(index, 0.0) + (now - begin) * run.cpus
+            if begin >= today_start:
+                current[who] = current.get(who, 0.0) + (now - begin) * run.cpus
             else:
+                per = live.setdefault(who, {})
                 for index, seconds in split_periods(begin, now, period):
                     per[index] = per.get(index, 0.0) + seconds * run.cpus
         # Names seen so far, counted without listing them: the ledger's, plus the
@@ -255,7 +261,9 @@ class FairShare:
                     raw = (
                         usage.decayed(kind, who, today, window, decay) if knows(kind, who) else 0.0
                     )
+                    raw += current.get(who, 0.0)
                 else:
+                    running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
                     charged = usage.recent(kind, who, today, window)
                     for k in range(window):
                         charged[k] += running_use.get(today - k, 0.0)
