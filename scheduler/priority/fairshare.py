@@ -190,11 +190,12 @@ class FairShare:
         """
         return {
             who: Standing(share=share, usage=share - priority, priority=priority)
-            for who, (priority, share) in self._queue_table(snapshot).items()
+            for who, (priority, share) in self.queue_table(snapshot).items()
         }
 
-    def _queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
-        """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`."""
+    def queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+        """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`
+        (and of multi-factor's, which reads it without building another table)."""
         kind = self.by
         # The job's user or group attribute, read in C: this runs per job per event.
         account = attrgetter(kind)
@@ -217,16 +218,20 @@ class FairShare:
         today_start = today * period
         current: dict[str, float] = {}
         live: dict[str, dict[int, float]] = {}
+        knows = usage.knows
+        # Names seen so far, counted without listing them: the ledger's, plus the
+        # running and queued ones it has not charged yet.
+        fresh = {w for w in wanted if not knows(kind, w)}
+        pairs: Iterable[tuple[str, RunningJob]]
         if by_name is not None:
             # The core noted every running job's names in the ledger when it started.
-            running: set[str] = set()
-            runs: Iterable[RunningJob] = [r for w in wanted for r in by_name.running(kind, w)]
+            pairs = [(w, r) for w in wanted for r in by_name.running(kind, w)]
         else:
-            running = {account(r.job) for r in snapshot.running}
-            runs = snapshot.running
-        for run in runs:
-            who = account(run.job)
-            if who not in wanted or run.cpus <= 0:
+            fresh |= {w for r in snapshot.running if not knows(kind, w := account(r.job))}
+            pairs = [(w, r) for r in snapshot.running if (w := account(r.job)) in wanted]
+        for who, run in pairs:
+            cpus = run.cpus
+            if cpus <= 0:
                 continue
             # max(start, charged_from, window_start), written out: it runs per job.
             begin = run.charged_from
@@ -235,15 +240,11 @@ class FairShare:
             if now <= begin:
                 continue
             if begin >= today_start:
-                current[who] = current.get(who, 0.0) + (now - begin) * run.cpus
+                current[who] = current.get(who, 0.0) + (now - begin) * cpus
             else:
                 per = live.setdefault(who, {})
                 for index, seconds in split_periods(begin, now, period):
-                    per[index] = per.get(index, 0.0) + seconds * run.cpus
-        # Names seen so far, counted without listing them: the ledger's, plus the
-        # running and queued ones it has not charged yet.
-        knows = usage.knows
-        fresh = {w for w in running | wanted if not knows(kind, w)}
+                    per[index] = per.get(index, 0.0) + seconds * cpus
         listed = dict(self.shares)
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n))
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
@@ -252,15 +253,13 @@ class FairShare:
         scale = self.scale_usage_by_share
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
-            share = listed.get(who, other_share)
+            share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:
                 # A name never charged sums to 0.0 from the ledger, as in _standing.
                 running_use = live.get(who)
                 if running_use is None:
-                    raw = (
-                        usage.decayed(kind, who, today, window, decay) if knows(kind, who) else 0.0
-                    )
+                    raw = 0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
                     raw += current.get(who, 0.0)
                 else:
                     running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
@@ -315,7 +314,7 @@ class FairShare:
 
     def queue_priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """``P = S - U`` of the names with a job in the queue (see :meth:`queue_standings`)."""
-        return {who: p for who, (p, _) in self._queue_table(snapshot).items()}
+        return {who: p for who, (p, _) in self.queue_table(snapshot).items()}
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         """The queue by decreasing ``P``; ties: higher share, earlier submit, arrival order."""
@@ -328,7 +327,7 @@ class FairShare:
         # One key per name, not per job: the per-job part is submit and position.
         rank = {
             who: (-round(p, _TIE_DIGITS), -share)
-            for who, (p, share) in self._queue_table(snapshot).items()
+            for who, (p, share) in self.queue_table(snapshot).items()
         }
         account = attrgetter(self.by)
         keys = [(rank[account(job)], job.submit, i) for i, job in enumerate(queue)]
@@ -347,7 +346,7 @@ class FairShare:
         kind = self.by
         rank = {
             who: (-round(p, _TIE_DIGITS), -share)
-            for who, (p, share) in self._queue_table(snapshot).items()
+            for who, (p, share) in self.queue_table(snapshot).items()
         }
         names = sorted(rank, key=rank.__getitem__)
         out: list[Job] = []
