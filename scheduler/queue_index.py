@@ -19,7 +19,7 @@ behind a later-submitted one); a source that relies on it checks it.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from model.job import Job
@@ -59,7 +59,7 @@ class QueueIndex:
             if not runs:
                 del self._running[kind][name]
 
-    def names(self, kind: str) -> Iterable[str]:
+    def names(self, kind: str) -> Collection[str]:
         """Users (or groups) with at least one queued job."""
         return self._lists[kind].keys()
 

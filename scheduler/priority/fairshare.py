@@ -57,18 +57,22 @@ jobs and hundreds of users (issue 7: it made EASY seven times slower on
 KTH-SP2), so it does only what the queue's order depends on. ``U`` is
 computed for the names that have a job in the queue, not for every name ever
 seen (those are only counted, for the unlisted share); a name's decayed
-ledger sum is remembered by the ledger until the name is charged again, so
-between charges only names with running jobs are summed afresh; and the sort
-is one pass with a cached key. The numbers are the same floats the full
-:meth:`FairShare.standings` gives, added in the same order, so a schedule does
-not change with the speed-up (the twin's schedules are compared job by job).
+ledger sum is remembered by the ledger until the name is charged again; the
+use so far of a running job that began in the current period is added to it
+analytically (``(now - begin) * cpus``, today's weight being 1), so only a
+run older than the current period is split period by period; and the sort is
+one pass with a cached key. :meth:`queue_table` may differ from the full
+:meth:`FairShare.standings` in the last bits of a float (the running use is
+added after the decayed sum, not before); priorities are compared rounded to
+1e-9, and on KTH-SP2 the twin's schedule is the same job by job as before
+this was done.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
@@ -206,10 +210,9 @@ class FairShare:
         window = self.window
         window_start = (today - window + 1) * period
         by_name = snapshot.by_account
-        wanted = (
-            set(by_name.names(kind))
-            if by_name is not None
-            else {account(j) for j in snapshot.queue}
+        # The index's own view of its names (no copy); nothing below changes the index.
+        wanted: Collection[str] = (
+            by_name.names(kind) if by_name is not None else {account(j) for j in snapshot.queue}
         )
         # Running use inside today's period, per name: for a run that began today it is
         # ``now * cpus - begin * cpus``, so it is summed as it goes and added to the
@@ -246,7 +249,7 @@ class FairShare:
                 for index, seconds in split_periods(begin, now, period):
                     per[index] = per.get(index, 0.0) + seconds * cpus
         listed = dict(self.shares)
-        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n))
+        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
         capacity = snapshot.total_cpus * period
         decay = self.decay
@@ -275,6 +278,8 @@ class FairShare:
 
     def _other_share(self, unlisted: int) -> float:
         """The share of each of ``unlisted`` names seen but not listed."""
+        if not self.shares:
+            return 1.0 / unlisted if unlisted else 0.0
         left = max(0.0, 1.0 - math.fsum(share for _, share in self.shares))
         return left / unlisted if unlisted else 0.0
 
