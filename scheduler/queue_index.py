@@ -46,6 +46,12 @@ class QueueIndex:
         jobs = self._running[kind].get(name)
         return jobs.values() if jobs is not None else ()
 
+    def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
+        """``(name, run)`` for every running job of each of ``names``: one call per
+        event for fair-share, not one per name."""
+        runs = self._running[kind]
+        return [(w, r) for w in names if (jobs := runs.get(w)) for r in jobs.values()]
+
     def add_running(self, run: RunningJob) -> None:
         job = run.job
         for kind, name in (("user", job.user), ("group", job.group)):

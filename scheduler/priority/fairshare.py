@@ -228,10 +228,14 @@ class FairShare:
         pairs: Iterable[tuple[str, RunningJob]]
         if by_name is not None:
             # The core noted every running job's names in the ledger when it started.
-            pairs = [(w, r) for w in wanted for r in by_name.running(kind, w)]
+            pairs = by_name.running_pairs(kind, wanted)
         else:
             fresh |= {w for r in snapshot.running if not knows(kind, w := account(r.job))}
             pairs = [(w, r) for r in snapshot.running if (w := account(r.job)) in wanted]
+        # Today's use is summed in ``acc`` while the pairs stay on one name (the
+        # index lists them name by name) and stored when the name changes.
+        last: str | None = None
+        acc = 0.0
         for who, run in pairs:
             cpus = run.cpus
             if cpus <= 0:
@@ -243,11 +247,17 @@ class FairShare:
             if now <= begin:
                 continue
             if begin >= today_start:
-                current[who] = current.get(who, 0.0) + (now - begin) * cpus
+                if who != last:
+                    if last is not None:
+                        current[last] = current.get(last, 0.0) + acc
+                    last, acc = who, 0.0
+                acc += (now - begin) * cpus
             else:
                 per = live.setdefault(who, {})
                 for index, seconds in split_periods(begin, now, period):
                     per[index] = per.get(index, 0.0) + seconds * cpus
+        if last is not None:
+            current[last] = current.get(last, 0.0) + acc
         listed = dict(self.shares)
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
