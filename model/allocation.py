@@ -52,9 +52,11 @@ class Allocation:
     pace: float
 
     def __post_init__(self) -> None:
-        if not self.parts:
+        parts = self.parts
+        if not parts:
             raise EmptyAllocationError("an allocation needs at least one part")
-        if self.cpus != sum(p.cpus for p in self.parts):
+        # One part is the common case (a homogeneous trace): no generator for it.
+        if self.cpus != (parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)):
             raise ValueError(f"allocation {self.parts}: cpus {self.cpus} is not their sum")
         if not self.pace > 0:
             raise ValueError(f"allocation {self.parts}: pace must be > 0, got {self.pace!r}")
@@ -62,6 +64,8 @@ class Allocation:
     @classmethod
     def of(cls, parts: tuple[Part, ...], speeds: Mapping[str, float]) -> Allocation:
         """The allocation of ``parts``, with ``speeds`` by machine id."""
+        if len(parts) == 1:
+            return cls(parts, parts[0].cpus, speeds[parts[0].machine])
         return cls(parts, sum(p.cpus for p in parts), pace(parts, speeds))
 
     def mpl(self, procs: int) -> float:

@@ -76,6 +76,40 @@ def shadow_for(
 ) -> Shadow | None:
     """The earliest reservation for ``job`` as the running jobs end; None if never."""
     need = job.procs if cpus is None else cpus
+    found: tuple[float, tuple[Part, ...]] | None = None
+    if len(machines) == 1:
+        only = machines[0].id
+        at, left = _one_machine(need, now, free[only], running, started)
+        avail = {only: left}
+        if at is not None:
+            found = (at, (Part(only, need),))
+    else:
+        found, avail = _walk(need, now, free, running, started, machines, placement)
+    if previous is not None and (found is None or previous.start < found[0]):
+        # Keep an earlier promise when its CPUs are still free at its start.
+        earlier = _avail_at(previous.start, free, merged_releases(now, running, started))
+        if _fits(previous.parts, earlier):
+            found, avail = (previous.start, previous.parts), earlier
+    if found is None:
+        return None
+    start, parts = found
+    extra = dict(avail)
+    for p in parts:
+        extra[p.machine] -= p.cpus
+    return Shadow(Reservation(job, start, parts), extra)
+
+
+def _walk(  # noqa: PLR0917 - shadow_for's general case, its own arguments
+    need: int,
+    now: float,
+    free: Mapping[str, int],
+    running: Sequence[RunningJob],
+    started: Sequence[Release],
+    machines: Sequence[Machine],
+    placement: Placement,
+) -> tuple[tuple[float, tuple[Part, ...]] | None, dict[str, int]]:
+    """The earliest ``(time, parts)`` the placement rule fits ``need`` CPUs as the
+    running jobs end, and the CPUs free per machine then (all released if never)."""
     avail = dict(free)
     total = sum(avail.values())
     found: tuple[float, tuple[Part, ...]] | None = None
@@ -96,18 +130,34 @@ def shadow_for(
             placed = placement.place(need, avail, machines)
             if placed is not None:
                 found = (pending, placed)
-    if previous is not None and (found is None or previous.start < found[0]):
-        # Keep an earlier promise when its CPUs are still free at its start.
-        earlier = _avail_at(previous.start, free, merged_releases(now, running, started))
-        if _fits(previous.parts, earlier):
-            found, avail = (previous.start, previous.parts), earlier
-    if found is None:
-        return None
-    start, parts = found
-    extra = dict(avail)
-    for p in parts:
-        extra[p.machine] -= p.cpus
-    return Shadow(Reservation(job, start, parts), extra)
+    return found, avail
+
+
+def _one_machine(
+    need: int,
+    now: float,
+    free: int,
+    running: Sequence[RunningJob],
+    started: Sequence[Release],
+) -> tuple[float | None, int]:
+    """:func:`_walk` on one machine: every placement rule fits a job there exactly
+    when enough CPUs are free, so the walk adds integers (the textbook's) instead
+    of placing at every release."""
+    avail = free
+    pending: float | None = None
+    for t, parts in merged_releases(now, running, started) if started else _plain(now, running):
+        if pending is not None and t > pending and avail >= need:
+            return pending, avail
+        for p in parts:
+            avail += p.cpus
+        pending = t
+    return (pending if avail >= need else None), avail
+
+
+def _plain(now: float, running: Sequence[RunningJob]) -> Iterator[Release]:
+    """:func:`merged_releases` with no starts of this decision to merge."""
+    for r in running:
+        yield (r.est_end if r.est_end > now else now), r.parts
 
 
 def _time(release: Release) -> float:

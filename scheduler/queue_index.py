@@ -19,7 +19,7 @@ behind a later-submitted one); a source that relies on it checks it.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from model.job import Job
@@ -46,6 +46,12 @@ class QueueIndex:
         jobs = self._running[kind].get(name)
         return jobs.values() if jobs is not None else ()
 
+    def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
+        """``(name, run)`` for every running job of each of ``names``: one call per
+        event for fair-share, not one per name."""
+        runs = self._running[kind]
+        return [(w, r) for w in names if (jobs := runs.get(w)) for r in jobs.values()]
+
     def add_running(self, run: RunningJob) -> None:
         job = run.job
         for kind, name in (("user", job.user), ("group", job.group)):
@@ -59,7 +65,7 @@ class QueueIndex:
             if not runs:
                 del self._running[kind][name]
 
-    def names(self, kind: str) -> Iterable[str]:
+    def names(self, kind: str) -> Collection[str]:
         """Users (or groups) with at least one queued job."""
         return self._lists[kind].keys()
 

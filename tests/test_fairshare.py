@@ -507,3 +507,44 @@ def test_the_cores_per_name_queue_gives_the_same_order_as_sorting_jobs(
         slow = list(fs.order(replace(snap, by_account=None)))
         assert [j.id for j in fast] == [j.id for j in slow]
         core.schedule(now)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    runs=st.lists(
+        st.tuples(USERS, st.floats(0, 10 * DAY), st.floats(0, 3 * DAY), st.integers(1, 4)),
+        max_size=8,
+    ),
+    charges=st.lists(
+        st.tuples(USERS, st.floats(0, 10 * DAY), st.floats(0, DAY), st.integers(1, 4)),
+        max_size=8,
+    ),
+    queued=st.lists(USERS, min_size=1, max_size=6),
+    now=st.floats(0, 12 * DAY),
+)
+def test_the_queue_table_agrees_with_the_full_standings(
+    runs: list[tuple[str, float, float, int]],
+    charges: list[tuple[str, float, float, int]],
+    queued: list[str],
+    now: float,
+) -> None:
+    # queue_table adds a run's use inside today's period analytically, after the
+    # ledger's decayed sum; standings splits every run period by period and sums
+    # after. Runs here begin today, yesterday and before the window alike.
+    ledger = UsageLedger(DAY)
+    for user, start, length, cpus in charges:
+        ledger.charge(user=user, group="g", start=start, end=start + length, cpus=cpus)
+    live = [
+        running(job(f"r{i}", user=user), start=min(start, now), cpus=cpus)
+        for i, (user, start, _, cpus) in enumerate(runs)
+    ]
+    for run in live:
+        ledger.note(user=run.job.user, group="g")
+    queue = [job(f"q{i}", user=user) for i, user in enumerate(queued)]
+    fs = FairShare(shares=(("a", 0.5),))
+    snap = snapshot(now=now, queue=queue, running=live, usage=ledger)
+    full = fs.priorities(snap)
+    table = fs.queue_priorities(snap)
+    assert table.keys() == set(queued)
+    for who, p in table.items():
+        assert p == pytest.approx(full[who], rel=1e-12, abs=1e-12)

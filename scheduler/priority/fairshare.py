@@ -57,18 +57,22 @@ jobs and hundreds of users (issue 7: it made EASY seven times slower on
 KTH-SP2), so it does only what the queue's order depends on. ``U`` is
 computed for the names that have a job in the queue, not for every name ever
 seen (those are only counted, for the unlisted share); a name's decayed
-ledger sum is remembered by the ledger until the name is charged again, so
-between charges only names with running jobs are summed afresh; and the sort
-is one pass with a cached key. The numbers are the same floats the full
-:meth:`FairShare.standings` gives, added in the same order, so a schedule does
-not change with the speed-up (the twin's schedules are compared job by job).
+ledger sum is remembered by the ledger until the name is charged again; the
+use so far of a running job that began in the current period is added to it
+analytically (``(now - begin) * cpus``, today's weight being 1), so only a
+run older than the current period is split period by period; and the sort is
+one pass with a cached key. :meth:`queue_table` may differ from the full
+:meth:`FairShare.standings` in the last bits of a float (the running use is
+added after the decayed sum, not before); priorities are compared rounded to
+1e-9, and on KTH-SP2 the twin's schedule is the same job by job as before
+this was done.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Literal
@@ -190,11 +194,12 @@ class FairShare:
         """
         return {
             who: Standing(share=share, usage=share - priority, priority=priority)
-            for who, (priority, share) in self._queue_table(snapshot).items()
+            for who, (priority, share) in self.queue_table(snapshot).items()
         }
 
-    def _queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
-        """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`."""
+    def queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+        """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`
+        (and of multi-factor's, which reads it without building another table)."""
         kind = self.by
         # The job's user or group attribute, read in C: this runs per job per event.
         account = attrgetter(kind)
@@ -205,57 +210,72 @@ class FairShare:
         window = self.window
         window_start = (today - window + 1) * period
         by_name = snapshot.by_account
-        wanted = (
-            set(by_name.names(kind))
-            if by_name is not None
-            else {account(j) for j in snapshot.queue}
+        # The index's own view of its names (no copy); nothing below changes the index.
+        wanted: Collection[str] = (
+            by_name.names(kind) if by_name is not None else {account(j) for j in snapshot.queue}
         )
+        # Running use inside today's period, per name: for a run that began today it is
+        # ``now * cpus - begin * cpus``, so it is summed as it goes and added to the
+        # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
+        # per-period list. Only runs that began before today go period by period.
+        today_start = today * period
+        current: dict[str, float] = {}
         live: dict[str, dict[int, float]] = {}
-        floor = math.floor
-        if by_name is not None:
-            # The core noted every running job's names in the ledger when it started.
-            running: set[str] = set()
-            runs: Iterable[RunningJob] = [r for w in wanted for r in by_name.running(kind, w)]
-        else:
-            running = {account(r.job) for r in snapshot.running}
-            runs = snapshot.running
-        for run in runs:
-            who = account(run.job)
-            if who not in wanted or run.cpus <= 0:
-                continue
-            begin = max(run.start, run.charged_from, window_start)
-            if now <= begin:
-                continue
-            per = live.setdefault(who, {})
-            index = floor(begin / period)
-            if now <= (index + 1) * period:
-                # Within one period (most runs): split_periods' one piece, inlined.
-                per[index] = per.get(index, 0.0) + (now - begin) * run.cpus
-            else:
-                for index, seconds in split_periods(begin, now, period):
-                    per[index] = per.get(index, 0.0) + seconds * run.cpus
+        knows = usage.knows
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
-        knows = usage.knows
-        fresh = {w for w in running | wanted if not knows(kind, w)}
+        fresh = {w for w in wanted if not knows(kind, w)}
+        pairs: Iterable[tuple[str, RunningJob]]
+        if by_name is not None:
+            # The core noted every running job's names in the ledger when it started.
+            pairs = by_name.running_pairs(kind, wanted)
+        else:
+            fresh |= {w for r in snapshot.running if not knows(kind, w := account(r.job))}
+            pairs = [(w, r) for r in snapshot.running if (w := account(r.job)) in wanted]
+        # Today's use is summed in ``acc`` while the pairs stay on one name (the
+        # index lists them name by name) and stored when the name changes.
+        last: str | None = None
+        acc = 0.0
+        for who, run in pairs:
+            cpus = run.cpus
+            if cpus <= 0:
+                continue
+            # max(start, charged_from, window_start), written out: it runs per job.
+            begin = run.charged_from
+            begin = run.start if run.start > begin else begin
+            begin = window_start if window_start > begin else begin
+            if now <= begin:
+                continue
+            if begin >= today_start:
+                if who != last:
+                    if last is not None:
+                        current[last] = current.get(last, 0.0) + acc
+                    last, acc = who, 0.0
+                acc += (now - begin) * cpus
+            else:
+                per = live.setdefault(who, {})
+                for index, seconds in split_periods(begin, now, period):
+                    per[index] = per.get(index, 0.0) + seconds * cpus
+        if last is not None:
+            current[last] = current.get(last, 0.0) + acc
         listed = dict(self.shares)
-        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n))
+        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
         capacity = snapshot.total_cpus * period
         decay = self.decay
         scale = self.scale_usage_by_share
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
-            share = listed.get(who, other_share)
+            share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:
                 # A name never charged sums to 0.0 from the ledger, as in _standing.
                 running_use = live.get(who)
                 if running_use is None:
-                    raw = (
-                        usage.decayed(kind, who, today, window, decay) if knows(kind, who) else 0.0
-                    )
+                    raw = 0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
+                    raw += current.get(who, 0.0)
                 else:
+                    running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
                     charged = usage.recent(kind, who, today, window)
                     for k in range(window):
                         charged[k] += running_use.get(today - k, 0.0)
@@ -268,6 +288,8 @@ class FairShare:
 
     def _other_share(self, unlisted: int) -> float:
         """The share of each of ``unlisted`` names seen but not listed."""
+        if not self.shares:
+            return 1.0 / unlisted if unlisted else 0.0
         left = max(0.0, 1.0 - math.fsum(share for _, share in self.shares))
         return left / unlisted if unlisted else 0.0
 
@@ -307,7 +329,7 @@ class FairShare:
 
     def queue_priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """``P = S - U`` of the names with a job in the queue (see :meth:`queue_standings`)."""
-        return {who: p for who, (p, _) in self._queue_table(snapshot).items()}
+        return {who: p for who, (p, _) in self.queue_table(snapshot).items()}
 
     def order(self, snapshot: Snapshot) -> Sequence[Job]:
         """The queue by decreasing ``P``; ties: higher share, earlier submit, arrival order."""
@@ -320,7 +342,7 @@ class FairShare:
         # One key per name, not per job: the per-job part is submit and position.
         rank = {
             who: (-round(p, _TIE_DIGITS), -share)
-            for who, (p, share) in self._queue_table(snapshot).items()
+            for who, (p, share) in self.queue_table(snapshot).items()
         }
         account = attrgetter(self.by)
         keys = [(rank[account(job)], job.submit, i) for i, job in enumerate(queue)]
@@ -339,7 +361,7 @@ class FairShare:
         kind = self.by
         rank = {
             who: (-round(p, _TIE_DIGITS), -share)
-            for who, (p, share) in self._queue_table(snapshot).items()
+            for who, (p, share) in self.queue_table(snapshot).items()
         }
         names = sorted(rank, key=rank.__getitem__)
         out: list[Job] = []

@@ -47,7 +47,7 @@ call, so the cost per job is a handful of arithmetic operations.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
@@ -59,8 +59,13 @@ from scheduler.snapshot import Snapshot
 DEFAULT_MAX_AGE = 7 * 86400.0
 """Seconds after which age stops adding priority (Slurm's ``PriorityMaxAge`` default)."""
 
-_TIE_DIGITS = 9
-"""Priorities equal to this many decimals are a tie (float noise must not reorder them)."""
+_TIE_SCALE = 1e9
+"""Priorities equal in units of 1e-9 are a tie (float noise must not reorder them).
+A key is ``round(priority * _TIE_SCALE)``, an int: the same bucketing as
+``round(priority, 9)`` but three times cheaper, and it is taken per job per event."""
+
+
+_qos = attrgetter("qos")
 
 
 class Factors(NamedTuple):
@@ -125,7 +130,7 @@ class MultiFactor:
         self,
         snapshot: Snapshot,
         rows: list[Factors] | None,
-        keys: list[tuple[bool, float, float, int]] | None,
+        keys: list[tuple[bool, int, float, int]] | None,
     ) -> None:
         """Every queued job's factors into ``rows``, or its sort key into ``keys``.
 
@@ -137,7 +142,7 @@ class MultiFactor:
         queue = snapshot.queue
         if not queue:
             return
-        fair = self.fairshare.queue_priorities(snapshot)
+        fair = self.fairshare.queue_table(snapshot)
         account = attrgetter(self.fairshare.by)
         now = snapshot.now
         total = snapshot.total_cpus
@@ -145,16 +150,24 @@ class MultiFactor:
         emergency_qos = self.emergency_qos
         max_qos = self.max_qos
         if max_qos is None:
-            max_qos = max(
-                (j.qos for j in queue if emergency_qos is None or j.qos < emergency_qos),
-                default=1,
-            )
-            max_qos = max(max_qos, 1)
+            if emergency_qos is None:
+                highest = max(map(_qos, queue))
+                max_qos = highest if highest > 1 else 1
+            else:
+                max_qos = max(max((j.qos for j in queue if j.qos < emergency_qos), default=1), 1)
         w_age, w_fs = self.weight_age, self.weight_fairshare
         w_size, w_qos = self.weight_size, self.weight_qos
-        # Fair-share is per user (or group): clip once per name, not once per job.
-        fs_of = {who: min(max(p, 0.0), 1.0) for who, p in fair.items()}
         favor_small = self.favor_small
+        if keys is not None and emergency_qos is None and not favor_small and total > 0:
+            # The fair-share factor clipped and weighted once per name, not per job.
+            weighted = {
+                who: w_fs * (1.0 if p > 1.0 else (0.0 if p < 0.0 else p))
+                for who, (p, _) in fair.items()
+            }
+            self._plain_keys(queue, keys, account, weighted, now, total, max_qos)
+            return
+        # Fair-share is per user (or group): clip once per name, not once per job.
+        fs_of = {who: min(max(p, 0.0), 1.0) for who, (p, _) in fair.items()}
         # Conditional expressions, not min/max calls: the clips below are
         # min(max(x, 0.0), 1.0) written out, which is most of this loop's cost.
         for i, job in enumerate(queue):
@@ -174,10 +187,40 @@ class MultiFactor:
             priority = w_age * age + w_fs * fs + w_size * size + w_qos * qos
             emergency = emergency_qos is not None and job.qos >= emergency_qos
             if keys is not None:
-                keys.append((not emergency, -round(priority, _TIE_DIGITS), job.submit, i))
+                keys.append((not emergency, -round(priority * _TIE_SCALE), job.submit, i))
             else:
                 assert rows is not None
                 rows.append(Factors(age, fs, size, qos, priority, emergency))
+
+    def _plain_keys(  # noqa: PLR0917 - the hot loop's inputs, passed once per event
+        self,
+        queue: Sequence[Job],
+        keys: list[tuple[bool, int, float, int]],
+        account: Callable[[Job], str],
+        weighted_fs: dict[str, float],
+        now: float,
+        total: int,
+        max_qos: int,
+    ) -> None:
+        """:meth:`_each`'s sort keys in the common case (no emergency QoS, big jobs
+        favoured, CPUs in the cluster): the same arithmetic in the same order, with
+        the branches that cannot apply taken out of the per-job loop."""
+        max_age = self.max_age
+        w_age, w_size, w_qos = self.weight_age, self.weight_size, self.weight_qos
+        append = keys.append
+        for i, job in enumerate(queue):
+            age = (now - job.submit) / max_age
+            age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)
+            size = job.procs / total
+            qos = job.qos / max_qos
+            qos = 1.0 if qos > 1.0 else (0.0 if qos < 0.0 else qos)
+            priority = (
+                w_age * age
+                + weighted_fs[account(job)]
+                + w_size * (1.0 if size > 1.0 else size)
+                + w_qos * qos
+            )
+            append((True, -round(priority * _TIE_SCALE), job.submit, i))
 
     def priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """Every queued job's weighted priority, by job id."""
@@ -188,7 +231,7 @@ class MultiFactor:
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
-        keys: list[tuple[bool, float, float, int]] = []
+        keys: list[tuple[bool, int, float, int]] = []
         self._each(snapshot, None, keys)
         keys.sort()
         return [queue[k[3]] for k in keys]
