@@ -7,8 +7,10 @@ so the broker the tests exercise is the broker users get.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import socket
+from pathlib import Path
 from typing import Final
 
 from broker.auth import AuthFiles, mosquitto_auth_config
@@ -55,11 +57,41 @@ def mosquitto_binary() -> str | None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the caller's child binds it a moment later)."""
+    """A port nothing listens on now (the caller's child binds it a moment later).
+
+    Drawn below the kernel's ephemeral range: a port the kernel hands out for
+    ``bind(0)`` is also the source port of the next outgoing connection (every
+    MQTT client of a cluster opens some), which could take it before the child
+    binds it ("Address already in use"). Below the range only another caller of
+    this function can.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = secrets.randbelow(low - _FIRST) + _FIRST
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    # Crowded: fall back to the kernel's choice.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
+
+
+_FIRST = 10_000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (32768 when it cannot be read)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        low = int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > _FIRST + 1000 else 32768
 
 
 def accepts(host: str, port: int) -> bool:

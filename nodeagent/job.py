@@ -144,7 +144,8 @@ class SleepJob:
 
     async def run(self) -> int:
         """Perform the work; the exit code."""
-        await self._bus.subscribe(self._control)
+        if not await self._subscribed():
+            return EXIT_CANCELLED
         async with asyncio.TaskGroup() as tg:
             reader = tg.create_task(self._read_control(), name=f"job-{self.launch.job_id}-control")
             try:
@@ -154,6 +155,27 @@ class SleepJob:
                 return EXIT_LOST
             finally:
                 reader.cancel()
+
+    async def _subscribed(self) -> bool:
+        """Subscribe to the control topic; False if cancelled meanwhile.
+
+        A broker that is slow to acknowledge (amqtt under load) must not make
+        the job deaf to SIGTERM: the agent's wall-time kill and cancel go on
+        working while the subscription is retried.
+        """
+        subscribing = asyncio.ensure_future(self._bus.subscribe(self._control))
+        while not subscribing.done():
+            waker = asyncio.ensure_future(self._inbox.get())
+            await asyncio.wait({subscribing, waker}, return_when=asyncio.FIRST_COMPLETED)
+            if not waker.done():
+                waker.cancel()
+            if self._cancelled:
+                subscribing.cancel()
+                with contextlib.suppress(asyncio.CancelledError, BusError):
+                    await subscribing
+                return False
+        subscribing.result()  # a BusError is the caller's
+        return True
 
     async def _read_control(self) -> None:
         try:
@@ -335,7 +357,9 @@ async def _main(args: argparse.Namespace, launch: Launch) -> int:
     # The pipe ends when the agent dies; over MQTT the job watches its parent. A
     # broker that is restarting when the job starts is waited for, as long as the
     # lease allows (the agent's heartbeats cannot be renewed meanwhile either).
-    settings = MqttSettings(host=args.host, port=args.port)
+    # A short SUBACK bound: a broker that drops a SUBSCRIBE (amqtt under load) is
+    # asked again after 2 s, not 10 s, which at a high time scale is a long run.
+    settings = MqttSettings(host=args.host, port=args.port, ack_timeout=2.0)
     patience = launch.lease if launch.lease_file is not None else CONNECT_PATIENCE
     deadline = time.monotonic() + patience
     delay = 0.05

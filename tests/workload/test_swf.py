@@ -27,7 +27,7 @@ from workload.swf import (
     write_swf,
 )
 
-PWA = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "pwa"
+PWA = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "pwa"
 
 HEADER = """\
 ; Version: 2.2

@@ -26,7 +26,7 @@ from scheduler.policies.easy import EasyBackfill
 from scheduler.snapshot import Decisions, Policy, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 from tests.helpers import job
-from tests.test_backfill_properties import Recorder, instances
+from tests.scheduler.test_backfill_properties import Recorder, instances
 from twin.simulate import simulate
 
 VARIANTS: tuple[Variant, ...] = ("p", "n", "w")

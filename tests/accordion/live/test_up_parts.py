@@ -24,7 +24,7 @@ from scheduler.journal import Journal
 from scheduler.lifecycle import JobState
 from workload.cluster import load_cluster
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLUSTER = load_cluster(ROOT / "examples" / "cluster.toml")
 
 

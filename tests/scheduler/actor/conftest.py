@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from tests.scheduler_actor.harness import TOPICS, Cluster
+from tests.scheduler.actor.harness import TOPICS, Cluster
 
 
 def pytest_asyncio_loop_factories(

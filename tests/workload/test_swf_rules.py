@@ -24,7 +24,7 @@ from workload.swf_rules import (
     records_from_schedule,
 )
 
-PWA = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "pwa"
+PWA = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "pwa"
 
 
 def rec(job: int = 1, submit: float = 0, **fields: float) -> SwfRecord:

@@ -17,7 +17,7 @@ from accordion.cli import app
 from scheduler.policies.dpsa import Dpsa
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

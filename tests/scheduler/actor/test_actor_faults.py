@@ -8,7 +8,7 @@ from broker.codec import encode
 from broker.messages import AgentOffline, JobEvent, RunningPart
 from scheduler.clock import ManualClock
 from scheduler.journal import Journal
-from tests.scheduler_actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.scheduler.actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
 
 
 def lost(cluster: Cluster, reason: str) -> float | None:

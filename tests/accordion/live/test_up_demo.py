@@ -13,7 +13,7 @@ from tests.integration.conftest import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def run_up(*args: str, timeout: float = 100.0) -> subprocess.CompletedProcess[str]:

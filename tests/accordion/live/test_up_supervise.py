@@ -36,12 +36,12 @@ from broker.messages import AgentOnline
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from scheduler.journal import Journal
+from tests.accordion.live.conftest import two_agents
 from tests.integration.conftest import BrokerEndpoint
-from tests.live.conftest import two_agents
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BOUND = 60.0
 
 

@@ -13,7 +13,7 @@ from model.machine import Machine
 from nodeagent.agent import AgentSettings, NodeAgent
 from nodeagent.pipe import PipeSpawn
 from scheduler.clock import ManualClock
-from tests.scheduler_actor.harness import TOPICS, Cluster, eventually, spec
+from tests.scheduler.actor.harness import TOPICS, Cluster, eventually, spec
 
 # K = 100: a job of 20 cluster seconds of work runs 0.2 wall seconds.
 AGENT = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=1.0)

@@ -17,7 +17,7 @@ from model.machine import Part
 from scheduler.journal import Journal, JournalError
 from scheduler.lifecycle import JobState
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def spec(job_id: str, procs: int = 1) -> JobSpec:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from broker.messages import ResizePart, RunningPart
 from scheduler.journal import Journal
-from tests.scheduler_actor.harness import Cluster, eventually, spec
+from tests.scheduler.actor.harness import Cluster, eventually, spec
 
 
 async def started_cluster(path: Path) -> Cluster:

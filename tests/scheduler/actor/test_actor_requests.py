@@ -28,7 +28,7 @@ from broker.messages import (
 )
 from model.job import JobError
 from scheduler.actor import job_from_spec
-from tests.scheduler_actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.scheduler.actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
 
 
 def journal_rows(path: Path) -> dict[str, str]:

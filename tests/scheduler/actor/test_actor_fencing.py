@@ -22,7 +22,7 @@ from broker.messages import (
 from model.execution import ExecutionModel, ModelKind
 from scheduler.clock import ManualClock
 from scheduler.settings import ActorSettings
-from tests.scheduler_actor.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.scheduler.actor.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
 
 
 def stale(cluster: Cluster) -> float | None:

@@ -25,8 +25,8 @@ from accordion.client import connect, run_async
 from accordion.cluster import LocalCluster
 from broker.local import free_port
 from broker.messages import StatusReply
+from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint
-from tests.live.conftest import local_cluster
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header
 

@@ -29,8 +29,8 @@ from accordion.cluster import LocalCluster
 from accordion.specs import job_spec
 from scheduler.journal import Journal
 from scheduler.lifecycle import JobState
+from tests.accordion.live.conftest import two_agents
 from tests.integration.conftest import BrokerEndpoint
-from tests.live.conftest import two_agents
 
 pytestmark = pytest.mark.integration
 

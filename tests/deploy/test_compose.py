@@ -19,7 +19,7 @@ from workload.cluster import load_cluster
 
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 IMAGE_EXAMPLES = "/opt/accordion/examples"  # where the Dockerfile puts examples/
 

@@ -1,7 +1,7 @@
 """The live client (``accordion.client``, ``specs``, ``replay``) on the in-process broker,
 against the real scheduler actor.
 
-The actor runs on a manual clock with fake agents (``tests/scheduler_actor/harness``);
+The actor runs on a manual clock with fake agents (``tests/scheduler/actor/harness``);
 a fake scheduler stands in where a test needs an answer the actor never gives.
 """
 
@@ -40,7 +40,7 @@ from broker.messages import (
     SubmitResult,
 )
 from model.job import Job
-from tests.scheduler_actor.harness import TOPICS, Cluster, eventually
+from tests.scheduler.actor.harness import TOPICS, Cluster, eventually
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from workload.cluster import (
 )
 from workload.swf import SwfHeader, read_header
 
-PWA = Path(__file__).resolve().parents[2] / "shared" / "workloads" / "pwa"
+PWA = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "pwa"
 
 EXAMPLE = """\
 name = "demo"            # optional

@@ -37,9 +37,9 @@ from broker.topics import Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.journal import Journal
 from tests.integration.conftest import BrokerEndpoint
-from tests.scheduler_actor.harness import spec
+from tests.scheduler.actor.harness import spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TOPICS = Topics("itest/v1")
 
 

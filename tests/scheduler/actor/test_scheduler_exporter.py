@@ -7,7 +7,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 
 from scheduler.exporter import GaugeState, SchedulerMetrics, serve
-from tests.scheduler_actor.harness import Cluster, eventually, spec
+from tests.scheduler.actor.harness import Cluster, eventually, spec
 
 
 def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
