@@ -17,8 +17,13 @@ Lifecycle, on the agent's topics (``broker.topics``):
   a killed agent is announced ``AgentOffline(reason="lost")`` by the broker;
 - every ``heartbeat_interval`` wall seconds: ``Heartbeat(seq, running)`` on
   ``agent_events(id)``, the first one at once;
-- ``StartPart``: idempotent by job id (a duplicate of a running part, or of
-  one this incarnation finished or refused, is ignored). A part asking more
+- ``StartPart``: idempotent by job id and attempt (a duplicate of a running
+  part, or of one this incarnation finished or refused, is ignored). A newer
+  attempt of a job whose older attempt still runs here kills the old one and
+  starts once it is gone; a start older than the lease (``StartPart.issued``)
+  or arriving while the lease has lapsed is refused ``fenced`` (fencing, see
+  ``nodeagent.lease``); a start whose CPUs are still held by parts being
+  ended waits for them. A part asking more
   CPUs than are free, an allocation outside MPL 1..2, a time scale other than
   the agent's (when it has one) or a process that cannot be started is
   answered ``PartFinished(reason="failed", exit_code=-1)`` and logged. Else the
@@ -104,11 +109,11 @@ from broker.messages import (
     StartPart,
 )
 from broker.topics import Topics
-from model.execution import DEFAULT_MODEL, ExecutionModel, ModelKind
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
 from nodeagent.job import EXIT_LOST
 from nodeagent.lease import DEFAULT_LEASE, LeaseFile
-from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn
+from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, model_of
 
 log = logging.getLogger(__name__)
 
@@ -174,16 +179,7 @@ def execution_model(spec: ExecutionSpec | None) -> ExecutionModel:
     """The model a ``StartPart`` names (its default when it names none)."""
     if spec is None:
         return DEFAULT_MODEL
-    try:
-        return ExecutionModel(
-            kind=ModelKind(spec.kind),
-            overhead=spec.overhead,
-            ov_min=spec.ov_min,
-            ov_max=spec.ov_max,
-            seed=spec.seed,
-        )
-    except ValueError as exc:
-        raise LaunchError(f"execution model: {exc}") from exc
+    return model_of(spec.kind, spec.overhead, spec.ov_min, spec.ov_max, spec.seed)
 
 
 def machine_spec(machine: Machine) -> MachineSpec:

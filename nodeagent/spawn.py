@@ -197,17 +197,18 @@ class Launch:
         )
 
 
-def _model(args: argparse.Namespace) -> ExecutionModel:
+def model_of(kind: str, overhead: float, ov_min: float, ov_max: float, seed: int) -> ExecutionModel:
+    """The execution model named by a StartPart or a command line; LaunchError if bad."""
     try:
         return ExecutionModel(
-            kind=ModelKind(args.execution_model),
-            overhead=args.overhead,
-            ov_min=args.ov_min,
-            ov_max=args.ov_max,
-            seed=args.model_seed,
+            kind=ModelKind(kind), overhead=overhead, ov_min=ov_min, ov_max=ov_max, seed=seed
         )
     except ValueError as exc:
         raise LaunchError(f"execution model: {exc}") from exc
+
+
+def _model(args: argparse.Namespace) -> ExecutionModel:
+    return model_of(args.execution_model, args.overhead, args.ov_min, args.ov_max, args.model_seed)
 
 
 class JobProcess(Protocol):
