@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
@@ -193,6 +194,10 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         except JournalError as exc:
             log.error("%s", exc)
             return 2
+        if stored is None:
+            # A first start: no submission can have queued at the broker for this
+            # scheduler, so there is nothing to hold back while agents register.
+            settings = replace(settings, startup_grace=0.0)
         clock = WallClock(time_scale=meta.time_scale, epoch=meta.epoch)
         registry = CollectorRegistry()
         metrics = SchedulerMetrics(registry)

@@ -38,9 +38,10 @@ class ActorSettings:
     summary_interval: float = 0.5
     #: How long a restarted scheduler waits for agents to re-announce running jobs.
     reconcile_grace: float = 10.0
-    #: How long a started scheduler holds client requests back while the broker
+    #: How long a restarted scheduler holds client requests back while the broker
     #: replays the agents' retained registrations, so that nothing is refused for a
-    #: cluster it has not heard of yet (``scheduler.requests``).
+    #: cluster it has not heard of yet. ``python -m scheduler`` sets it to 0 on a new
+    #: journal (a first start: nothing can have queued for it).
     startup_grace: float = 3.0
     max_requeues: int = 2
     #: Heartbeats in a row that may omit a listed part before it counts as vanished
