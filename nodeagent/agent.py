@@ -451,11 +451,7 @@ class NodeAgent:
         """
         if self._heartbeat_task is not None and not self._heartbeat_task.done():
             return
-        running = tuple(
-            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
-            for job_id, p in self._parts.items()
-        )
-        beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=running)
+        beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=self._running())
         self._seq += 1
         if self._tg is None:
             raise RuntimeError("heartbeats are sent by the drain loop, which run() starts")
@@ -486,10 +482,7 @@ class NodeAgent:
         await self._mailbox.put(_Reconnected())
 
     async def _announce(self) -> None:
-        running = tuple(
-            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
-            for job_id, p in self._parts.items()
-        )
+        running = self._running()
         online = AgentOnline(
             machine=self._spec,
             incarnation=self.incarnation,
@@ -501,6 +494,13 @@ class NodeAgent:
             "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
         )
         self._next_heartbeat = self._monotonic()
+
+    def _running(self) -> tuple[RunningPart, ...]:
+        """The parts this agent runs, as heartbeats and announcements list them."""
+        return tuple(
+            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
+            for job_id, p in self._parts.items()
+        )
 
     def lease_lapsed(self) -> bool:
         """Whether the broker has not acknowledged a heartbeat for the lease's length."""

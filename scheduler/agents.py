@@ -34,6 +34,7 @@ queued meanwhile.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from broker.messages import (
     AgentOffline,
@@ -44,6 +45,7 @@ from broker.messages import (
     PartFinished,
     PartProgress,
     PartStarted,
+    RunningPart,
 )
 from model.machine import Machine
 from scheduler.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
@@ -110,6 +112,10 @@ def check_liveness(ctx: Context, now: float) -> None:
             log.warning("agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale)
 
 
+def _reports(parts: Iterable[RunningPart]) -> Reported:
+    return {p.job_id: (p.cpus, p.attempt) for p in parts}
+
+
 def _kind(message: AnyMessage) -> str:
     return str(message.__struct_config__.tag)
 
@@ -122,7 +128,7 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     if spec is None or spec.id != agent:
         ctx.count_bad("unexpected", f"agent {agent!r} must describe its own machine {agent!r}")
         return
-    running: Reported = {p.job_id: (p.cpus, p.attempt) for p in message.running}
+    running = _reports(message.running)
     machine = Machine(id=spec.id, cpus=spec.cpus, speed=spec.speed, labels=spec.labels)
     ag = ctx.agents.get(agent)
     if ag is not None and ag.life.incarnation == message.incarnation:
@@ -132,7 +138,7 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
             _reported(ctx, agent, running, now, complete=False)
         return
     if ag is None:
-        ag = Agent(machine, AgentLifecycle(message.incarnation), now, message.lease)
+        ag = Agent(machine, AgentLifecycle(message.incarnation), now)
         ctx.agents[agent] = ag
     else:
         log.warning("agent %s re-registered (incarnation %s)", agent, message.incarnation)
@@ -141,7 +147,7 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
             _left(ctx, agent, now, "incarnation")
         ag.life.apply(AgentInput.REINCARNATED)
         ag.life.renew(message.incarnation)
-        ag.machine, ag.last_heartbeat, ag.lease = machine, now, message.lease
+        ag.machine, ag.last_heartbeat = machine, now
     _check_lease(ctx, agent, message.lease)
     ctx.core.machine_joined(machine)
     log.info("agent %s online: %d CPUs at speed %g", agent, spec.cpus, spec.speed)
@@ -199,7 +205,7 @@ def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float)
         ctx.dirty = True
     elif state is AgentState.SUSPECT:
         log.info("agent %s heard again: no longer suspect", agent)
-    _reported(ctx, agent, {p.job_id: (p.cpus, p.attempt) for p in beat.running}, now, complete=True)
+    _reported(ctx, agent, _reports(beat.running), now, complete=True)
 
 
 # -- parts -----------------------------------------------------------------------------

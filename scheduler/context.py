@@ -78,10 +78,8 @@ class Agent:
 
     machine: Machine
     life: AgentLifecycle
-    #: Wall seconds (the actor's monotonic clock) of its last heartbeat.
+    #: Cluster seconds (the actor's clock) of its last heartbeat.
     last_heartbeat: float
-    #: The agent's stated lease (wall seconds), 0 when it has none.
-    lease: float = 0.0
 
 
 class Context:
