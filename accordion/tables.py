@@ -50,6 +50,12 @@ def metric(data: dict[str, Any], path: str) -> float:
     return float(node)
 
 
+def resize_line(counters: dict[str, int]) -> str:
+    """The twin's resize figures (``FcfsMalleable``'s counters) as one line."""
+    shrinks, expands = counters.get("shrinks", 0), counters.get("expands", 0)
+    return f"resizes: {shrinks} shrinks, {expands} expands"
+
+
 def print_metrics(title: str, column: str, summary: dict[str, Any]) -> None:
     """One run's metrics (``simulate``)."""
     table = Table(title=title)

@@ -68,7 +68,10 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     group: Name = "nobody"
     qos: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     deadline: PositiveSeconds | None = None
-    malleable: bool = False
+    #: False marks the job rigid (``accordion submit --rigid``): a policy that folds jobs
+    #: (FCFS-malleable) never runs it on fewer CPUs than ``procs``. Jobs are malleable
+    #: by default, as in the FCFS-malleable paper.
+    malleable: bool = True
     cpu_util: Fraction = 1.0
     ref_speed: Speed = 1.0
 
