@@ -330,6 +330,10 @@ class JobEvent(Message, tag="job_event", frozen=True):
     at: float = 0.0
     detail: str = ""
     seq: Seq = 0
+    #: A ``resized`` event's CPUs of the job (all parts) before and after; None on
+    #: other events and from an older sender.
+    cpus_before: Cpus | None = None
+    cpus_after: Cpus | None = None
 
 
 AnyMessage = (

@@ -3,7 +3,15 @@
 ``SchedulerCore.schedule`` returns the starts and resizes it applied; each is
 journalled (inside the decision's transaction) before its ``StartPart`` or
 ``ResizePart`` is queued for publication, so a scheduler killed in between
-finds the job pending on restart. Every part of a start carries the job's
+finds the job pending on restart (and, for a resize, tells the agent the
+journal's CPUs when it reconciles, ``scheduler.reconcile``).
+
+A resize is journalled with the parts before and after, counted in
+``accordion_job_resizes_total{direction}`` (``shrink`` when the job's CPUs
+over all parts drop, ``expand`` when they rise) and announced by a
+``resized`` ``JobEvent`` carrying ``cpus_before`` and ``cpus_after``, whose
+detail says the direction, the CPUs and the MPL (``procs / cpus``) from then
+on. Every part of a start carries the job's
 attempt (fencing, ``scheduler.part_lifecycle``), its pace (the slowest part's
 speed) and the job's CPUs over all parts, from which each agent derives the
 MPL it runs at.
@@ -29,9 +37,11 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         if {p.machine for p in resize.parts} != set(live.machines()):
             # Agents cannot move a job's processes: a local bug, crash loudly.
             raise PolicyError(f"policy moved job {job_id!r} to other machines")
-        ctx.journal.record_parts(job_id, now, resize.parts)
+        before = live.layout()
+        ctx.journal.record_parts(job_id, now, resize.parts, before)
         ctx.placements.resize(job_id, resize.parts)
         alloc = Allocation.of(resize.parts, speeds)
+        was = sum(p.cpus for p in before)
         for p in resize.parts:
             ctx.command(
                 p.machine,
@@ -43,7 +53,15 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                     attempt=live.attempt,
                 ),
             )
-        ctx.event(job_id, "resized", now, f"{alloc.cpus} CPUs")
+        direction = "shrink" if alloc.cpus < was else "expand"
+        ctx.metrics.job_resizes.labels(direction=direction).inc()
+        ctx.event(
+            job_id,
+            "resized",
+            now,
+            resize_detail(direction, was, alloc.cpus, resize.job.procs),
+            cpus=(was, alloc.cpus),
+        )
     issued = ctx.wall()
     model = core.execution
     execution = ExecutionSpec(
@@ -83,3 +101,9 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             now,
             ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
         )
+
+
+def resize_detail(direction: str, before: int, after: int, procs: int) -> str:
+    """A resize event's detail: ``shrunk 8 -> 4 CPUs, MPL 2.00``."""
+    verb = "shrunk" if direction == "shrink" else "expanded"
+    return f"{verb} {before} -> {after} CPUs, MPL {procs / after:.2f}"
