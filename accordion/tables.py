@@ -158,14 +158,27 @@ def print_status(reply: StatusReply, limit: int) -> None:
     if len(reply.queue) > limit:
         queue.add_row(f"... {len(reply.queue) - limit} more", "", "", "", "")
     out_console.print(queue)
-    running = Table(title=f"running: {len(reply.running)} jobs")
-    for name in ("job", "user", "procs", "started", "running (s)", "parts", "state"):
-        running.add_column(name, justify="right" if name in ("procs", "started") else "left")
+    running = Table(
+        title=f"running: {len(reply.running)} jobs (MPL = processes per CPU; above 1 the "
+        "job runs shrunk)"
+    )
+    for name in ("job", "user", "procs", "CPUs", "MPL", "started", "running (s)", "parts", "state"):
+        right = name in ("procs", "CPUs", "MPL", "started")
+        running.add_column(name, justify="right" if right else "left")
     for j in reply.running:
         start = j.start if j.start is not None else now
         parts = ", ".join(f"{p.machine}:{p.cpus}" for p in j.parts)
+        cpus = sum(p.cpus for p in j.parts)
         running.add_row(
-            j.id, j.user, str(j.procs), f"{start:,.1f}", f"{now - start:,.1f}", parts, j.state
+            j.id,
+            j.user,
+            str(j.procs),
+            str(cpus),
+            f"{j.procs / cpus:.2f}" if cpus else "-",
+            f"{start:,.1f}",
+            f"{now - start:,.1f}",
+            parts,
+            j.state,
         )
     out_console.print(running)
 
