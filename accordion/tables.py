@@ -240,6 +240,13 @@ def print_demo(spec: ClusterSpec, plan: DemoPlan, report: DemoReport) -> None:
     table.add_row("decision time mean (ms, wall)", f"{d.mean_ms:.3f}", f"{t.mean_ms:.3f}", "")
     table.add_row("decision time p99 (ms, wall)", f"<= {d.p99_ms_at_most:g}", f"{t.p99_ms:.3f}", "")
     table.add_row("decisions", f"{d.count:,}", f"{t.count:,}", "")
+    lr, tr = report.live_resizes, report.twin_resizes
+    for label, a_n, b_n in (
+        ("shrinks (running jobs)", lr.shrinks, tr.shrinks),
+        ("expands (running jobs)", lr.expands, tr.expands),
+    ):
+        change = difference(a_n, b_n)
+        table.add_row(label, str(a_n), str(b_n), "" if change is None else f"{change:+.1%}")
     out_console.print(table)
     out_console.print(
         f"time bases: live in {report.live.time_base}, the twin in {report.twin.time_base}; "
