@@ -298,6 +298,10 @@ class ResizePart(Message, tag="resize_part", frozen=True):
     #: The job's CPUs over all its parts after the resize (see ``StartPart``).
     job_cpus: Cpus | None = None
     attempt: Attempt = 0
+    #: Wall seconds since the epoch when the scheduler decided the resize (0: not
+    #: said). The sleep workload's progress changes pace from then, as in the twin
+    #: and the journal, even if the job process reads it later (still starting).
+    issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
 class CancelPart(Message, tag="cancel_part", frozen=True):

@@ -31,6 +31,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
     """Journal ``decisions`` (already applied to the core) and queue their commands."""
     core = ctx.core
     speeds = core.speeds
+    issued = ctx.wall()
     for resize in decisions.resizes:
         job_id = resize.job.id
         live = ctx.placements[job_id]
@@ -51,6 +52,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                     pace=alloc.pace,
                     job_cpus=alloc.cpus,
                     attempt=live.attempt,
+                    issued=issued,
                 ),
             )
         direction = "shrink" if alloc.cpus < was else "expand"
@@ -62,7 +64,6 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             resize_detail(direction, was, alloc.cpus, resize.job.procs),
             cpus=(was, alloc.cpus),
         )
-    issued = ctx.wall()
     model = core.execution
     execution = ExecutionSpec(
         kind=model.kind.value,
