@@ -311,6 +311,7 @@ class SleepJob:
             when = max(self._start, min(now, now - (self._clock() - message.issued)))
         self._fold(when)
         self.rate, self.cpus, self.pace = rate, message.cpus, message.pace
+        self._fold(now)  # the report says what is done now
         await self._report()
         return True
 
