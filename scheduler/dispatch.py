@@ -11,10 +11,13 @@ A resize is journalled with the parts before and after, counted in
 over all parts drop, ``expand`` when they rise) and announced by a
 ``resized`` ``JobEvent`` carrying ``cpus_before`` and ``cpus_after``, whose
 detail says the direction, the CPUs and the MPL (``procs / cpus``) from then
-on. Every part of a start carries the job's
-attempt (fencing, ``scheduler.part_lifecycle``), its pace (the slowest part's
-speed) and the job's CPUs over all parts, from which each agent derives the
-MPL it runs at.
+on. Its ``ResizePart`` carries the decision's wall time (``issued``): the job
+process changes pace from then, as the twin does, even if it reads the command
+later because it is still starting.
+
+Every part of a start carries the job's attempt (fencing,
+``scheduler.part_lifecycle``), its pace (the slowest part's speed) and the
+job's CPUs over all parts, from which each agent derives the MPL it runs at.
 """
 
 from __future__ import annotations
