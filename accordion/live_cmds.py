@@ -201,6 +201,11 @@ def _print_replay(state: ReplayState, requests: int, *, followed: bool) -> None:
             ends[end] = ends.get(end, 0) + 1
         text = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
         out_console.print(f"ended: {text}", highlight=False)
+        # Seen on the watch, so a lower bound if the watcher's queue overflowed.
+        out_console.print(
+            f"resized while running: {state.shrinks} shrinks, {state.expands} expands",
+            highlight=False,
+        )
 
 
 def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
