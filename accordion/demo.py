@@ -65,6 +65,16 @@ class DemoPlan:
     twin_decisions: DecisionTimes
     policy: str
     placement: PlacementRule
+    #: The twin's resizes (FCFS-malleable's counters; none for other policies).
+    twin_resizes: Resizes = field(default_factory=lambda: Resizes(0, 0))
+
+
+@dataclass(frozen=True, slots=True)
+class Resizes:
+    """How many times running jobs were shrunk and expanded."""
+
+    shrinks: int
+    expands: int
 
 
 def nice_scale(value: float) -> float:
@@ -139,6 +149,7 @@ def plan_demo(
         twin_decisions=decision_times(result),
         policy=policy,
         placement=placement,
+        twin_resizes=Resizes(result.counters.get("shrinks", 0), result.counters.get("expands", 0)),
     )
 
 
@@ -220,6 +231,8 @@ class JournalOutcomes:
     outcomes: list[JobOutcome]
     states: Counter[str]
     time_scale: float
+    #: Every journalled resize of any job (finished or not), by direction.
+    resizes: Resizes = field(default_factory=lambda: Resizes(0, 0))
 
 
 def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOutcomes:
@@ -239,6 +252,15 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
         raise UpError(f"{path}: the scheduler wrote no journal meta")
     states: Counter[str] = Counter(row.state.value for row in state.jobs)
     outcomes: list[JobOutcome] = []
+    directions: Counter[str] = Counter()
+    for steps_of_job in history.values():
+        cpus = 0
+        for _, kind, parts in steps_of_job:
+            now_cpus = sum(p.cpus for p in parts)
+            if kind == "resized" and cpus:
+                directions["shrink" if now_cpus < cpus else "expand"] += now_cpus != cpus
+            if kind in ("started", "resized"):
+                cpus = now_cpus
     for row in state.jobs:
         if row.state not in (JobState.FINISHED, JobState.FAILED) or row.start is None:
             continue
@@ -275,7 +297,12 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
                 failed=row.state is JobState.FAILED,
             )
         )
-    return JournalOutcomes(outcomes, states, state.meta.time_scale)
+    return JournalOutcomes(
+        outcomes,
+        states,
+        state.meta.time_scale,
+        Resizes(directions["shrink"], directions["expand"]),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,6 +318,9 @@ class DemoReport:
     twin_decisions: DecisionTimes
     states: Counter[str]
     rejected: dict[str, str] = field(default_factory=dict)
+    #: Resizes of the live run (its journal) and of the twin.
+    live_resizes: Resizes = field(default_factory=lambda: Resizes(0, 0))
+    twin_resizes: Resizes = field(default_factory=lambda: Resizes(0, 0))
 
     @property
     def ok(self) -> bool:
@@ -322,6 +352,8 @@ def report_demo(cluster: LocalCluster, plan: DemoPlan, run: LiveRun) -> DemoRepo
         twin_decisions=plan.twin_decisions,
         states=read.states,
         rejected=dict(run.state.rejected),
+        live_resizes=read.resizes,
+        twin_resizes=plan.twin_resizes,
     )
 
 

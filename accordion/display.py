@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 if TYPE_CHECKING:  # the replay's types only: display stays below the client in imports
     from accordion.replay import Changed, ReplayState
+    from broker.messages import JobEvent
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.
 out_console = Console(width=None if sys.stdout.isatty() else 200)
@@ -66,8 +67,19 @@ def replay_display(total: int, *, follow: bool, enabled: bool) -> Iterator[Chang
     ) as bar:
         sent = bar.add_task("submitted", total=total)
         ended = bar.add_task("finished", total=total) if follow else None
+        shown: list[JobEvent | None] = [None]
 
         def update(state: ReplayState) -> None:
+            resize = state.last_resize
+            if resize is not None and resize is not shown[0]:
+                # A line per resize above the bars: jobs shrinking and expanding live.
+                shown[0] = resize
+                bar.console.print(
+                    f"t={resize.at:,.1f}  job {resize.job_id}  {resize.detail}  "
+                    f"({state.shrinks} shrinks, {state.expands} expands so far)",
+                    highlight=False,
+                    soft_wrap=True,
+                )
             bar.update(sent, completed=state.sent)
             if ended is not None:
                 # Rejected jobs never run: they leave the bar's total.

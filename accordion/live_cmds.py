@@ -34,16 +34,16 @@ from accordion.options import (
     DURATIONS,
     BrokerOpt,
     JobsOpt,
-    MalleableOpt,
+    RigidOpt,
     RootOpt,
     TimeoutOpt,
     TraceArg,
     WalltimeOpt,
     swf_rules,
 )
+from accordion.options import variation as variation_of
 from accordion.replay import EventGaps, ReplayState, arrivals, replay_and_follow
 from accordion.replay import replay as replay_plan
-from accordion.runs import Variation
 from accordion.specs import job_spec, parse_duration
 from accordion.tables import print_status
 from accordion.twin_options import MissingUtilOpt, Window, WindowOpt
@@ -90,8 +90,13 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
     deadline: Annotated[
         str | None, typer.Option("--deadline", help=f"after the submission: {DURATIONS}")
     ] = None,
-    malleable: Annotated[
-        bool, typer.Option("--malleable", help="may run shrunk, up to 2 processes per CPU")
+    rigid: Annotated[
+        bool,
+        typer.Option(
+            "--rigid",
+            help="never run shrunk (jobs are malleable by default: FCFS-malleable may pack "
+            "them up to 2 processes per CPU)",
+        ),
     ] = False,
     cpu_util: Annotated[
         float, typer.Option("--cpu-util", min=0.01, max=1.0, help="CPU-utilisation fraction u")
@@ -120,7 +125,7 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
             account=account,
             qos=qos,
             deadline=None if deadline is None else parse_duration(deadline, what="--deadline"),
-            malleable=malleable,
+            malleable=not rigid,
             cpu_util=cpu_util,
         )
 
@@ -196,6 +201,11 @@ def _print_replay(state: ReplayState, requests: int, *, followed: bool) -> None:
             ends[end] = ends.get(end, 0) + 1
         text = ", ".join(f"{n} {end}" for end, n in sorted(ends.items()))
         out_console.print(f"ended: {text}", highlight=False)
+        # Seen on the watch, so a lower bound if the watcher's queue overflowed.
+        out_console.print(
+            f"resized while running: {state.shrinks} shrinks, {state.expands} expands",
+            highlight=False,
+        )
 
 
 def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
@@ -222,7 +232,8 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
     ] = False,
     missing_walltime: WalltimeOpt = "runtime",
     missing_util: MissingUtilOpt = 1.0,
-    malleable: MalleableOpt = False,
+    rigid_fraction: RigidOpt = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="seed of the rigid draws")] = 0,
     window: WindowOpt = None,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
@@ -234,7 +245,7 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
         rules = swf_rules(missing_walltime, missing_util)
         picked = parsed(lambda: Window.of(window, jobs), "--window")
         prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
-        variation = Variation(malleable=malleable)
+        variation = variation_of(None, "1.5:4", seed, rigid_fraction)
 
         async def go() -> tuple[ReplayState, int, int]:
             async with connect(broker, root, timeout=timeout, watch=wait) as client:

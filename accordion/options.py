@@ -19,6 +19,7 @@ from accordion.runs import Variation
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import parse_policy_opts
 from workload.deadlines import DeadlineRule
+from workload.rigidity import RigidRule
 from workload.swf_rules import SwfRules
 
 TraceArg = Annotated[Path, typer.Argument(help="SWF trace (.swf or .swf.gz)")]
@@ -59,8 +60,15 @@ SlackOpt = Annotated[
     str, typer.Option("--deadline-slack", help="MIN:MAX slack factors times the wall time")
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="seed of the deadline draws")]
-MalleableOpt = Annotated[
-    bool, typer.Option("--malleable", help="treat every job as malleable (FCFS-malleable paper)")
+RigidOpt = Annotated[
+    float,
+    typer.Option(
+        "--rigid-fraction",
+        min=0.0,
+        max=1.0,
+        help="make this share of jobs rigid, drawn with --seed (jobs are malleable by "
+        "default, as in the FCFS-malleable paper); see workload/rigidity.py",
+    ),
 ]
 OverheadOpt = Annotated[
     float, typer.Option("--overhead", min=0.0, help="OV of formula (4) while a job runs shrunk")
@@ -89,8 +97,8 @@ def swf_rules(missing_walltime: str, missing_util: float = 1.0) -> SwfRules:
     )
 
 
-def variation(deadlines: float | None, slack: str, seed: int, malleable: bool) -> Variation:
-    """What ``--deadlines``, ``--deadline-slack``, ``--seed`` and ``--malleable`` add."""
+def variation(deadlines: float | None, slack: str, seed: int, rigid: float = 0.0) -> Variation:
+    """What ``--deadlines``, ``--deadline-slack``, ``--seed`` and ``--rigid-fraction`` add."""
     rule = None
     if deadlines is not None:
         lo, sep, hi = slack.partition(":")
@@ -104,7 +112,7 @@ def variation(deadlines: float | None, slack: str, seed: int, malleable: bool) -
             ),
             "--deadline-slack",
         )
-    return Variation(deadlines=rule, malleable=malleable)
+    return Variation(deadlines=rule, rigid=RigidRule(share=rigid, seed=seed) if rigid else None)
 
 
 def policy_opts(texts: list[str] | None) -> dict[str, str]:

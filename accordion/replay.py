@@ -80,6 +80,11 @@ class ReplayState:
     #: Accepted jobs that have ended, kept as a count: progress displays read it
     #: at every event, and a replay may have hundreds of thousands of jobs.
     finished: int = 0
+    #: Resizes of the replay's jobs seen on the watch (FCFS-malleable), by direction,
+    #: and the latest one, for a display to show as it happens.
+    shrinks: int = 0
+    expands: int = 0
+    last_resize: JobEvent | None = None
 
     @property
     def total(self) -> int:
@@ -99,6 +104,19 @@ class ReplayState:
             if result.job_id not in self.accepted:
                 self.accepted.add(result.job_id)
                 self.finished += result.job_id in self.ended
+
+    def resized(self, event: JobEvent) -> bool:
+        """A ``resized`` event of one of the replay's jobs; False for anyone else's."""
+        if event.job_id not in self.expected or event.cpus_before is None:
+            return False
+        if event.cpus_after is None or event.cpus_after == event.cpus_before:
+            return False
+        if event.cpus_after < event.cpus_before:
+            self.shrinks += 1
+        else:
+            self.expands += 1
+        self.last_resize = event
+        return True
 
     def end(self, job_id: str, state: str) -> bool:
         """Job ``job_id`` ended in ``state``; False if it was known to have ended."""
@@ -192,6 +210,9 @@ async def follow(
     while not state.all_ended:
         item = await client.next_watched(timeout=max(0.0, next_poll - loop.time()))
         changed = False
+        resized = isinstance(item, JobEvent) and item.state == "resized" and state.resized(item)
+        if resized and on_change is not None:
+            on_change(state)
         if isinstance(item, JobEvent) and item.state in FINAL_STATES:
             changed = state.end(item.job_id, item.state)
         if changed:

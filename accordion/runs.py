@@ -29,6 +29,7 @@ from twin.simulate import ProgressFn, SimulationResult, simulate
 from workload.cluster import cluster_from_header, load_cluster
 from workload.deadlines import HEADER_KEY as DEADLINES_KEY
 from workload.deadlines import DeadlineRule, assign_deadlines, rule_from_text
+from workload.rigidity import RigidRule, mark_rigid
 from workload.swf import read_header, write_swf
 from workload.swf_rules import SwfRules, load_jobs, records_from_schedule
 
@@ -67,16 +68,20 @@ def trace_name(path: Path) -> str:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Variation:
-    """What the run adds to the trace: deadlines (traces carry none), malleability."""
+    """What the run adds to the trace: deadlines (traces carry none), rigid jobs.
+
+    Every job is malleable unless ``rigid`` marks a share of them rigid
+    (``workload.rigidity``); only FCFS-malleable reads it.
+    """
 
     deadlines: DeadlineRule | None = None
-    malleable: bool = False
+    rigid: RigidRule | None = None
 
     def apply(self, jobs: list[Job]) -> list[Job]:
         if self.deadlines is not None:
             jobs = assign_deadlines(jobs, self.deadlines)
-        if self.malleable:
-            jobs = [j if j.malleable else replace(j, malleable=True) for j in jobs]
+        if self.rigid is not None:
+            jobs = mark_rigid(jobs, self.rigid)
         return jobs
 
     def describe(self) -> dict[str, Any]:
@@ -91,7 +96,9 @@ class Variation:
                 "estimate": d.estimate,
                 "seed": d.seed,
             },
-            "all_malleable": self.malleable,
+            "rigid": None
+            if self.rigid is None
+            else {"share": self.rigid.share, "seed": self.rigid.seed},
         }
 
 
@@ -173,7 +180,8 @@ def run_policy(
     policy = build_policy_with(spec, options, placement=placement)
     if policy_info(spec).single_machine:
         widest = max(m.cpus for m in workload.machines)
-        too_wide = sum(1 for j in workload.jobs if j.min_cpus > widest)
+        # Single-machine policies never fold a job: it needs all its processes' CPUs.
+        too_wide = sum(1 for j in workload.jobs if j.procs > widest)
         if too_wide:
             raise UserError(
                 f"{spec} runs each job on one machine, but {too_wide} job(s) need more "

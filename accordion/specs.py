@@ -78,7 +78,7 @@ def job_spec(
     account: str = "nobody",
     qos: int = 0,
     deadline: float | None = None,
-    malleable: bool = False,
+    malleable: bool = True,
     cpu_util: float = 1.0,
     ref_speed: float = 1.0,
 ) -> JobSpec:

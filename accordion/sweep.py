@@ -42,6 +42,7 @@ from twin.report import metrics_of
 from workload.cluster import parse_cluster
 from workload.deadlines import DeadlineRule
 from workload.grid_preset import PRESET_NAME, GridPreset, cluster_toml, records
+from workload.rigidity import RigidRule
 from workload.swf_rules import SwfRules, record_to_job
 
 PARAMETERS = ("interarrival", "tau", "overhead", "deadlines", "cpus")
@@ -84,7 +85,8 @@ class Source:
     model: ModelKind = ModelKind.LINEAR
     overhead: float = 0.0
     missing_util: float = 1.0
-    malleable: bool = False
+    #: Share of jobs made rigid (``workload.rigidity``, seeded with the task's seed).
+    rigid: float = 0.0
     deadlines: float | None = None
     interarrival: float = 10.0
     tau: float = DEFAULT_TAU
@@ -157,7 +159,8 @@ def _workload(task: Task) -> tuple[Workload, Source]:
     deadline_rule = (
         None if src.deadlines is None else DeadlineRule(share=src.deadlines, seed=task.seed)
     )
-    variation = Variation(deadlines=deadline_rule, malleable=src.malleable)
+    rigid = RigidRule(share=src.rigid, seed=task.seed) if src.rigid else None
+    variation = Variation(deadlines=deadline_rule, rigid=rigid)
     if src.trace is not None:
         work = load_workload(
             src.trace,
@@ -178,7 +181,7 @@ def _workload(task: Task) -> tuple[Workload, Source]:
         if not isinstance(job, Job):  # the preset writes only replayable records
             raise AssertionError(f"preset record {rec.job_number} not replayable: {job}")
         jobs.append(job)
-    variation = Variation(deadlines=preset.deadline_rule, malleable=src.malleable)
+    variation = Variation(deadlines=preset.deadline_rule, rigid=rigid)
     work = Workload(
         name=PRESET_NAME,
         path=Path(PRESET_NAME),

@@ -109,7 +109,12 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
     ] = PlacementRule.FASTEST,
     model: ModelOpt = ModelKind.LINEAR,
     missing_util: MissingUtilOpt = 1.0,
-    malleable: Annotated[bool, typer.Option("--malleable", help="every job malleable")] = False,
+    rigid_fraction: Annotated[
+        float,
+        typer.Option(
+            "--rigid-fraction", min=0.0, max=1.0, help="share of jobs made rigid (per seed)"
+        ),
+    ] = 0.0,
     deadlines: Annotated[
         float | None,
         typer.Option("--deadlines", min=0.0, max=1.0, help="share of jobs with a deadline"),
@@ -133,7 +138,7 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
             placement=placement,
             model=model,
             missing_util=missing_util,
-            malleable=malleable,
+            rigid=rigid_fraction,
             deadlines=deadlines,
         )
         if trace is not None and not trace.exists():

@@ -50,6 +50,12 @@ def metric(data: dict[str, Any], path: str) -> float:
     return float(node)
 
 
+def resize_line(counters: dict[str, int]) -> str:
+    """The twin's resize figures (``FcfsMalleable``'s counters) as one line."""
+    shrinks, expands = counters.get("shrinks", 0), counters.get("expands", 0)
+    return f"resizes: {shrinks} shrinks, {expands} expands"
+
+
 def print_metrics(title: str, column: str, summary: dict[str, Any]) -> None:
     """One run's metrics (``simulate``)."""
     table = Table(title=title)
@@ -152,14 +158,27 @@ def print_status(reply: StatusReply, limit: int) -> None:
     if len(reply.queue) > limit:
         queue.add_row(f"... {len(reply.queue) - limit} more", "", "", "", "")
     out_console.print(queue)
-    running = Table(title=f"running: {len(reply.running)} jobs")
-    for name in ("job", "user", "procs", "started", "running (s)", "parts", "state"):
-        running.add_column(name, justify="right" if name in ("procs", "started") else "left")
+    running = Table(
+        title=f"running: {len(reply.running)} jobs (MPL = processes per CPU; above 1 the "
+        "job runs shrunk)"
+    )
+    for name in ("job", "user", "procs", "CPUs", "MPL", "started", "running (s)", "parts", "state"):
+        right = name in ("procs", "CPUs", "MPL", "started")
+        running.add_column(name, justify="right" if right else "left")
     for j in reply.running:
         start = j.start if j.start is not None else now
         parts = ", ".join(f"{p.machine}:{p.cpus}" for p in j.parts)
+        cpus = sum(p.cpus for p in j.parts)
         running.add_row(
-            j.id, j.user, str(j.procs), f"{start:,.1f}", f"{now - start:,.1f}", parts, j.state
+            j.id,
+            j.user,
+            str(j.procs),
+            str(cpus),
+            f"{j.procs / cpus:.2f}" if cpus else "-",
+            f"{start:,.1f}",
+            f"{now - start:,.1f}",
+            parts,
+            j.state,
         )
     out_console.print(running)
 
@@ -221,6 +240,13 @@ def print_demo(spec: ClusterSpec, plan: DemoPlan, report: DemoReport) -> None:
     table.add_row("decision time mean (ms, wall)", f"{d.mean_ms:.3f}", f"{t.mean_ms:.3f}", "")
     table.add_row("decision time p99 (ms, wall)", f"<= {d.p99_ms_at_most:g}", f"{t.p99_ms:.3f}", "")
     table.add_row("decisions", f"{d.count:,}", f"{t.count:,}", "")
+    lr, tr = report.live_resizes, report.twin_resizes
+    for label, a_n, b_n in (
+        ("shrinks (running jobs)", lr.shrinks, tr.shrinks),
+        ("expands (running jobs)", lr.expands, tr.expands),
+    ):
+        change = difference(a_n, b_n)
+        table.add_row(label, str(a_n), str(b_n), "" if change is None else f"{change:+.1%}")
     out_console.print(table)
     out_console.print(
         f"time bases: live in {report.live.time_base}, the twin in {report.twin.time_base}; "

@@ -22,12 +22,12 @@ from accordion.options import (
     ClusterOpt,
     DeadlinesOpt,
     JobsOpt,
-    MalleableOpt,
     OverheadOpt,
     PlacementOpt,
     PolicyOpt,
     PolicyOptsOpt,
     ProgressOpt,
+    RigidOpt,
     SeedOpt,
     SlackOpt,
     TraceArg,
@@ -37,7 +37,7 @@ from accordion.options import (
     variation,
 )
 from accordion.runs import Run, load_workload, run_policy, write_compare, write_run
-from accordion.tables import print_compare, print_metrics, print_policies
+from accordion.tables import print_compare, print_metrics, print_policies, resize_line
 from accordion.twin_options import (
     CpusOpt,
     MissingUtilOpt,
@@ -74,7 +74,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     deadlines: DeadlinesOpt = None,
     deadline_slack: SlackOpt = "1.5:4",
     seed: SeedOpt = 0,
-    malleable: MalleableOpt = False,
+    rigid_fraction: RigidOpt = 0.0,
     overhead: OverheadOpt = 0.0,
     window: WindowOpt = None,
     tau: TauOpt = DEFAULT_TAU,
@@ -86,12 +86,12 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     """Replay TRACE under one policy and print its metrics."""
     with user_errors():
         options = policy_opts(policy_opt)
-        build_policy_with(policy, options, placement=placement)  # fail fast on a bad name
+        built = build_policy_with(policy, options, placement=placement)  # fail fast on a bad name
         workload = load_workload(
             trace,
             cluster=cluster,
             rules=swf_rules(missing_walltime, missing_util),
-            variation=variation(deadlines, deadline_slack, seed, malleable),
+            variation=variation(deadlines, deadline_slack, seed, rigid_fraction),
             window=parsed(lambda: Window.of(window, jobs), "--window"),
             cpus=cpus,
         )
@@ -112,6 +112,8 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
         print_metrics(
             f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}", policy, run.summary
         )
+        if getattr(built, "folds", False):
+            out_console.print(resize_line(run.summary["policy_counters"]))
         _print_skipped(workload.skipped)
         if out is not None:
             for written in write_run(out, run):
@@ -164,7 +166,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     deadlines: DeadlinesOpt = None,
     deadline_slack: SlackOpt = "1.5:4",
     seed: SeedOpt = 0,
-    malleable: MalleableOpt = False,
+    rigid_fraction: RigidOpt = 0.0,
     overhead: OverheadOpt = 0.0,
     window: WindowOpt = None,
     tau: TauOpt = DEFAULT_TAU,
@@ -193,7 +195,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
             trace,
             cluster=cluster,
             rules=swf_rules(missing_walltime, missing_util),
-            variation=variation(deadlines, deadline_slack, seed, malleable),
+            variation=variation(deadlines, deadline_slack, seed, rigid_fraction),
             window=parsed(lambda: Window.of(window, jobs), "--window"),
             cpus=cpus,
         )

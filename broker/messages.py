@@ -68,7 +68,10 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     group: Name = "nobody"
     qos: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     deadline: PositiveSeconds | None = None
-    malleable: bool = False
+    #: False marks the job rigid (``accordion submit --rigid``): a policy that folds jobs
+    #: (FCFS-malleable) never runs it on fewer CPUs than ``procs``. Jobs are malleable
+    #: by default, as in the FCFS-malleable paper.
+    malleable: bool = True
     cpu_util: Fraction = 1.0
     ref_speed: Speed = 1.0
 
@@ -295,6 +298,10 @@ class ResizePart(Message, tag="resize_part", frozen=True):
     #: The job's CPUs over all its parts after the resize (see ``StartPart``).
     job_cpus: Cpus | None = None
     attempt: Attempt = 0
+    #: Wall seconds since the epoch when the scheduler decided the resize (0: not
+    #: said). The sleep workload's progress changes pace from then, as in the twin
+    #: and the journal, even if the job process reads it later (still starting).
+    issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
 class CancelPart(Message, tag="cancel_part", frozen=True):
@@ -327,6 +334,10 @@ class JobEvent(Message, tag="job_event", frozen=True):
     at: float = 0.0
     detail: str = ""
     seq: Seq = 0
+    #: A ``resized`` event's CPUs of the job (all parts) before and after; None on
+    #: other events and from an older sender.
+    cpus_before: Cpus | None = None
+    cpus_after: Cpus | None = None
 
 
 AnyMessage = (

@@ -6,6 +6,12 @@ Times are seconds. ``runtime`` is the job's real run time at the reference speed
 estimate at the same reference speed: schedulers only ever see this one, the
 modelled and live agents the real ``runtime``. A live job submitted without a
 known run time has ``runtime = None`` and its work is given by its workload.
+
+Every job is malleable unless marked rigid (``malleable=False``), as in the
+FCFS-malleable paper ("all the jobs are candidate to be shrunk", sec. 2):
+virtual malleability needs nothing from the job, it only packs its processes
+on fewer CPUs. Only a policy that folds jobs (``fcfs-malleable``) reads the
+flag; the others always run a job on ``procs`` CPUs.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class Job:
     user: str = "nobody"
     group: str = "nobody"
     deadline: float | None = None
-    malleable: bool = False
+    #: False marks the job rigid: never run on fewer than ``procs`` CPUs.
+    malleable: bool = True
     cpu_util: float = 1.0
     qos: int = 0
     ref_speed: float = 1.0

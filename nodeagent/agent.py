@@ -725,6 +725,7 @@ class NodeAgent:
             pace=command.pace,
             job_cpus=command.job_cpus,
             attempt=part.attempt,
+            issued=command.issued,
         )
         await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
         log.info(

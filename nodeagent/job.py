@@ -129,6 +129,8 @@ class SleepJob:
         self.rate = launch.rate()
         self.done = 0.0
         self._changed = 0.0
+        #: Monotonic time the work counts from (no resize takes effect before it).
+        self._start = 0.0
         self.cpus = launch.cpus
         self.pace = launch.pace
 
@@ -211,6 +213,7 @@ class SleepJob:
             # interpreter got going: the part then ends when the model says,
             # seen from the scheduler, whatever the start-up took (0.2-0.5 s here).
             self._changed = now - max(0.0, self._clock() - launch.start_at)
+        self._start = self._changed
         self._fold(now)
         await self._report()
         next_report = now + settings.report_every
@@ -298,8 +301,17 @@ class SleepJob:
             self.bad_messages += 1
             log.warning("job %s: resize refused: %s", self.launch.job_id, exc)
             return False
-        self._fold(self._monotonic())
+        now = self._monotonic()
+        when = now
+        if message.issued > 0:
+            # The resize took effect when the scheduler decided it (the twin's instant and
+            # the journal's), not when this process, perhaps still starting, read it:
+            # the time in between ran at the new rate. (Linear, so folding back past the
+            # last fold is exact.)
+            when = max(self._start, min(now, now - (self._clock() - message.issued)))
+        self._fold(when)
         self.rate, self.cpus, self.pace = rate, message.cpus, message.pace
+        self._fold(now)  # the report says what is done now
         await self._report()
         return True
 

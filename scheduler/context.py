@@ -43,7 +43,9 @@ class JournalWriter(Protocol):
 
     def record_submissions(self, jobs: Iterable[tuple[JobSpec, float]]) -> int: ...
     def record_start(self, job_id: str, start: float, parts: Sequence[Part]) -> None: ...
-    def record_parts(self, job_id: str, at: float, parts: Sequence[Part]) -> None: ...
+    def record_parts(
+        self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
+    ) -> None: ...
     def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None: ...
     def record_end(self, job_id: str, end: float, state: JobState, detail: str = "") -> None: ...
     def record_event(self, event: JobEvent) -> None: ...
@@ -136,14 +138,34 @@ class Context:
         if topic is not None:
             self.out.send(topic, message)
 
-    def event(self, job_id: str, state: str, now: float, detail: str = "") -> None:
-        """Journal and publish one JobEvent, numbered in the job's sequence."""
+    def event(
+        self,
+        job_id: str,
+        state: str,
+        now: float,
+        detail: str = "",
+        *,
+        cpus: tuple[int, int] | None = None,
+    ) -> None:
+        """Journal and publish one JobEvent, numbered in the job's sequence.
+
+        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts.
+        """
         events = self.settings.job_events
         if events == "none" or (events == "lifecycle" and state == JobState.QUEUED.value):
             return
         seq = self.seqs.get(job_id, 0) + 1
         self.seqs[job_id] = seq
-        event = JobEvent(job_id=job_id, state=state, at=now, detail=detail, seq=seq)
+        before, after = cpus if cpus is not None else (None, None)
+        event = JobEvent(
+            job_id=job_id,
+            state=state,
+            at=now,
+            detail=detail,
+            seq=seq,
+            cpus_before=before,
+            cpus_after=after,
+        )
         self.journal.record_event(event)
         self.out.send(self.topics.events, event)
 

@@ -109,6 +109,9 @@ class SchedulerCore:
         if max_requeues < 0:
             raise ValueError(f"max_requeues must be >= 0, got {max_requeues!r}")
         self.policy = policy
+        #: Jobs are malleable by default, but only a policy that says it folds them
+        #: (``folds = True``, FCFS-malleable) may run one on fewer CPUs than processes.
+        self._folds = bool(getattr(policy, "folds", False))
         self.execution = execution
         self.max_requeues = max_requeues
         self._machines: list[Machine] = []
@@ -202,10 +205,10 @@ class SchedulerCore:
             if seen == job:
                 return Accepted(job.id, duplicate=True)
             return Rejected(job.id, f"job id {job.id!r} is already used by a different job")
-        if job.min_cpus > self._total:
+        if self._floor(job) > self._total:
             return Rejected(
                 job.id,
-                f"job needs {job.min_cpus} CPUs for its {job.procs} processes, "
+                f"job needs {self._floor(job)} CPUs for its {job.procs} processes, "
                 f"the cluster has {self._total}",
             )
         self._enqueue(job)
@@ -377,7 +380,7 @@ class SchedulerCore:
         index: QueueIndex | None = self._index
         if self._widest > self._total:
             # Jobs wider than what is left of the cluster wait hidden (module docstring).
-            queue = [j for j in self._queue if j.min_cpus <= self._total]
+            queue = [j for j in self._queue if self._floor(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
         return Snapshot(
@@ -412,6 +415,10 @@ class SchedulerCore:
 
     # -- internals --------------------------------------------------------
 
+    def _floor(self, job: Job) -> int:
+        """Fewest CPUs ``job`` may hold under this policy."""
+        return job.min_cpus if self._folds else job.procs
+
     def _check_new(self, job: Job) -> None:
         if job.id in self._known:
             raise ValueError(f"job {job.id!r} is already known")
@@ -420,7 +427,7 @@ class SchedulerCore:
         self._known[job.id] = job
         self._state[job.id] = JobState.QUEUED
         self._order[job.id] = len(self._order)
-        self._widest = max(self._widest, job.min_cpus)
+        self._widest = max(self._widest, self._floor(job))
         self._queue.append(job)
         self._index.add(job)
 
@@ -442,7 +449,7 @@ class SchedulerCore:
         self._requeues[job.id] = done + 1
         self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
         # A restored job was never queued here: it may be the widest one yet.
-        self._widest = max(self._widest, job.min_cpus)
+        self._widest = max(self._widest, self._floor(job))
         order = self._order
         bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
         self._index.add(job)
@@ -475,10 +482,10 @@ class SchedulerCore:
             cpus += part.cpus
         if len({p.machine for p in parts}) != len(parts):
             raise PolicyError(f"job {job.id!r} has two parts on one machine")
-        if not job.min_cpus <= cpus <= job.procs:
+        if not self._floor(job) <= cpus <= job.procs:
             raise PolicyError(
                 f"job {job.id!r} ({job.procs} processes) placed on {cpus} CPUs; "
-                f"allowed {job.min_cpus}..{job.procs}"
+                f"allowed {self._floor(job)}..{job.procs}"
             )
         return cpus
 
@@ -513,7 +520,7 @@ class SchedulerCore:
         run = self._running.get(job.id)
         if run is None:
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
-        if not job.malleable:
+        if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
         for part in run.parts:
             self._free[part.machine] += part.cpus

@@ -3,10 +3,21 @@
 ``SchedulerCore.schedule`` returns the starts and resizes it applied; each is
 journalled (inside the decision's transaction) before its ``StartPart`` or
 ``ResizePart`` is queued for publication, so a scheduler killed in between
-finds the job pending on restart. Every part of a start carries the job's
-attempt (fencing, ``scheduler.part_lifecycle``), its pace (the slowest part's
-speed) and the job's CPUs over all parts, from which each agent derives the
-MPL it runs at.
+finds the job pending on restart (and, for a resize, tells the agent the
+journal's CPUs when it reconciles, ``scheduler.reconcile``).
+
+A resize is journalled with the parts before and after, counted in
+``accordion_job_resizes_total{direction}`` (``shrink`` when the job's CPUs
+over all parts drop, ``expand`` when they rise) and announced by a
+``resized`` ``JobEvent`` carrying ``cpus_before`` and ``cpus_after``, whose
+detail says the direction, the CPUs and the MPL (``procs / cpus``) from then
+on. Its ``ResizePart`` carries the decision's wall time (``issued``): the job
+process changes pace from then, as the twin does, even if it reads the command
+later because it is still starting.
+
+Every part of a start carries the job's attempt (fencing,
+``scheduler.part_lifecycle``), its pace (the slowest part's speed) and the
+job's CPUs over all parts, from which each agent derives the MPL it runs at.
 """
 
 from __future__ import annotations
@@ -23,15 +34,18 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
     """Journal ``decisions`` (already applied to the core) and queue their commands."""
     core = ctx.core
     speeds = core.speeds
+    issued = ctx.wall()
     for resize in decisions.resizes:
         job_id = resize.job.id
         live = ctx.placements[job_id]
         if {p.machine for p in resize.parts} != set(live.machines()):
             # Agents cannot move a job's processes: a local bug, crash loudly.
             raise PolicyError(f"policy moved job {job_id!r} to other machines")
-        ctx.journal.record_parts(job_id, now, resize.parts)
+        before = live.layout()
+        ctx.journal.record_parts(job_id, now, resize.parts, before)
         ctx.placements.resize(job_id, resize.parts)
         alloc = Allocation.of(resize.parts, speeds)
+        was = sum(p.cpus for p in before)
         for p in resize.parts:
             ctx.command(
                 p.machine,
@@ -41,10 +55,18 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
                     pace=alloc.pace,
                     job_cpus=alloc.cpus,
                     attempt=live.attempt,
+                    issued=issued,
                 ),
             )
-        ctx.event(job_id, "resized", now, f"{alloc.cpus} CPUs")
-    issued = ctx.wall()
+        direction = "shrink" if alloc.cpus < was else "expand"
+        ctx.metrics.job_resizes.labels(direction=direction).inc()
+        ctx.event(
+            job_id,
+            "resized",
+            now,
+            resize_detail(direction, was, alloc.cpus, resize.job.procs),
+            cpus=(was, alloc.cpus),
+        )
     model = core.execution
     execution = ExecutionSpec(
         kind=model.kind.value,
@@ -83,3 +105,9 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             now,
             ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
         )
+
+
+def resize_detail(direction: str, before: int, after: int, procs: int) -> str:
+    """A resize event's detail: ``shrunk 8 -> 4 CPUs, MPL 2.00``."""
+    verb = "shrunk" if direction == "shrink" else "expanded"
+    return f"{verb} {before} -> {after} CPUs, MPL {procs / after:.2f}"

@@ -40,6 +40,7 @@ SUBMISSION_RESULTS = ("accepted", "rejected", "duplicate")
 BAD_MESSAGE_REASONS = ("not_msgpack", "unknown_kind", "invalid", "version", "unexpected")
 FINAL_STATES = ("finished", "failed", "cancelled")
 LOSS_REASONS = ("will", "silence", "incarnation", "goodbye")
+RESIZE_DIRECTIONS = ("shrink", "expand")
 
 # Wall seconds: a live decision over a long queue can take tens of milliseconds.
 DECISION_BUCKETS = (
@@ -184,6 +185,15 @@ class SchedulerMetrics:
             self.jobs_finished.labels(state=final)
         for loss in LOSS_REASONS:
             self.agents_lost.labels(reason=loss)
+        self.job_resizes = Counter(
+            "accordion_job_resizes",
+            "Running jobs resized by the policy (FCFS-malleable), by direction: shrink "
+            "(fewer CPUs, MPL up to 2) or expand (more CPUs). One per job resized.",
+            ["direction"],
+            registry=registry,
+        )
+        for direction in RESIZE_DIRECTIONS:
+            self.job_resizes.labels(direction=direction)
         self._state: GaugeState = GaugeState()
         self._source = state if state is not None else self.gauge_state
         registry.register(StateCollector(self._source))

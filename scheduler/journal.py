@@ -35,6 +35,13 @@ Tables:
   watcher that missed some asks for them (``HistoryRequest``) and gets exactly
   what was published.
 
+Resizes (schema 3). A resize is one ``events`` row of kind ``resized`` with
+the job's parts after it (``detail``) and before it (``before``), and one
+``job_events`` row whose ``cpus_before`` and ``cpus_after`` are the job's CPUs
+over all parts; the job's row holds its current parts, which is what a
+restarted scheduler reconciles its agents to. Opening a schema-2 journal adds
+the three columns (NULL in the older rows).
+
 Batches. Every ``record_*`` method is one transaction on its own, or a part of
 the enclosing :meth:`Journal.transaction` (the actor wraps a whole mailbox
 drain in one, so thousands of submissions cost one commit).
@@ -57,7 +64,7 @@ from broker.topics import PROTOCOL_VERSION
 from model.machine import Part
 from scheduler.lifecycle import JobState
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Synchronous = Literal["FULL", "NORMAL"]
 
@@ -82,7 +89,8 @@ CREATE TABLE IF NOT EXISTS events (
     at REAL NOT NULL,
     job_id TEXT NOT NULL,
     kind TEXT NOT NULL,
-    detail TEXT
+    detail TEXT,
+    before TEXT
 );
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
@@ -90,6 +98,8 @@ CREATE TABLE IF NOT EXISTS job_events (
     at REAL NOT NULL,
     state TEXT NOT NULL,
     detail TEXT,
+    cpus_before INTEGER,
+    cpus_after INTEGER,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 """
@@ -172,10 +182,21 @@ class Journal:
                     f"{self.path}: schema {row[0]} is newer than this scheduler's {SCHEMA_VERSION}"
                 )
             elif int(row[0]) < SCHEMA_VERSION:
-                # Schema 2 only added the job_events table, created above.
+                # Schema 2 only added the job_events table, created above; schema 3
+                # the resize columns, added to the tables an older scheduler made.
+                self._add_columns("events", [("before", "TEXT")])
+                self._add_columns(
+                    "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")]
+                )
                 self._db.execute(
                     "UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),)
                 )
+
+    def _add_columns(self, table: str, columns: list[tuple[str, str]]) -> None:
+        have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns:
+            if name not in have:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
     # -- life -------------------------------------------------------------
 
@@ -299,12 +320,17 @@ class Journal:
             )
             self._event(start, job_id, "started", text)
 
-    def record_parts(self, job_id: str, at: float, parts: Sequence[Part]) -> None:
-        """A running job was resized to ``parts``."""
+    def record_parts(
+        self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
+    ) -> None:
+        """A running job was resized from ``before`` to ``parts``."""
         text = _parts_text(parts)
         with self.transaction():
             self._update(job_id, "UPDATE jobs SET parts=? WHERE id=?", (text, job_id))
-            self._event(at, job_id, "resized", text)
+            self._db.execute(
+                "INSERT INTO events(at, job_id, kind, detail, before) VALUES (?, ?, ?, ?, ?)",
+                (at, job_id, "resized", text, _parts_text(before) if before else None),
+            )
 
     def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None:
         """The job went back to the queue (its machine was lost); ``requeues`` so far."""
@@ -333,9 +359,17 @@ class Journal:
         """A ``JobEvent`` about to be published (idempotent by job and seq)."""
         with self.transaction():
             self._db.execute(
-                "INSERT OR IGNORE INTO job_events(job_id, seq, at, state, detail) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (event.job_id, event.seq, event.at, event.state, event.detail or None),
+                "INSERT OR IGNORE INTO job_events(job_id, seq, at, state, detail, "
+                "cpus_before, cpus_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.job_id,
+                    event.seq,
+                    event.at,
+                    event.state,
+                    event.detail or None,
+                    event.cpus_before,
+                    event.cpus_after,
+                ),
             )
 
     def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]:
@@ -343,12 +377,21 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, state, detail FROM job_events WHERE job_id=? ORDER BY seq",
+                "SELECT seq, at, state, detail, cpus_before, cpus_after FROM job_events "
+                "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
             out += [
-                JobEvent(job_id=job_id, seq=int(seq), at=float(at), state=state, detail=d or "")
-                for seq, at, state, d in rows
+                JobEvent(
+                    job_id=job_id,
+                    seq=int(seq),
+                    at=float(at),
+                    state=state,
+                    detail=d or "",
+                    cpus_before=before,
+                    cpus_after=after,
+                )
+                for seq, at, state, d, before, after in rows
             ]
         return out
 
@@ -395,7 +438,7 @@ class Journal:
         The one reader of the ``events`` table: a resized job's segments and a
         requeued job's starts are only here, not in its row.
         """
-        sql = "SELECT at, job_id, kind, detail FROM events"
+        sql = "SELECT at, job_id, kind, detail, before FROM events"
         args: tuple[str, ...] = ()
         if job_id is not None:
             sql += " WHERE job_id=?"
@@ -435,8 +478,9 @@ class JournalEvent:
     """One entry of the journal's history, at cluster time ``at``.
 
     ``kind`` is one of :data:`EVENT_KINDS`; ``parts`` are the job's parts from
-    then on for ``started`` and ``resized`` (empty otherwise); ``detail`` is
-    the reason of a requeue or an end.
+    then on for ``started`` and ``resized`` (empty otherwise); ``before`` the
+    parts a ``resized`` job held until then (empty otherwise, and in a journal
+    older than schema 3); ``detail`` is the reason of a requeue or an end.
     """
 
     at: float
@@ -444,10 +488,11 @@ class JournalEvent:
     kind: str
     parts: tuple[Part, ...]
     detail: str | None
+    before: tuple[Part, ...] = ()
 
 
-def _row_event(row: tuple[float, str, str, str | None]) -> JournalEvent:
-    at, job_id, kind, detail = row
+def _row_event(row: tuple[float, str, str, str | None, str | None]) -> JournalEvent:
+    at, job_id, kind, detail, before = row
     placed = kind in _PLACED
     return JournalEvent(
         at=float(at),
@@ -455,4 +500,5 @@ def _row_event(row: tuple[float, str, str, str | None]) -> JournalEvent:
         kind=str(kind),
         parts=_parts_of(detail) if placed else (),
         detail=None if placed else detail,
+        before=_parts_of(before),
     )

@@ -20,13 +20,13 @@ fcfs-malleable)
   # with 20K-25K, 20K-25K and 40K-45K jobs. The "Jobs" column is "number of jobs in
   # the workload" (sec. 5), a count, not a date range: we take the first 20,000,
   # 25,000 and 40,000 replayable jobs. Every job malleable ("all the jobs are
-  # candidate to be shrunk"), each execution model in turn; tau is the one value 10.
+  # candidate to be shrunk", the default), each execution model in turn; tau is the one value 10.
   for model in linear max paper; do
     for setup in "CTC-SP2-1996-3.1-cln 0:20000 430" "SDSC-BLUE-2000-4.2-cln 0:25000 1152" \
                  "SDSC-SP2-1998-4.2-cln 0:40000 128"; do
       set -- $setup
       $A sweep "$PWA/$1.swf.gz" --policies easy,fcfs-malleable --param tau=10 --seeds 1 \
-        --window "$2" --cpus "$3" --malleable --execution-model "$model" --no-progress \
+        --window "$2" --cpus "$3" --execution-model "$model" --no-progress \
         --out "$OUT/fcfs-malleable-table2/$1/$model"
     done
   done
@@ -52,7 +52,7 @@ whole)
   for trace in CTC-SP2-1996-3.1-cln KTH-SP2-1996-2.1-cln SDSC-SP2-1998-4.2-cln \
                SDSC-BLUE-2000-4.2-cln; do
     $A sweep "$PWA/$trace.swf.gz" --policies easy,fcfs-malleable --param tau=10 --seeds 1 \
-      --malleable --no-progress --out "$OUT/whole-traces/$trace"
+      --no-progress --out "$OUT/whole-traces/$trace"
   done
   ;;
 *) echo "unknown piece $piece (fcfs-malleable, grid, dpsa, whole)" >&2; exit 2 ;;

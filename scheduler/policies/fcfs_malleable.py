@@ -29,8 +29,15 @@ batch of arrivals and ends, which is when the paper runs Algorithm 1):
 taken from the oldest job (earliest submit; ties by start, then id) first,
 and only as many as the new job's placement needs. Jobs started earlier in
 the same call count as running: their start simply carries their final CPUs.
+Every job is malleable unless it is marked rigid, as in the paper ("all the
+jobs are candidate to be shrunk", sec. 2): ``Job.malleable`` defaults to True,
+and ``accordion submit --rigid`` or a trace's ``--rigid-fraction`` clear it.
 Rigid jobs (``malleable=False``) are never shrunk or expanded and only start
 expanded; a rigid head may still shrink running malleable jobs to fit.
+
+Each decision counts its resizes in ``Decisions.counters`` (``shrinks`` and
+``expands``, one per job resized), which the core sums over a run: the twin's
+figures that the live scheduler's ``accordion_job_resizes_total`` compares to.
 
 Readings of Algorithm 1 that the worked example fixes
 ------------------------------------------------------
@@ -96,6 +103,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
@@ -143,6 +151,8 @@ class FcfsMalleable:
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fcfs-malleable"
+    #: Tells the core that jobs may run on fewer CPUs than processes under this policy.
+    folds: ClassVar[bool] = True
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         plan = _Plan(snapshot, self.placement)
@@ -355,7 +365,8 @@ class _Plan:
                 (grows if h.cpus > sum(p.cpus for p in h.before) else shrinks).append(
                     Resize(h.job, parts)
                 )
-        return Decisions(starts=starts, resizes=shrinks + grows)
+        counters = {k: n for k, n in (("shrinks", len(shrinks)), ("expands", len(grows))) if n}
+        return Decisions(starts=starts, resizes=shrinks + grows, counters=counters)
 
 
 def _held_from(run: RunningJob, rank: int) -> _Held:

@@ -9,6 +9,7 @@ the twin.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 from hypothesis import given, settings
@@ -27,6 +28,9 @@ from scheduler.snapshot import Decisions, Policy, Resize, Snapshot, Start
 from twin.simulate import simulate
 
 TEN = [Machine(id="m", cpus=10)]
+#: What a decision that shrinks, or expands, one job counts (the twin's resize figures).
+SHRUNK_ONE = {"shrinks": 1}
+EXPANDED_ONE = {"expands": 1}
 
 
 def job(jid: str, procs: int, runtime: float, *, malleable: bool) -> Job:
@@ -123,11 +127,11 @@ def test_fig2c_arrival_by_arrival() -> None:
     # Shrink the oldest only as far as needed: J1 gives 2, J2 starts expanded.
     core.submit(j2)
     assert core.schedule(0) == Decisions(
-        starts=[Start(j2, on("m", 4))], resizes=[Resize(j1, on("m", 6))]
+        starts=[Start(j2, on("m", 4))], resizes=[Resize(j1, on("m", 6))], counters=SHRUNK_ONE
     )
     core.submit(j3)
     assert core.schedule(0) == Decisions(
-        starts=[Start(j3, on("m", 2))], resizes=[Resize(j1, on("m", 4))]
+        starts=[Start(j3, on("m", 2))], resizes=[Resize(j1, on("m", 4))], counters=SHRUNK_ONE
     )
     # J4 needs 4 even shrunk; J1 is at its floor and J2, J3 could free only 3:
     # it waits and nobody shrinks for nothing.
@@ -164,7 +168,7 @@ def test_rigid_jobs_are_never_resized() -> None:
     n = mjob("N", 2, 100)
     core.submit(n)
     assert core.schedule(1) == Decisions(
-        starts=[Start(n, on("m", 2))], resizes=[Resize(m, on("m", 2))]
+        starts=[Start(n, on("m", 2))], resizes=[Resize(m, on("m", 2))], counters=SHRUNK_ONE
     )
     # A rigid newcomer starts only expanded: nothing can give it 4 CPUs, so it
     # waits, and the small job behind it waits too (no backfilling).
@@ -186,7 +190,7 @@ def test_a_rigid_head_may_shrink_malleable_jobs() -> None:
     assert core.schedule(0) == Decisions(starts=[Start(m, on("m", 10))])
     core.submit(q)
     assert core.schedule(1) == Decisions(
-        starts=[Start(q, on("m", 4))], resizes=[Resize(m, on("m", 6))]
+        starts=[Start(q, on("m", 4))], resizes=[Resize(m, on("m", 6))], counters=SHRUNK_ONE
     )
 
 
@@ -205,10 +209,10 @@ def test_expands_oldest_first_when_the_queue_empties() -> None:
     )
     # C ends with the queue empty: its 2 CPUs go to A, the oldest, not to B.
     core.finished("C", 20)
-    assert core.schedule(20) == Decisions(resizes=[Resize(a, on("m", 6))])
+    assert core.schedule(20) == Decisions(resizes=[Resize(a, on("m", 6))], counters=EXPANDED_ONE)
     # A ends: B takes what it lacks (2) and the rest stays free.
     core.finished("A", 140)
-    assert core.schedule(140) == Decisions(resizes=[Resize(b, on("m", 6))])
+    assert core.schedule(140) == Decisions(resizes=[Resize(b, on("m", 6))], counters=EXPANDED_ONE)
     assert core.free("m") == 4
 
 
@@ -256,10 +260,14 @@ def test_a_job_keeps_its_machines() -> None:
     q = mjob("Q", 2, 10)
     core.submit(q)
     assert core.schedule(1) == Decisions(
-        starts=[Start(q, on("a", 2))], resizes=[Resize(w, (Part("a", 2), Part("b", 4)))]
+        starts=[Start(q, on("a", 2))],
+        resizes=[Resize(w, (Part("a", 2), Part("b", 4)))],
+        counters=SHRUNK_ONE,
     )
     core.finished("Q", 11)
-    assert core.schedule(11) == Decisions(resizes=[Resize(w, (Part("a", 4), Part("b", 4)))])
+    assert core.schedule(11) == Decisions(
+        resizes=[Resize(w, (Part("a", 4), Part("b", 4)))], counters=EXPANDED_ONE
+    )
 
 
 def test_expansion_never_adds_a_machine() -> None:
@@ -276,7 +284,7 @@ def test_expansion_never_adds_a_machine() -> None:
     core.finished("R", 5)
     assert core.schedule(5) == Decisions()
     core.finished("Q", 100)
-    assert core.schedule(100) == Decisions(resizes=[Resize(w, on("a", 4))])
+    assert core.schedule(100) == Decisions(resizes=[Resize(w, on("a", 4))], counters=EXPANDED_ONE)
 
 
 # --- with no malleable job it is FCFS -----------------------------------------
@@ -345,6 +353,8 @@ class Checker:
     machines_of: dict[str, frozenset[str]] = field(default_factory=dict)
     snapshots: int = 0
     name: str = "checker"
+    #: The wrapped FCFS-malleable folds jobs; the core asks the policy it is given.
+    folds: ClassVar[bool] = True
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         self.snapshots += 1

@@ -99,3 +99,33 @@ def test_up_refuses_a_bad_cluster_file_in_one_line(tmp_path: Path) -> None:
     assert option.stderr.strip() == (
         "error: dpsa-n has no option 'nope'; its options: budget, time_budget"
     )
+
+
+def test_up_demo_with_fcfs_malleable_counts_resizes(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    """30 demo jobs: the twin shrinks running jobs 4 times and expands them 3 times
+    (every job malleable by default); the live counts are printed beside them."""
+    result = run_up(
+        "--demo",
+        "--demo-jobs",
+        "30",
+        "--demo-seconds",
+        "10",
+        "--broker-kind",
+        "mosquitto",
+        "--policy",
+        "fcfs-malleable",
+        "--no-progress",
+        "--run-dir",
+        str(tmp_path / "run"),
+    )
+    _check_summary(result, 30)
+    shrinks = re.search(r"shrinks \(running jobs\)\s+│\s+(\d+) │\s+(\d+) │", result.stdout)
+    expands = re.search(r"expands \(running jobs\)\s+│\s+(\d+) │\s+(\d+) │", result.stdout)
+    assert shrinks is not None, result.stdout
+    assert expands is not None, result.stdout
+    assert shrinks.group(2) == "4"
+    assert expands.group(2) == "3"
+    # The live run resizes too (how often depends on its timing, not on the twin's).
+    assert int(shrinks.group(1)) + int(expands.group(1)) > 0

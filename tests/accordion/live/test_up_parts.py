@@ -9,6 +9,7 @@ import pytest
 
 from accordion.cluster import resolve_broker
 from accordion.demo import (
+    Resizes,
     decision_stats,
     demo_jobs,
     difference,
@@ -149,6 +150,7 @@ def test_outcomes_are_rebuilt_from_the_journal(tmp_path: Path) -> None:
     read = outcomes_from_journal(path, speeds)
     assert read.time_scale == 50.0
     assert dict(read.states) == {"finished": 3, "failed": 1, "cancelled": 1, "queued": 1}
+    assert read.resizes == Resizes(shrinks=1, expands=1)
     by_id = {o.job.id: o for o in read.outcomes}
     assert set(by_id) == {"rigid", "shrunk", "requeued", "failed"}
     rigid = by_id["rigid"]
