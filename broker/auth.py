@@ -8,9 +8,12 @@ read. Four roles (DESIGN.md, "Trust and faults"):
   the only one that writes agents' commands, users' replies and the cluster
   summary.
 - ``agent`` (identity: its machine id): writes only its own state and events,
-  reads only its own commands, and relays its jobs' control under its own
-  subtree (``R/agents/<agent>/jobs/...``). A job process reaches the broker
-  through its agent, so it can touch nothing but what its agent relays.
+  reads only its own commands, and relays its job processes' topics
+  (``R/jobs/<job>/...``, and ``R/agents/<agent>/jobs/...``). A job process
+  reaches the broker through its agent and holds no credentials, so it can
+  touch nothing but what its agent relays. Limit: the ACL cannot tell which
+  jobs run on which agent, so an agent may write any job's ``R/jobs/...``
+  topics; agents are machines of the cluster, trusted that far.
 - ``user`` (identity: the user name): writes requests only on
   ``R/scheduler/requests/<user>``, so the scheduler knows who asks from the
   topic; reads only ``R/users/<user>/#`` (its replies and its jobs' events)
@@ -88,6 +91,11 @@ class Account:
             raise AuthError(f"login {self.login!r}: the password is empty or has a newline")
 
 
+def identity_of(login: str) -> str:
+    """The identity a login speaks for: ``alice~2`` is ``alice`` (:func:`user_accounts`)."""
+    return login.partition("~")[0]
+
+
 def new_password() -> str:
     """A random password (32 URL-safe characters)."""
     return secrets.token_urlsafe(24)
@@ -157,6 +165,8 @@ def grants(account: Account, topics: Topics) -> list[tuple[str, str]]:
             ("write", topics.agent_events(who)),
             ("read", topics.agent_commands(who)),
             ("readwrite", f"{r}/agents/{who}/jobs/#"),
+            # Its job processes' topics, relayed on the agent's own connection.
+            ("readwrite", f"{r}/jobs/#"),
             ("read", topics.cluster),
         ]
     if account.role == "user":
