@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from accordion.client import connect, run_async
+from accordion.client import run_async
 from accordion.cluster import DEFAULT_CLUSTER, LocalCluster, Restart
 from accordion.demo import DemoPlan, DemoReport, LiveRun, plan_demo, report_demo, run_demo
 from accordion.display import note, replay_display
@@ -111,6 +111,18 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     overhead: OverheadOpt = 0.0,
     progress: ProgressOpt = True,
+    auth: Annotated[
+        bool,
+        typer.Option(
+            "--auth",
+            help="Mosquitto with generated logins and ACLs (in the run directory's auth/): "
+            "every process logs in; users read only their own replies and events",
+        ),
+    ] = False,
+    users: Annotated[
+        list[str] | None,
+        typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
+    ] = None,
 ) -> None:
     """Start a local cluster from a cluster file: broker, scheduler, agents (Ctrl-C stops).
 
@@ -155,6 +167,8 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             root=root,
             on_restart=_print_restart,
             execution=execution,
+            auth=auth,
+            users=users or [],
         )
     if plan is not None:
         note(
@@ -209,7 +223,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
 
 
 async def _ready(local: LocalCluster) -> None:
-    async with connect(local.broker_url, local.root, timeout=2.0) as client:
+    async with local.connect(timeout=2.0) as client:
         await local.ready(client)
 
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
+from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 from broker.topics import Topics, valid_level
 
 Role = Literal["scheduler", "agent", "user", "admin"]
@@ -204,6 +205,9 @@ class AuthFiles:
     password_file: Path
     acl_file: Path
     secrets: dict[str, Path]
+    #: ``<login>.env`` per login: its username, role and secret file's path (no secret),
+    #: for ``env_file:`` in compose or ``set -a; . FILE`` in a shell.
+    env_files: dict[str, Path] = field(default_factory=dict)
 
     def secret_of(self, login: str) -> Path:
         """The file holding ``login``'s password (for ``ACCORDION_MQTT_PASSWORD_FILE``)."""
@@ -228,11 +232,24 @@ def write_auth_files(directory: Path, accounts: Iterable[Account], topics: Topic
     _write_private(passwd, password_file(accounts))
     _write_private(acl, acl_file(accounts, topics))
     secret_files = {}
+    env_files = {}
     for account in accounts:
         path = secret_dir / account.login
         _write_private(path, account.password + "\n")
         secret_files[account.login] = path
-    return AuthFiles(passwd, acl, secret_files)
+        env = secret_dir / f"{account.login}.env"
+        _write_private(env, login_env(account, path.resolve()))
+        env_files[account.login] = env
+    return AuthFiles(passwd, acl, secret_files, env_files)
+
+
+def login_env(account: Account, secret: Path) -> str:
+    """The ``KEY=value`` lines a process of ``account`` needs (the secret by path only)."""
+    return (
+        f"{ENV_USERNAME}={account.login}\n"
+        f"{ENV_PASSWORD_FILE}={secret}\n"
+        f"ACCORDION_ROLE={account.role}\n"
+    )
 
 
 def mosquitto_auth_config(files: AuthFiles) -> str:

@@ -348,9 +348,7 @@ class SchedulerActor:
         else:
             self._refuse(message, "unexpected", f"nothing is accepted on {topic!r}")
 
-    def _on_request(
-        self, message: AnyMessage, now: float, who: requests.Requester | None
-    ) -> None:
+    def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
         if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
             self._refuse(message, "unexpected", f"{requests.kind(message)} is not a request", who)
             return

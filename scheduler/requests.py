@@ -116,9 +116,11 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     results: list[SubmitResult] = []
     durable: list[tuple[JobSpec, float]] = []
     counts = {"accepted": 0, "rejected": 0, "duplicate": 0}
-    for spec in request.jobs:
-        if who is not None and not who.admin:
-            spec = owned_by(spec, who.name)  # the authenticated user, not the payload's
+    specs = request.jobs
+    if who is not None and not who.admin:
+        # The owner is the authenticated user, whatever the payload says.
+        specs = tuple(owned_by(spec, who.name) for spec in specs)
+    for spec in specs:
         result = _submit_one(ctx, spec, now)
         results.append(result)
         if not result.accepted:
