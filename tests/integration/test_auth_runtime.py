@@ -301,3 +301,45 @@ async def test_secrets_are_in_no_command_line_and_no_log(cluster: LocalCluster) 
                 assert secret not in text, path
     for path in cluster.auth_files.secrets.values():
         assert path.stat().st_mode & 0o077 == 0
+
+
+@pytest.fixture(scope="module")
+def with_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster with logins and one real agent (no job is ever submitted to it)."""
+    if mosquitto_binary() is None:
+        _no_mosquitto()
+    machine = f"real-{TAG}"
+    spec = ClusterSpec(
+        name=f"auth-real-{TAG}", reference_speed=1.0, machines=(Machine(id=machine, cpus=1),)
+    )
+    local = LocalCluster(
+        spec,
+        tmp_path_factory.mktemp("auth-real"),
+        broker="mosquitto",
+        root=f"auth-real-{TAG}/v1",
+        auth=True,
+        users=USERS,
+    )
+    with local:
+        yield local
+
+
+async def test_nobody_takes_over_the_scheduler_or_an_agent(with_agent: LocalCluster) -> None:
+    """Mallory connects with their client ids; the broker makes her "mallory" instead."""
+    local = with_agent
+    async with local.connect() as admin:
+        await local.ready(admin, timeout=60.0)
+    machine = local.spec.machines[0].id
+    for victim in ("scheduler", f"agent-{machine}"):
+        async with MqttBus(settings_of(local, "mallory"), victim) as intruder:
+            assert intruder.connected
+            # A round trip through the scheduler after the intruder's CONNACK: a takeover
+            # would have closed the victim's connection before that CONNACK was sent.
+            async with local.connect() as admin:
+                status = await admin.status()
+        assert [m.online for m in status.machines] == [True]
+    logs = [c.log.read_text() for c in local.children() if c.role in ("scheduler", "agent")]
+    for text in logs:
+        assert "lost its connection" not in text
+        assert "connected again" not in text
+    assert all(c.restarts == 0 for c in local.children())
