@@ -40,6 +40,12 @@ or a valid message on a topic where it makes no sense, is counted in
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around
 it are handled as usual.
 
+*Who asks.* Requests come on ``scheduler/requests`` (an open broker) or on
+``scheduler/requests/<user>`` and ``scheduler/admin/<admin>`` (a broker
+with logins, whose ACL lets only that user or admin publish there): the
+actor reads the requester from the topic and hands it to
+``scheduler.requests``, which owns the checks and the reply topics.
+
 *Restart order.* For ``startup_grace`` wall seconds after it starts, the
 actor holds client requests back (in arrival order; status requests are
 answered at once), while the broker replays the agents' retained
