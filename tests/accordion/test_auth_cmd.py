@@ -7,6 +7,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from accordion.cli import app
+from accordion.live_cmds import settings_env
+from broker.settings import MqttSettings
 
 runner = CliRunner()
 
@@ -42,3 +44,13 @@ def test_up_auth_needs_mosquitto(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "--auth" in result.output
     assert "Traceback" not in result.output
+
+
+def test_scheduler_and_agent_commands_pass_the_urls_login_and_tls_by_environment() -> None:
+    url = "mqtts://bob:pw@broker.example:8884?ca=/c/ca.pem&cert=/c/c.pem&key=/c/c.key"
+    given = MqttSettings.from_url(url, env={})
+    env = settings_env(given)
+    # What the scheduler and the agent rebuild from --host/--port and that environment.
+    rebuilt = MqttSettings(host=given.host, port=given.port).with_env(env)
+    assert rebuilt == given
+    assert settings_env(MqttSettings.from_url("mqtt://h:1", env={})) == {}
