@@ -150,6 +150,12 @@ ADMIN: Final = "admin"
 LOGINS_PER_USER: Final = 4
 """Logins per user and admin: one connection each at a time (``broker.auth``)."""
 
+
+def relay_logins(machine: Machine) -> int:
+    """Relay logins of an agent (``nodeagent.relay_logins``): two per CPU."""
+    return 2 * machine.cpus
+
+
 LEASE_HEARTBEATS = 4
 """The agents' lease in heartbeats: two below the scheduler's silence limit of 6."""
 
@@ -268,6 +274,7 @@ class LocalCluster:
                 self.users,
                 [ADMIN],
                 logins=LOGINS_PER_USER,
+                relays={m.id: relay_logins(m) for m in self.spec.machines},
             )
             self.auth_files = write_auth_files(self.run_dir / "auth", accounts, Topics(self.root))
         if self.broker_kind != "external":
@@ -527,6 +534,9 @@ class LocalCluster:
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")
+        if self.auth:
+            # Its job processes get no login: the agent relays them over its own.
+            argv.append(f"--relay-logins={relay_logins(machine)}")
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
         self._agents.append(child)

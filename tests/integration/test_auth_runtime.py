@@ -343,3 +343,42 @@ async def test_nobody_takes_over_the_scheduler_or_an_agent(with_agent: LocalClus
         assert "lost its connection" not in text
         assert "connected again" not in text
     assert all(c.restarts == 0 for c in local.children())
+
+
+async def test_a_job_runs_under_logins_and_no_process_shows_a_secret(
+    with_agent: LocalCluster,
+) -> None:
+    """The job process holds no login (its agent relays it); no argv shows a secret."""
+    local = with_agent
+    assert local.auth_files is not None
+    secrets = [read_secret(p) for p in local.auth_files.secrets.values()]
+    job = f"run-{uuid.uuid4().hex[:6]}"
+    async with as_user(local, "alice", watch=True) as alice:
+        await local.ready(alice, timeout=60.0)
+        await alice.submit([job_spec(job_id=job, procs=1, walltime=60.0, work=30.0)])
+        while True:  # until its process runs
+            item = await alice.next_watched(timeout=30.0)
+            assert item is not None
+            if isinstance(item, JobEvent) and item.job_id == job and item.state == "running":
+                break
+        # "running" is the scheduler's word at dispatch: wait for the process itself.
+        ours = processes_of(local.root)
+        while not any("nodeagent.job" in c for c in ours):
+            await asyncio.sleep(0.05)
+            ours = processes_of(local.root)
+        for cmdline in ours:
+            for secret in secrets:
+                assert secret not in cmdline
+        assert (await alice.cancel(job)).cancelled
+
+
+def processes_of(root: str) -> list[str]:
+    """The command lines of every process started for the topic root ``root``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+                if f"--root={root}" in cmdline:
+                    found.append(cmdline)
+    return found
