@@ -30,7 +30,8 @@ journal, the broker's configuration, one log per process and
 ``cluster.json``, the processes and their addresses, rewritten at every
 restart for tools and tests.
 
-*With logins* (``auth=True``, Mosquitto only): the cluster's accounts
+*With logins* (``auth=True``, Mosquitto only; ``auth=None``: on when the
+broker is a Mosquitto we start, ``accordion up``'s default): the cluster's accounts
 (``broker.auth``: the scheduler, one per agent, the ``users``, and an admin
 ``admin``) are generated afresh in ``<run dir>/auth``: Mosquitto's password
 and ACL files and one secret file per login, each mode 0600. Every child gets
@@ -191,7 +192,7 @@ class LocalCluster:
         on_restart: Callable[[Restart], None] | None = None,
         execution: ExecutionModel = DEFAULT_MODEL,
         clock: Callable[[], float] = time.monotonic,
-        auth: bool = False,
+        auth: bool | None = False,
         users: Sequence[str] = (),
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
@@ -209,11 +210,15 @@ class LocalCluster:
         self.broker_kind: Literal["mosquitto", "embedded", "external"] = (
             "external" if broker_url is not None else resolve_broker(broker)
         )
+        if auth is None:  # logins wherever we start the broker that can check them
+            auth = self.broker_kind == "mosquitto"
         if auth and self.broker_kind != "mosquitto":
             raise UserError(
                 "logins and ACLs (--auth) need the Mosquitto broker that accordion up starts: "
                 "the embedded broker admits everyone, and an external one has its own files"
             )
+        if auth and ADMIN in users:
+            raise UserError(f"--user {ADMIN}: that name is the cluster's admin login")
         self.auth = auth
         self.users = tuple(users)
         #: The generated accounts' files (``auth=True``, once started).

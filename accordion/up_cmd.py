@@ -10,6 +10,7 @@ SIGTERM, or a process that exits with a usage error.
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import signal
 import tempfile
@@ -58,6 +59,13 @@ class BrokerKind(StrEnum):
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM stops ``accordion up`` as Ctrl-C does: the cluster in order."""
     raise KeyboardInterrupt
+
+
+def _os_login() -> str:
+    try:
+        return getpass.getuser() or "user"
+    except (OSError, KeyError):  # no login name in the environment or the user database
+        return "user"
 
 
 def _print_restart(restart: Restart) -> None:
@@ -112,13 +120,15 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     overhead: OverheadOpt = 0.0,
     progress: ProgressOpt = True,
     auth: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--auth",
-            help="Mosquitto with generated logins and ACLs (in the run directory's auth/): "
-            "every process logs in; users read only their own replies and events",
+            "--auth/--no-auth",
+            help="logins and ACLs generated in the run directory's auth/ (every process "
+            "logs in; users read only their own replies and events). Default: on with "
+            "Mosquitto; the embedded broker admits everyone",
+            show_default=False,
         ),
-    ] = False,
+    ] = None,
     users: Annotated[
         list[str] | None,
         typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
@@ -168,7 +178,8 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             on_restart=_print_restart,
             execution=execution,
             auth=auth,
-            users=users or [],
+            # Without --user, one account for whoever runs it.
+            users=users or [_os_login()],
         )
     if plan is not None:
         note(
