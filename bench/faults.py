@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from accordion.client import LiveClient, connect, run_async  # noqa: E402
-from accordion.cluster import LocalCluster  # noqa: E402
+from accordion.cluster import LocalCluster, relay_logins  # noqa: E402
 from accordion.errors import NoReplyError  # noqa: E402
 from accordion.specs import job_spec  # noqa: E402
 from broker.bus import BusError  # noqa: E402
@@ -510,7 +510,8 @@ async def row_hostile(
 def as_login(cluster: LocalCluster, login: str) -> MqttSettings:
     """Bus settings of one of the cluster's generated logins."""
     host, _, port = cluster.broker_url.removeprefix("mqtt://").rpartition(":")
-    secret = read_secret(cluster.credentials(login).password_file)
+    # A relay login (agent-<m>~jN) shares its agent's secret.
+    secret = read_secret(cluster.credentials(login.partition("~j")[0]).password_file)
     return MqttSettings(host=host, port=int(port), username=login, password=secret)
 
 
@@ -551,7 +552,13 @@ async def row_forged(
         before = await admin.status()
     victim = before.running[0].id
     m0, m1 = cluster.spec.machines[0].id, cluster.spec.machines[1].id
-    forged = forgeries(topics, tag, victim, m0, m1)
+    # Agent m1 forging: over its last relay login (its rights exactly), since a second
+    # connection under its own login would take over the agent's own.
+    m1_login = f"agent-{m1}~j{relay_logins(cluster.spec.machines[1])}"
+    forged = [
+        (m1_login if login == f"agent-{m1}" else login, topic, payload)
+        for login, topic, payload in forgeries(topics, tag, victim, m0, m1)
+    ]
     effects = 0
     # The admin spy reads the whole root: whatever the broker let through, it sees.
     async with MqttBus(as_login(cluster, "admin~4"), "spy") as spy:
