@@ -22,6 +22,15 @@ sent again unchanged without making a second job. All of it works on MQTT
 3.1.1 (the embedded broker) as well as 5: the correlation id and the reply
 address travel in the payload.
 
+*Logged in* (a broker with accounts and ACLs, ``broker.auth``): the client
+speaks for ``identity``, the user its login stands for (``alice~2`` is
+``alice``). It publishes on ``scheduler/requests/<identity>`` (an admin on
+``scheduler/admin/<identity>``), hears its replies on
+``users/<identity>/replies/<client id>`` and, watching, its jobs' events on
+``users/<identity>/events`` (an admin: every job's, on ``events``): the only
+topics the broker lets it use. Anonymous (no username), it uses the
+identity-less topics as before.
+
 The job specs it sends are built in :mod:`accordion.specs`; a trace is
 replayed through it by :mod:`accordion.replay`.
 """
@@ -30,13 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from accordion.errors import LiveError, NoReplyError, RefusedError, parsed
+from broker.auth import identity_of
 from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode, encode
 from broker.messages import (
@@ -55,12 +68,15 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.mqtt import MqttBus, MqttSettings
+from broker.settings import read_secret
 from broker.topics import DEFAULT_ROOT, Topics
 
 log = logging.getLogger(__name__)
 
 BROKER_ENV = "ACCORDION_BROKER"
 ROOT_ENV = "ACCORDION_ROOT"
+#: ``admin`` makes a logged-in client speak on the admin topic (cancel any job).
+ROLE_ENV = "ACCORDION_ROLE"
 DEFAULT_BROKER = "mqtt://127.0.0.1:1883"
 DEFAULT_TIMEOUT = 10.0
 
@@ -72,6 +88,14 @@ __all__ = ["LiveError", "NoReplyError", "RefusedError"]
 
 HISTORY_CHUNK = 10_000
 """Most jobs one ``HistoryRequest`` may name (the wire's bound)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A login whose password is in a file (read when connecting, never shown)."""
+
+    username: str
+    password_file: Path
 
 
 def new_client_id(prefix: str = "accordion-cli") -> str:
@@ -111,15 +135,30 @@ class LiveClient:
         watch: bool = False,
         watch_queue: int = 10_000,
         where: str = "the broker",
+        identity: str | None = None,
+        admin: bool = False,
     ) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if admin and identity is None:
+            raise ValueError("an admin client needs an identity (a login)")
         self._bus = bus
         self._topics = topics
         self.timeout = timeout
         self._watch = watch
         self._where = where
-        self._replies = topics.replies(bus.client_id)
+        self.identity = identity
+        self.admin = admin
+        if identity is None:
+            self._requests = topics.requests
+            self._replies = topics.replies(bus.client_id)
+            self._events = topics.events
+        else:
+            self._requests = (
+                topics.admin_requests(identity) if admin else topics.user_requests(identity)
+            )
+            self._replies = topics.user_replies(identity, bus.client_id)
+            self._events = topics.events if admin else topics.user_events(identity)
         self._pending: dict[str, asyncio.Future[AnyMessage]] = {}
         self._watched: asyncio.Queue[Watched | None] = asyncio.Queue(watch_queue)
         self._reader: asyncio.Task[None] | None = None
@@ -148,7 +187,7 @@ class LiveClient:
         try:
             await self._bus.subscribe(self._replies, qos=1)
             if self._watch:
-                await self._bus.subscribe(self._topics.events, qos=1)
+                await self._bus.subscribe(self._events, qos=1)
                 await self._bus.subscribe(self._topics.cluster, qos=1)
         except BaseException:
             await self._close()
@@ -243,7 +282,7 @@ class LiveClient:
         future: asyncio.Future[AnyMessage] = asyncio.get_running_loop().create_future()
         self._pending[message.request_id] = future
         try:
-            await self._bus.publish(self._topics.requests, encode(message), qos=1)
+            await self._bus.publish(self._requests, encode(message), qos=1)
             async with asyncio.timeout(wait):
                 return await future
         except TimeoutError:
@@ -333,13 +372,34 @@ async def connect(
     timeout: float = DEFAULT_TIMEOUT,
     watch: bool = False,
     client_id: str | None = None,
+    admin: bool | None = None,
+    credentials: Credentials | None = None,
 ) -> AsyncIterator[LiveClient]:
-    """A :class:`LiveClient` on the MQTT broker at ``broker`` (``mqtt://host[:port]``)."""
+    """A :class:`LiveClient` on the MQTT broker at ``broker`` (``mqtt[s]://[user@]host[:port]``).
+
+    The login (URL or ``ACCORDION_MQTT_USERNAME``/``_PASSWORD_FILE``) makes the
+    client speak for its identity; ``admin`` (default: ``ACCORDION_ROLE=admin``)
+    puts its requests on the admin topic. ``credentials`` override both.
+    """
     settings = broker_settings(broker)
+    if credentials is not None:
+        secret = parsed(lambda: read_secret(credentials.password_file), "the password file")
+        settings = replace(settings, username=credentials.username, password=secret)
     topics = Topics(root)
+    identity = identity_of(settings.username) if settings.username else None
+    if admin is None:
+        admin = identity is not None and os.environ.get(ROLE_ENV, "") == "admin"
     async with (
         MqttBus(settings, client_id or new_client_id()) as bus,
-        LiveClient(bus, topics, timeout=timeout, watch=watch, where=settings.url) as client,
+        LiveClient(
+            bus,
+            topics,
+            timeout=timeout,
+            watch=watch,
+            where=settings.url,
+            identity=identity,
+            admin=admin,
+        ) as client,
     ):
         yield client
 

@@ -29,11 +29,23 @@ finishes its batch and closes its journal), then the broker
 journal, the broker's configuration, one log per process and
 ``cluster.json``, the processes and their addresses, rewritten at every
 restart for tools and tests.
+
+*With logins* (``auth=True``, Mosquitto only; ``auth=None``: on when the
+broker is a Mosquitto we start, ``accordion up``'s default): the cluster's accounts
+(``broker.auth``: the scheduler, one per agent, the ``users``, and an admin
+``admin``) are generated afresh in ``<run dir>/auth``: Mosquitto's password
+and ACL files and one secret file per login, each mode 0600. Every child gets
+its login through its environment (``ACCORDION_MQTT_USERNAME`` and
+``ACCORDION_MQTT_PASSWORD_FILE``, a path): no secret is ever on a command line
+or in a log. ``cluster.json`` names each login's ``.env`` file for clients.
+:meth:`LocalCluster.connect` is a client logged in as the admin (what
+``accordion up`` itself uses to wait for the cluster and run the demo).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -48,12 +60,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, Self
 
-from accordion.client import LiveClient, NoReplyError
+from accordion.client import Credentials, LiveClient, NoReplyError, connect
 from accordion.errors import UserError
 from accordion.processes import Child, UpError, signals_held, spawn
+from broker.auth import AuthFiles, cluster_accounts, write_auth_files
 from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 from broker.messages import StatusReply
-from broker.topics import DEFAULT_ROOT
+from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
+from broker.topics import DEFAULT_ROOT, Topics
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
 from scheduler.placement import PlacementRule
@@ -132,6 +146,17 @@ class Restart:
         return f"restarted {self.role} {self.name} (restart {self.count}, pid {self.pid})"
 
 
+ADMIN: Final = "admin"
+"""The admin login of a cluster with logins (``accordion up --auth``)."""
+LOGINS_PER_USER: Final = 4
+"""Logins per user and admin: one connection each at a time (``broker.auth``)."""
+
+
+def relay_logins(machine: Machine) -> int:
+    """Relay logins of an agent (``nodeagent.relay_logins``): two per CPU."""
+    return 2 * machine.cpus
+
+
 LEASE_HEARTBEATS = 4
 """The agents' lease in heartbeats: two below the scheduler's silence limit of 6."""
 
@@ -167,6 +192,8 @@ class LocalCluster:
         on_restart: Callable[[Restart], None] | None = None,
         execution: ExecutionModel = DEFAULT_MODEL,
         clock: Callable[[], float] = time.monotonic,
+        auth: bool | None = False,
+        users: Sequence[str] = (),
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
             raise ValueError(f"time scale must be > 0, got {time_scale!r}")
@@ -183,6 +210,20 @@ class LocalCluster:
         self.broker_kind: Literal["mosquitto", "embedded", "external"] = (
             "external" if broker_url is not None else resolve_broker(broker)
         )
+        if auth is None:  # logins wherever we start the broker that can check them
+            auth = self.broker_kind == "mosquitto"
+        if auth and self.broker_kind != "mosquitto":
+            raise UserError(
+                "logins and ACLs (--auth) need the Mosquitto broker that accordion up starts: "
+                "the embedded broker admits everyone, and an external one has its own files"
+            )
+        if auth and ADMIN in users:
+            raise UserError(f"--user {ADMIN}: that name is the cluster's admin login")
+        self.auth = auth
+        self.users = tuple(users)
+        #: The generated accounts' files (``auth=True``, once started).
+        self.auth_files: AuthFiles | None = None
+        self._admin_turn = 0
         self.broker_port = broker_port
         self.broker_url = broker_url or ""
         self.root = root
@@ -232,6 +273,15 @@ class LocalCluster:
     def start(self) -> None:
         """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.auth:
+            accounts = cluster_accounts(
+                [m.id for m in self.spec.machines],
+                self.users,
+                [ADMIN],
+                logins=LOGINS_PER_USER,
+                relays={m.id: relay_logins(m) for m in self.spec.machines},
+            )
+            self.auth_files = write_auth_files(self.run_dir / "auth", accounts, Topics(self.root))
         if self.broker_kind != "external":
             self._start_broker()
         self._start_scheduler()
@@ -275,6 +325,10 @@ class LocalCluster:
         data = {
             "broker": self.broker_url,
             "root": self.root,
+            # Where each login's environment is (its secret stays in its own file).
+            "logins": {}
+            if self.auth_files is None
+            else {login: str(path) for login, path in self.auth_files.env_files.items()},
             "journal": str(self.journal),
             "processes": [
                 {
@@ -338,16 +392,54 @@ class LocalCluster:
             await asyncio.sleep(period)
 
     def _spawn(
-        self, role: str, name: str, argv: Sequence[str], *, stdin_pipe: bool = False
+        self,
+        role: str,
+        name: str,
+        argv: Sequence[str],
+        *,
+        stdin_pipe: bool = False,
+        login: str | None = None,
     ) -> Child:
+        env = self._env
+        if login is not None and self.auth_files is not None:
+            # A path in the environment, never the secret itself nor anything on argv.
+            env = {
+                **env,
+                ENV_USERNAME: login,
+                ENV_PASSWORD_FILE: str(self.auth_files.secret_of(login)),
+            }
         return spawn(
             role,
             name,
             argv,
             run_dir=self.run_dir,
-            env=self._env,
+            env=env,
             stdin_pipe=stdin_pipe,
             clock=self._clock,
+        )
+
+    def credentials(self, login: str) -> Credentials:
+        """How a client logs in as ``login`` (a generated account)."""
+        if self.auth_files is None:
+            raise UpError("this cluster has no logins (it was not started with auth)")
+        return Credentials(login, self.auth_files.secret_of(login))
+
+    def connect(
+        self, *, timeout: float = 10.0, watch: bool = False
+    ) -> contextlib.AbstractAsyncContextManager[LiveClient]:
+        """A client of this cluster; with logins, as the admin (one of its logins in turn)."""
+        credentials = None
+        if self.auth_files is not None:
+            self._admin_turn += 1
+            n = self._admin_turn % LOGINS_PER_USER
+            credentials = self.credentials(ADMIN if n == 0 else f"{ADMIN}~{n + 1}")
+        return connect(
+            self.broker_url,
+            self.root,
+            timeout=timeout,
+            watch=watch,
+            credentials=credentials,
+            admin=credentials is not None,
         )
 
     def _start_broker(self, attempts: int = 3) -> None:
@@ -359,7 +451,8 @@ class LocalCluster:
                     raise UpError("mosquitto is not installed")
                 conf = self.run_dir / "mosquitto.conf"
                 conf.write_text(
-                    "# Generated by accordion up.\n" + mosquitto_config(host=HOST, port=port)
+                    "# Generated by accordion up.\n"
+                    + mosquitto_config(host=HOST, port=port, auth=self.auth_files)
                 )
                 child = self._spawn("broker", "mosquitto", [binary, "-c", str(conf)])
             else:
@@ -399,7 +492,10 @@ class LocalCluster:
             f"--port={port}",
             f"--root={self.root}",
             # One scheduler per root on a broker; restarts of this cluster keep the session.
-            f"--client-id=accordion-scheduler-{_client_suffix(self.root)}",
+            # With logins the broker makes the login the client id: "scheduler".
+            "--client-id=scheduler"
+            if self.auth
+            else f"--client-id=accordion-scheduler-{_client_suffix(self.root)}",
             f"--policy={self.policy}",
             *(f"--policy-opt={k}={v}" for k, v in self.policy_options.items()),
             f"--placement={self.placement.value}",
@@ -412,7 +508,7 @@ class LocalCluster:
             f"--overhead={self.execution.overhead!r}",
             f"--model-seed={self.execution.seed}",
         ]
-        child = self._spawn("scheduler", "scheduler", argv)
+        child = self._spawn("scheduler", "scheduler", argv, login="scheduler")
         self.scheduler_metrics = child.address = f"http://{HOST}:{metrics}/metrics"
         self._scheduler = child
 
@@ -443,7 +539,10 @@ class LocalCluster:
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")
-        child = self._spawn("agent", f"agent-{machine.id}", argv)
+        if self.auth:
+            # Its job processes get no login: the agent relays them over its own.
+            argv.append(f"--relay-logins={relay_logins(machine)}")
+        child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
         self._agents.append(child)
 

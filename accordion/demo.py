@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from accordion.client import connect
+from accordion.client import DEFAULT_TIMEOUT
 from accordion.cluster import LocalCluster, scrape
 from accordion.processes import UpError
 from accordion.replay import Arrival, Changed, ReplayState, arrivals, replay_and_follow
@@ -207,7 +207,7 @@ async def run_demo(
         cluster.supervise_forever(), name="demo-supervisor"
     )
     try:
-        async with connect(cluster.broker_url, cluster.root, watch=True) as client:
+        async with cluster.connect(timeout=DEFAULT_TIMEOUT, watch=True) as client:
             async with asyncio.timeout(timeout):
                 state = await replay_and_follow(
                     client, plan.arrivals, time_scale=plan.time_scale, on_change=on_change

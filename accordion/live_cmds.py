@@ -12,6 +12,7 @@ exits 1.
 from __future__ import annotations
 
 import getpass
+import os
 import time
 import uuid
 from enum import StrEnum
@@ -48,6 +49,15 @@ from accordion.specs import job_spec, parse_duration
 from accordion.tables import print_status
 from accordion.twin_options import MissingUtilOpt, Window, WindowOpt
 from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
+from broker.settings import (
+    ENV_CA,
+    ENV_CERT,
+    ENV_KEY,
+    ENV_PASSWORD,
+    ENV_TLS,
+    ENV_USERNAME,
+    MqttSettings,
+)
 from broker.topics import DEFAULT_ROOT
 from workload.swf_rules import load_jobs
 
@@ -347,7 +357,8 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 def _forward(ctx: typer.Context, broker: str, root: str, program: str) -> list[str]:
-    """``--broker`` and ``--root`` as the module's options, then the other arguments."""
+    """``--broker`` and ``--root`` as the module's options, then the other arguments;
+    the URL's login and TLS files as ``ACCORDION_MQTT_*`` variables."""
     args = list(ctx.args)
     if any(a in ("-h", "--help") for a in args):
         err_console.print(
@@ -362,7 +373,27 @@ def _forward(ctx: typer.Context, broker: str, root: str, program: str) -> list[s
     if clash:
         raise UserError(f"use --broker mqtt://HOST:PORT and --root, not {' '.join(clash)}")
     settings = broker_settings(broker)
+    # What --host/--port cannot say goes where the module reads it: its environment
+    # (this process becomes the scheduler or the agent; nothing lands on a command line).
+    os.environ.update(settings_env(settings))
     return [f"--host={settings.host}", f"--port={settings.port}", f"--root={root}", *args]
+
+
+def settings_env(settings: MqttSettings) -> dict[str, str]:
+    """The ``ACCORDION_MQTT_*`` variables that carry ``settings``' login and TLS."""
+    env: dict[str, str] = {}
+    if settings.username:
+        env[ENV_USERNAME] = settings.username
+    if settings.password is not None:
+        env[ENV_PASSWORD] = settings.password
+    if settings.tls:
+        env[ENV_TLS] = "1"
+        for var, path in ((ENV_CA, settings.ca_file), (ENV_CERT, settings.cert_file)):
+            if path is not None:
+                env[var] = str(path)
+        if settings.key_file is not None:
+            env[ENV_KEY] = str(settings.key_file)
+    return env
 
 
 def scheduler(

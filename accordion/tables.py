@@ -208,6 +208,16 @@ def print_endpoints(local: LocalCluster, spec: ClusterSpec) -> None:
     flags = f"--broker {local.broker_url}"
     if local.root != DEFAULT_ROOT:
         flags += f" --root {local.root}"
+    if local.auth_files is not None:
+        logins = sorted(local.auth_files.env_files.items())
+        out_console.print(
+            "logins (Mosquitto password and ACL files in "
+            f"{local.auth_files.password_file.parent}); to be one of them, "
+            "`set -a; . FILE; set +a`:\n"
+            + "\n".join(f"  {login}: {path}" for login, path in logins),
+            highlight=False,
+            soft_wrap=True,
+        )
     out_console.print(
         f"metrics (Prometheus text): {local.scheduler_metrics} and the agents' above\n"
         f"try: accordion submit {flags} -n 4 -t 120   "

@@ -10,6 +10,7 @@ SIGTERM, or a process that exits with a usage error.
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import signal
 import tempfile
@@ -22,7 +23,7 @@ from typing import Annotated
 
 import typer
 
-from accordion.client import connect, run_async
+from accordion.client import run_async
 from accordion.cluster import DEFAULT_CLUSTER, LocalCluster, Restart
 from accordion.demo import DemoPlan, DemoReport, LiveRun, plan_demo, report_demo, run_demo
 from accordion.display import note, replay_display
@@ -58,6 +59,13 @@ class BrokerKind(StrEnum):
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """SIGTERM stops ``accordion up`` as Ctrl-C does: the cluster in order."""
     raise KeyboardInterrupt
+
+
+def _os_login() -> str:
+    try:
+        return getpass.getuser() or "user"
+    except (OSError, KeyError):  # no login name in the environment or the user database
+        return "user"
 
 
 def _print_restart(restart: Restart) -> None:
@@ -111,6 +119,20 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     overhead: OverheadOpt = 0.0,
     progress: ProgressOpt = True,
+    auth: Annotated[
+        bool | None,
+        typer.Option(
+            "--auth/--no-auth",
+            help="logins and ACLs generated in the run directory's auth/ (every process "
+            "logs in; users read only their own replies and events). Default: on with "
+            "Mosquitto; the embedded broker admits everyone",
+            show_default=False,
+        ),
+    ] = None,
+    users: Annotated[
+        list[str] | None,
+        typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
+    ] = None,
 ) -> None:
     """Start a local cluster from a cluster file: broker, scheduler, agents (Ctrl-C stops).
 
@@ -155,6 +177,9 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             root=root,
             on_restart=_print_restart,
             execution=execution,
+            auth=auth,
+            # Without --user, one account for whoever runs it.
+            users=users or [_os_login()],
         )
     if plan is not None:
         note(
@@ -209,7 +234,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
 
 
 async def _ready(local: LocalCluster) -> None:
-    async with connect(local.broker_url, local.root, timeout=2.0) as client:
+    async with local.connect(timeout=2.0) as client:
         await local.ready(client)
 
 

@@ -19,7 +19,9 @@ accepted job has ended, and prints one line of the matrix:
 - **recovery**: wall seconds from the fault until the scheduler answered again
   with every machine online (the "back within 5 s of the broker" target);
 - **bad counted**: the scheduler's ``bad_messages_total`` delta, for the
-  hostile-payload row.
+  hostile-payload row;
+- **effects**: for the rows with logins, what a forgery or a takeover did
+  (must be 0).
 
 Rows: ``baseline`` (no fault), ``agent-kill`` (SIGKILL an agent),
 ``agent-freeze`` (SIGSTOP an agent past the scheduler's silence limit, then
@@ -28,7 +30,15 @@ SIGCONT), ``scheduler-kill`` (SIGKILL the scheduler during a burst of
 the idempotent protocol allows), ``broker-kill`` (SIGKILL Mosquitto; the
 supervisor restarts it on its port), ``job-crash`` (SIGKILL one job process:
 that job fails, nothing else), ``hostile`` (``--payloads`` random and mutated
-payloads on every topic family; no process of ours may exit).
+payloads on every topic family; no process of ours may exit), and two rows
+with logins and ACLs on (``accordion up --auth``): ``forged`` (issue 9's
+forged messages, published by the user "mallory" and by another agent, each
+denied by the broker: an admin spy subscribed to the whole root sees none of
+them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
+job of alice's is cancelled; **effects** counts what got through, 0 is the
+target) and ``takeover`` (mallory connects with the scheduler's and an
+agent's client ids and holds them while jobs run; **effects** counts the
+victims' reconnections and restarts, 0 is the target).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
 time scale ``--time-scale`` (cluster seconds per wall second).
@@ -59,13 +69,24 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from accordion.client import LiveClient, connect, run_async  # noqa: E402
-from accordion.cluster import LocalCluster  # noqa: E402
+from accordion.cluster import LocalCluster, relay_logins  # noqa: E402
 from accordion.errors import NoReplyError  # noqa: E402
 from accordion.specs import job_spec  # noqa: E402
 from broker.bus import BusError  # noqa: E402
 from broker.codec import encode  # noqa: E402
-from broker.messages import JobSpec, StartPart  # noqa: E402
+from broker.messages import (  # noqa: E402
+    AgentOnline,
+    CancelJob,
+    JobEvent,
+    JobSpec,
+    MachineSpec,
+    PartFinished,
+    ResizePart,
+    StartPart,
+    StatusRequest,
+)
 from broker.mqtt import MqttBus, MqttSettings  # noqa: E402
+from broker.settings import read_secret  # noqa: E402
 from broker.topics import Topics  # noqa: E402
 from model.machine import Machine  # noqa: E402
 from scheduler.journal import Journal  # noqa: E402
@@ -90,6 +111,7 @@ class Result:
     duplicated: int = 0
     recovery: float | None = None
     bad_counted: float | None = None
+    effects: int | None = None
     restarts: int = 0
     note: str = ""
 
@@ -188,7 +210,7 @@ async def submit_all(client: LiveClient, specs: list[JobSpec]) -> set[str]:
 async def wait_offline(cluster: LocalCluster, machine: str) -> None:
     """Until the scheduler has noticed that ``machine`` is gone (bounded)."""
     deadline = time.monotonic() + 30.0
-    async with connect(cluster.broker_url, cluster.root, timeout=2.0) as client:
+    async with cluster.connect(timeout=2.0) as client:
         while time.monotonic() < deadline:
             status = await client.status()
             if machine not in {m.id for m in status.machines if m.online}:
@@ -202,7 +224,7 @@ async def wait_healthy(cluster: LocalCluster, since: float) -> float:
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
         try:
-            async with connect(cluster.broker_url, cluster.root, timeout=1.0) as client:
+            async with cluster.connect(timeout=1.0) as client:
                 status = await client.status(timeout=1.0)
                 if wanted <= {m.id for m in status.machines if m.online}:
                     return time.monotonic() - since
@@ -217,7 +239,7 @@ async def wait_drained(cluster: LocalCluster, accepted: set[str]) -> None:
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
         try:
-            async with connect(cluster.broker_url, cluster.root, timeout=2.0) as client:
+            async with cluster.connect(timeout=2.0) as client:
                 status = await client.status(timeout=2.0)
                 live = {j.id for j in status.queue} | {j.id for j in status.running}
                 if not live & accepted:
@@ -278,6 +300,8 @@ async def run_row(bench: Bench, name: str) -> Result:
         broker="mosquitto",
         root=f"faults-{tag}/v1",
         heartbeat=HEARTBEAT,
+        auth=name in AUTH_ROWS,
+        users=("alice", "mallory"),
     )
     result = Result(name)
     with cluster, Sampler(cluster.root) as sampler:
@@ -288,7 +312,7 @@ async def run_row(bench: Bench, name: str) -> Result:
                 cluster.supervise()
 
         thread = threading.Thread(target=supervise, daemon=True)
-        async with connect(cluster.broker_url, cluster.root, timeout=10.0) as client:
+        async with cluster.connect(timeout=10.0) as client:
             await cluster.ready(client, timeout=60.0)
         thread.start()
         try:
@@ -313,7 +337,7 @@ async def run_row(bench: Bench, name: str) -> Result:
 
 async def running_at_least(cluster: LocalCluster, n: int) -> None:
     deadline = time.monotonic() + BOUND
-    async with connect(cluster.broker_url, cluster.root, timeout=5.0) as client:
+    async with cluster.connect(timeout=5.0) as client:
         while time.monotonic() < deadline:
             status = await client.status()
             if len(status.running) >= n:
@@ -331,7 +355,7 @@ def agent_child(cluster: LocalCluster, index: int = 0) -> int:
 async def row_baseline(
     bench: Bench, cluster: LocalCluster, sampler: Sampler, result: Result, tag: str
 ) -> set[str]:
-    async with connect(cluster.broker_url, cluster.root, timeout=10.0) as client:
+    async with cluster.connect(timeout=10.0) as client:
         return await submit_all(client, workload(tag, bench.jobs))
 
 
@@ -379,7 +403,7 @@ async def row_scheduler_kill(
     deadline = time.monotonic() + BOUND
     while pending and time.monotonic() < deadline:
         try:
-            async with connect(cluster.broker_url, cluster.root, timeout=5.0) as client:
+            async with cluster.connect(timeout=5.0) as client:
                 while pending:
                     spec = pending[0]
                     reply = await client.submit([spec], timeout=5.0)
@@ -397,7 +421,7 @@ async def row_scheduler_kill(
             await asyncio.sleep(0.2)  # the scheduler is restarting: resend what was unanswered
     if killed_at is not None and answered_at is not None:
         result.recovery = answered_at - killed_at
-    async with connect(cluster.broker_url, cluster.root, timeout=10.0) as client:
+    async with cluster.connect(timeout=10.0) as client:
         for job_id in sorted(accepted):
             await client.cancel(job_id)
     result.note = (
@@ -483,6 +507,118 @@ async def row_hostile(
     return accepted
 
 
+def as_login(cluster: LocalCluster, login: str) -> MqttSettings:
+    """Bus settings of one of the cluster's generated logins."""
+    host, _, port = cluster.broker_url.removeprefix("mqtt://").rpartition(":")
+    # A relay login (agent-<m>~jN) shares its agent's secret.
+    secret = read_secret(cluster.credentials(login.partition("~j")[0]).password_file)
+    return MqttSettings(host=host, port=int(port), username=login, password=secret)
+
+
+def forgeries(
+    topics: Topics, tag: str, victim: str, m0: str, m1: str
+) -> list[tuple[str, str, bytes]]:
+    """Issue 9's forged messages: ``(forger login, topic, payload)``."""
+    ghost = MachineSpec(id=f"ghost-{tag}", cpus=1_048_576, speed=1.0)
+    fake_start = StartPart(job=job_spec(job_id=f"forged-{tag}", procs=1, walltime=5.0))
+    finished = PartFinished(job_id=victim, agent_id=m0, attempt=1)
+    event = JobEvent(job_id=victim, state="finished", at=0.0, detail=f"forged-{tag}")
+    return [
+        ("mallory", topics.agent_commands(m0), encode(fake_start)),
+        (f"agent-{m1}", topics.agent_commands(m0), encode(fake_start)),
+        ("mallory", topics.agent_events(m0), encode(finished)),
+        (f"agent-{m1}", topics.agent_events(m0), encode(finished)),
+        ("mallory", topics.user_requests("alice"), encode(CancelJob(job_id=victim))),
+        ("mallory", topics.admin_requests("mallory"), encode(CancelJob(job_id=victim))),
+        ("mallory", topics.requests, encode(CancelJob(job_id=victim))),
+        ("mallory", topics.agent_state(f"ghost-{tag}"), encode(AgentOnline(machine=ghost))),
+        ("mallory", topics.agent_state(m0), encode(AgentOnline(machine=ghost))),
+        ("mallory", topics.job_control(victim), encode(ResizePart(job_id=victim, pace=1000.0))),
+        ("mallory", topics.events, encode(event)),
+        ("mallory", topics.user_events("alice"), encode(event)),
+    ]
+
+
+async def row_forged(
+    bench: Bench, cluster: LocalCluster, sampler: Sampler, result: Result, tag: str
+) -> set[str]:
+    topics = Topics(cluster.root)
+    async with connect(
+        cluster.broker_url, cluster.root, timeout=10.0, credentials=cluster.credentials("alice")
+    ) as alice:
+        accepted = await submit_all(alice, workload(tag, bench.jobs))
+    await running_at_least(cluster, 5)
+    async with cluster.connect(timeout=10.0) as admin:
+        before = await admin.status()
+    victim = before.running[0].id
+    m0, m1 = cluster.spec.machines[0].id, cluster.spec.machines[1].id
+    # Agent m1 forging: over its last relay login (its rights exactly), since a second
+    # connection under its own login would take over the agent's own.
+    m1_login = f"agent-{m1}~j{relay_logins(cluster.spec.machines[1])}"
+    forged = [
+        (m1_login if login == f"agent-{m1}" else login, topic, payload)
+        for login, topic, payload in forgeries(topics, tag, victim, m0, m1)
+    ]
+    effects = 0
+    # The admin spy reads the whole root: whatever the broker let through, it sees.
+    async with MqttBus(as_login(cluster, "admin~4"), "spy") as spy:
+        await spy.subscribe(f"{topics.root}/#", qos=1)
+        async with MqttBus(as_login(cluster, "mallory~2"), "mallory~2") as reader:
+            with contextlib.suppress(BusError):
+                await reader.subscribe("#", qos=1)  # refused, or filtered by the ACL
+            await reader.subscribe(topics.user_subtree("mallory"), qos=1)
+            for login, topic, payload in forged:
+                # A fresh connection per forgery: Mosquitto closes a client's connection
+                # after denying its publish.
+                async with MqttBus(as_login(cluster, login), f"forger-{login}") as forger:
+                    await forger.publish(topic, payload, qos=1, retain=True)
+            # Mallory's own request: its answer comes after anything the forgeries caused.
+            ask = StatusRequest(request_id=f"s-{tag}", reply_to="spy")
+            await reader.publish(topics.user_requests("mallory"), encode(ask), qos=1)
+            sentinel = topics.user_replies("mallory", "spy")
+            payloads = {p for _, _, p in forged}
+            async for d in spy.deliveries():
+                effects += d.payload in payloads
+                if d.topic == sentinel:
+                    break
+            async for d in reader.deliveries():
+                # Only what is hers or everyone's (the retained cluster summary).
+                effects += d.topic not in (sentinel, topics.cluster)
+                if d.topic == sentinel:
+                    break
+    async with cluster.connect(timeout=10.0) as admin:
+        after = await admin.status()
+    effects += len(after.machines) != len(before.machines)  # a ghost machine
+    effects += any(j.id == victim for j in after.queue)  # requeued by a forgery
+    effects += any(f"forged-{tag}" == job for job, _ in sampler.processes().values())
+    result.effects = effects
+    result.note = f"{len(forged)} forged messages (mallory and agent {m1}), victim {victim}"
+    return accepted
+
+
+async def row_takeover(
+    bench: Bench, cluster: LocalCluster, sampler: Sampler, result: Result, tag: str
+) -> set[str]:
+    accepted = await row_baseline(bench, cluster, sampler, result, tag)
+    await running_at_least(cluster, 5)
+    m0 = cluster.spec.machines[0].id
+    victims = ("scheduler", f"agent-{m0}")
+    for victim in victims:
+        async with MqttBus(as_login(cluster, "mallory"), victim) as intruder:
+            assert intruder.connected
+            # Held across a round trip through the scheduler and a few heartbeats.
+            async with cluster.connect(timeout=10.0) as admin:
+                await admin.status()
+            await asyncio.sleep(3 * HEARTBEAT)
+    logs = [c.log.read_text() for c in cluster.children() if c.role in ("scheduler", "agent")]
+    result.effects = sum(text.count("connected again") for text in logs)
+    result.effects += sum(c.restarts for c in cluster.children())
+    result.note = "mallory held the client ids scheduler and agent-" + m0
+    return accepted
+
+
+AUTH_ROWS = ("forged", "takeover")
+
 ROWS = {
     "baseline": row_baseline,
     "agent-kill": row_agent_kill,
@@ -491,6 +627,8 @@ ROWS = {
     "broker-kill": row_broker_kill,
     "job-crash": row_job_crash,
     "hostile": row_hostile,
+    "forged": row_forged,
+    "takeover": row_takeover,
 }
 
 
@@ -508,6 +646,7 @@ def table(results: list[Result]) -> Table:
         "duplicated",
         "recovery s",
         "bad counted",
+        "effects",
         "restarts",
         "note",
     ):
@@ -525,6 +664,7 @@ def table(results: list[Result]) -> Table:
             str(r.duplicated),
             "-" if r.recovery is None else f"{r.recovery:.2f}",
             "-" if r.bad_counted is None else f"{r.bad_counted:.0f}",
+            "-" if r.effects is None else str(r.effects),
             str(r.restarts),
             r.note,
         )
@@ -556,7 +696,11 @@ def main() -> int:
         bench.results.append(result)
         console.print(f"  done in {time.monotonic() - started:.1f} s", highlight=False)
     console.print(table(bench.results))
-    bad = [r.row for r in bench.results if r.lost or r.duplicated or r.note.startswith("ERROR")]
+    bad = [
+        r.row
+        for r in bench.results
+        if r.lost or r.duplicated or r.effects or r.note.startswith("ERROR")
+    ]
     with contextlib.suppress(Exception):
         console.print(f"rows with loss, duplicates or errors: {', '.join(bad) or 'none'}")
     return 1 if bad else 0

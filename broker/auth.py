@@ -8,9 +8,12 @@ read. Four roles (DESIGN.md, "Trust and faults"):
   the only one that writes agents' commands, users' replies and the cluster
   summary.
 - ``agent`` (identity: its machine id): writes only its own state and events,
-  reads only its own commands, and relays its jobs' control under its own
-  subtree (``R/agents/<agent>/jobs/...``). A job process reaches the broker
-  through its agent, so it can touch nothing but what its agent relays.
+  reads only its own commands, and relays its job processes' topics
+  (``R/jobs/<job>/...``, and ``R/agents/<agent>/jobs/...``). A job process
+  reaches the broker through its agent and holds no credentials, so it can
+  touch nothing but what its agent relays. Limit: the ACL cannot tell which
+  jobs run on which agent, so an agent may write any job's ``R/jobs/...``
+  topics; agents are machines of the cluster, trusted that far.
 - ``user`` (identity: the user name): writes requests only on
   ``R/scheduler/requests/<user>``, so the scheduler knows who asks from the
   topic; reads only ``R/users/<user>/#`` (its replies and its jobs' events)
@@ -48,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
+from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 from broker.topics import Topics, valid_level
 
 Role = Literal["scheduler", "agent", "user", "admin"]
@@ -73,6 +77,9 @@ class Account:
     role: Role
     identity: str
     password: str = field(repr=False)
+    #: A relay login of an agent (:func:`relay_accounts`): it has no secret file of its
+    #: own, the agent's password is its.
+    relay: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -88,6 +95,11 @@ class Account:
             raise AuthError(f"login {self.login!r}: the password is empty or has a newline")
 
 
+def identity_of(login: str) -> str:
+    """The identity a login speaks for: ``alice~2`` is ``alice`` (:func:`user_accounts`)."""
+    return login.partition("~")[0]
+
+
 def new_password() -> str:
     """A random password (32 URL-safe characters)."""
     return secrets.token_urlsafe(24)
@@ -99,6 +111,20 @@ def scheduler_account(password: str | None = None) -> Account:
 
 def agent_account(machine: str, password: str | None = None) -> Account:
     return Account(f"agent-{machine}", "agent", machine, password or new_password())
+
+
+def relay_accounts(agent: Account, n: int) -> tuple[Account, ...]:
+    """``n`` logins ``<agent login>~j1..n`` with the agent's role, identity and password.
+
+    The agent relays its job processes' connections over them
+    (``nodeagent.relay_logins``), one login per connection.
+    """
+    if agent.role != "agent":
+        raise AuthError(f"relay logins are an agent's, not a {agent.role}'s")
+    return tuple(
+        Account(f"{agent.login}~j{i}", "agent", agent.identity, agent.password, relay=True)
+        for i in range(1, n + 1)
+    )
 
 
 def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[Account, ...]:
@@ -157,6 +183,8 @@ def grants(account: Account, topics: Topics) -> list[tuple[str, str]]:
             ("write", topics.agent_events(who)),
             ("read", topics.agent_commands(who)),
             ("readwrite", f"{r}/agents/{who}/jobs/#"),
+            # Its job processes' topics, relayed on the agent's own connection.
+            ("readwrite", f"{r}/jobs/#"),
             ("read", topics.cluster),
         ]
     if account.role == "user":
@@ -194,6 +222,9 @@ class AuthFiles:
     password_file: Path
     acl_file: Path
     secrets: dict[str, Path]
+    #: ``<login>.env`` per login: its username, role and secret file's path (no secret),
+    #: for ``env_file:`` in compose or ``set -a; . FILE`` in a shell.
+    env_files: dict[str, Path] = field(default_factory=dict)
 
     def secret_of(self, login: str) -> Path:
         """The file holding ``login``'s password (for ``ACCORDION_MQTT_PASSWORD_FILE``)."""
@@ -218,11 +249,26 @@ def write_auth_files(directory: Path, accounts: Iterable[Account], topics: Topic
     _write_private(passwd, password_file(accounts))
     _write_private(acl, acl_file(accounts, topics))
     secret_files = {}
+    env_files = {}
     for account in accounts:
+        if account.relay:
+            continue  # its agent's secret is its own
         path = secret_dir / account.login
         _write_private(path, account.password + "\n")
         secret_files[account.login] = path
-    return AuthFiles(passwd, acl, secret_files)
+        env = secret_dir / f"{account.login}.env"
+        _write_private(env, login_env(account, path.resolve()))
+        env_files[account.login] = env
+    return AuthFiles(passwd, acl, secret_files, env_files)
+
+
+def login_env(account: Account, secret: Path) -> str:
+    """The ``KEY=value`` lines a process of ``account`` needs (the secret by path only)."""
+    return (
+        f"{ENV_USERNAME}={account.login}\n"
+        f"{ENV_PASSWORD_FILE}={secret}\n"
+        f"ACCORDION_ROLE={account.role}\n"
+    )
 
 
 def mosquitto_auth_config(files: AuthFiles) -> str:
@@ -242,11 +288,22 @@ def mosquitto_auth_config(files: AuthFiles) -> str:
 
 
 def cluster_accounts(
-    agents: Iterable[str], users: Iterable[str], admins: Iterable[str] = (), *, logins: int = 2
+    agents: Iterable[str],
+    users: Iterable[str],
+    admins: Iterable[str] = (),
+    *,
+    logins: int = 2,
+    relays: dict[str, int] | None = None,
 ) -> tuple[Account, ...]:
-    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin."""
+    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin.
+
+    ``relays``: how many relay logins an agent gets (:func:`relay_accounts`).
+    """
     accounts = [scheduler_account()]
-    accounts += [agent_account(a) for a in agents]
+    for a in agents:
+        agent = agent_account(a)
+        accounts.append(agent)
+        accounts += relay_accounts(agent, (relays or {}).get(a, 0))
     for user in users:
         accounts += user_accounts(user, logins=logins)
     for admin in admins:

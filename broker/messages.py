@@ -76,6 +76,11 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ref_speed: Speed = 1.0
 
 
+def owned_by(spec: JobSpec, user: str) -> JobSpec:
+    """``spec`` with ``user`` as its owner (the scheduler's authenticated submitter)."""
+    return spec if spec.user == user else msgspec.structs.replace(spec, user=user)
+
+
 class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     id: Id
     cpus: Cpus

@@ -29,6 +29,8 @@ ENV_PASSWORD_FILE = "ACCORDION_MQTT_PASSWORD_FILE"
 ENV_CA = "ACCORDION_MQTT_CA"
 ENV_CERT = "ACCORDION_MQTT_CERT"
 ENV_KEY = "ACCORDION_MQTT_KEY"
+#: ``1`` turns TLS on for a process given only ``--host/--port`` (the scheduler, an agent).
+ENV_TLS = "ACCORDION_MQTT_TLS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,8 @@ class MqttSettings:
         The port defaults to 1883 (``mqtt``) or 8883 (``mqtts``). Credentials
         and TLS files the URL does not give come from the environment
         (``ACCORDION_MQTT_USERNAME``, ``_PASSWORD``, ``_PASSWORD_FILE``,
-        ``_CA``, ``_CERT``, ``_KEY``; ``env`` defaults to ``os.environ``).
+        ``_CA``, ``_CERT``, ``_KEY``, and ``_TLS=1`` to turn TLS on; ``env``
+        defaults to ``os.environ``).
         Errors show the URL with its password hidden.
         """
         shown = redact_url(url)
@@ -145,12 +148,13 @@ class MqttSettings:
             password = env.get(ENV_PASSWORD) or None
             if password is None and env.get(ENV_PASSWORD_FILE):
                 password = read_secret(Path(env[ENV_PASSWORD_FILE]))
+        tls = self.tls or env.get(ENV_TLS, "").strip().lower() in ("1", "true", "yes")
         tls_files: dict[str, Path] = {}
-        if self.tls:
+        if tls:
             for name, var in (("ca_file", ENV_CA), ("cert_file", ENV_CERT), ("key_file", ENV_KEY)):
                 if getattr(self, name) is None and env.get(var):
                     tls_files[name] = Path(env[var])
-        return replace(self, username=username, password=password, **tls_files)  # type: ignore[arg-type]
+        return replace(self, username=username, password=password, tls=tls, **tls_files)  # type: ignore[arg-type]
 
     @property
     def url(self) -> str:

@@ -24,8 +24,10 @@ from model.machine import Machine, MachineError
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
 from nodeagent.exporter import serve_metrics
 from nodeagent.lease import DEFAULT_LEASE
+from nodeagent.pipe import PipeSpawn
+from nodeagent.relay_logins import RelayLogins
 from nodeagent.runner import run
-from nodeagent.spawn import MqttSpawn
+from nodeagent.spawn import MqttSpawn, Spawn
 
 log = logging.getLogger("nodeagent")
 
@@ -61,8 +63,25 @@ def _parser() -> argparse.ArgumentParser:
         help="wall s parts run on without the broker acknowledging a heartbeat; keep it "
         "below the scheduler's silence limit (0: no lease; default %(default)s)",
     )
+    p.add_argument(
+        "--relay-logins",
+        type=int,
+        default=0,
+        help="with a login: relay job processes over N logins <login>~j1..N "
+        "(nodeagent.relay_logins; 0: job processes connect by themselves)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+def _spawn(args: argparse.Namespace, mqtt: MqttSettings) -> Spawn:
+    """How job processes start: relayed over the agent's logins, or on their own."""
+    if args.relay_logins > 0:
+        if mqtt.username is None:
+            raise ValueError("--relay-logins needs the agent's login (ACCORDION_MQTT_USERNAME)")
+        # Job processes hold no credentials: their bus runs over the agent's logins.
+        return PipeSpawn(RelayLogins(mqtt, args.relay_logins).connect)
+    return MqttSpawn(args.host, args.port)
 
 
 async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSettings) -> int:
@@ -79,6 +98,7 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     try:
         # Credentials, if any, come from the environment (ACCORDION_MQTT_*), never argv.
         mqtt = MqttSettings(host=args.host, port=args.port).with_env()
+        spawn = _spawn(args, mqtt)
     except ValueError as exc:
         log.error("agent %s: %s", machine.id, exc)
         return 2
@@ -88,7 +108,7 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
                 bus=bus,
                 topics=topics,
                 machine=machine,
-                spawn=MqttSpawn(args.host, args.port),
+                spawn=spawn,
                 settings=settings,
                 incarnation=incarnation,
             )

@@ -175,6 +175,8 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             startup_grace=args.startup_grace,
             max_walltime=args.max_walltime,
             job_events=args.job_events,
+            # Logged in: the broker's ACLs let each user read only their own topics.
+            owner_events=mqtt.username is not None,
         )
     except (UnknownPolicyError, TopicError, ValueError) as exc:
         log.error("%s", exc)

@@ -40,6 +40,12 @@ or a valid message on a topic where it makes no sense, is counted in
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around
 it are handled as usual.
 
+*Who asks.* Requests come on ``scheduler/requests`` (an open broker) or on
+``scheduler/requests/<user>`` and ``scheduler/admin/<admin>`` (a broker
+with logins, whose ACL lets only that user or admin publish there): the
+actor reads the requester from the topic and hands it to
+``scheduler.requests``, which owns the checks and the reply topics.
+
 *Restart order.* For ``startup_grace`` wall seconds after it starts, the
 actor holds client requests back (in arrival order; status requests are
 answered at once), while the broker replays the agents' retained
@@ -77,6 +83,7 @@ from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler import agents, reconcile, requests
 from scheduler.clock import Clock
 from scheduler.context import Context, Outgoing
+from scheduler.cordon import CordonedCore
 from scheduler.core import SchedulerCore
 from scheduler.dispatch import dispatch
 from scheduler.exporter import GaugeState, SchedulerMetrics
@@ -120,6 +127,7 @@ class _Held:
     """A client request held back during the start-up grace."""
 
     message: requests.Request
+    who: requests.Requester | None
 
 
 def _bad_reason(exc: WireError) -> str:
@@ -146,7 +154,9 @@ class SchedulerActor:
         link: Link | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ActorSettings()
-        core = SchedulerCore(
+        cordoned: set[str] = set()
+        core = CordonedCore(
+            cordoned=cordoned,
             policy=policy,
             machines=(),
             execution=execution,
@@ -162,6 +172,7 @@ class SchedulerActor:
             time_scale=clock.time_scale,
             wall=wall,
         )
+        self.ctx.cordoned = cordoned
         self._bus = bus
         self._link = link
         self._topics = topics
@@ -198,7 +209,11 @@ class SchedulerActor:
             # messages (every agent's state), which must have somewhere to go.
             reader = tg.create_task(self._read(), name="scheduler-bus-reader")
             for pattern in (
+                # The identity-less topic (a broker without logins) and the per-user
+                # and per-admin ones, where the topic says who asks (broker ACLs).
                 self._topics.requests,
+                self._topics.all_user_requests,
+                self._topics.all_admin_requests,
                 self._topics.all_agent_states,
                 self._topics.all_agent_events,
             ):
@@ -270,7 +285,7 @@ class SchedulerActor:
             if self._held and now >= self._hold_until:
                 held, self._held = self._held, []
                 for h in held:
-                    requests.handle(ctx, h.message, now)
+                    requests.handle(ctx, h.message, now, h.who)
             for item in batch:
                 if isinstance(item, Delivery):
                     self._on_delivery(item, now)
@@ -316,20 +331,22 @@ class SchedulerActor:
         agent, channel = self._agent_channel(topic)
         if channel == "state" and not delivery.payload:
             return  # a retained state being cleared: MQTT's delete, not a message
+        who = requests.requester(self._topics, topic)
         try:
             message = decode(delivery.payload)
         except WireError as exc:
-            self._bad_payload(delivery.payload, _bad_reason(exc), str(exc))
+            self._bad_payload(delivery.payload, _bad_reason(exc), str(exc), who)
             return
         if message.v != PROTOCOL_VERSION:
             self._refuse(
                 message,
                 "version",
                 f"protocol v{message.v}; this scheduler speaks v{PROTOCOL_VERSION}",
+                who,
             )
             return
-        if topic == self._topics.requests:
-            self._on_request(message, now)
+        if who is not None or topic == self._topics.requests:
+            self._on_request(message, now, who)
         elif channel == "state":
             agents.on_state(ctx, agent, message, now)
         elif channel == "events":
@@ -337,18 +354,18 @@ class SchedulerActor:
         else:
             self._refuse(message, "unexpected", f"nothing is accepted on {topic!r}")
 
-    def _on_request(self, message: AnyMessage, now: float) -> None:
+    def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
         if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
-            self._refuse(message, "unexpected", f"{requests.kind(message)} is not a request")
+            self._refuse(message, "unexpected", f"{requests.kind(message)} is not a request", who)
             return
-        if not requests.reply_to_ok(self.ctx, message):
+        if not requests.reply_to_ok(self.ctx, message, who):
             # Acting without being able to answer would leave the client guessing.
             self.ctx.count_bad("invalid", f"reply_to {message.reply_to!r} cannot be a topic level")
             return
         if isinstance(message, SubmitJobs | CancelJob) and (self._held or now < self._hold_until):
-            self._held.append(_Held(message))
+            self._held.append(_Held(message, who))
             return
-        requests.handle(self.ctx, message, now)
+        requests.handle(self.ctx, message, now, who)
 
     def _agent_channel(self, topic: str) -> tuple[str, str]:
         """``(agent, "state" | "events")`` for an agent's topic, else ``("", "")``."""
@@ -360,19 +377,27 @@ class SchedulerActor:
             return "", ""  # deeper than R/agents/<agent>/<channel>
         return agent, channel
 
-    def _bad_payload(self, payload: bytes, reason: str, error: str) -> None:
+    def _bad_payload(
+        self, payload: bytes, reason: str, error: str, who: requests.Requester | None = None
+    ) -> None:
         self.ctx.count_bad(reason, error)
         request_id, reply_to = peek_reply_to(payload)
         if reply_to is not None:
-            self.ctx.reply(reply_to, ErrorReply(request_id=request_id, error=error))
+            self.ctx.reply(
+                reply_to, ErrorReply(request_id=request_id, error=error), requests.reply_user(who)
+            )
 
-    def _refuse(self, message: AnyMessage, reason: str, error: str) -> None:
+    def _refuse(
+        self, message: AnyMessage, reason: str, error: str, who: requests.Requester | None = None
+    ) -> None:
         """A valid message the scheduler will not act on: count, answer if possible."""
         self.ctx.count_bad(reason, f"{requests.kind(message)}: {error}")
         reply_to = getattr(message, "reply_to", None)
         if isinstance(reply_to, str):
             self.ctx.reply(
-                reply_to, ErrorReply(request_id=getattr(message, "request_id", None), error=error)
+                reply_to,
+                ErrorReply(request_id=getattr(message, "request_id", None), error=error),
+                requests.reply_user(who),
             )
 
     # -- the periodic checks and decisions --------------------------------------------

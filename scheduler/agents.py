@@ -108,6 +108,7 @@ def check_liveness(ctx: Context, now: float) -> None:
             _left(ctx, agent, now, "silence")
         elif silent > suspect and ag.life.state is AgentState.ONLINE:
             ag.life.apply(AgentInput.MISSED)
+            ctx.cordoned.add(agent)  # no new parts there until it is heard again
             ctx.metrics.agents_suspect.inc()
             log.warning("agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale)
 
@@ -184,6 +185,7 @@ def _offline(ctx: Context, agent: str, message: AgentOffline, now: float) -> Non
 
 def _left(ctx: Context, agent: str, now: float, reason: str) -> None:
     """Apply the lost-agent rule to everything on ``agent`` (already moved off)."""
+    ctx.cordoned.discard(agent)
     lefts = ctx.core.machine_left(agent, now)
     ctx.dirty = True
     if reason != "goodbye" or lefts:
@@ -205,6 +207,8 @@ def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float)
         ctx.dirty = True
     elif state is AgentState.SUSPECT:
         log.info("agent %s heard again: no longer suspect", agent)
+        ctx.cordoned.discard(agent)
+        ctx.dirty = True  # its free CPUs are the policy's again
     _reported(ctx, agent, _reports(beat.running), now, complete=True)
 
 

@@ -114,6 +114,8 @@ class Context:
         self.seqs: dict[str, int] = {}
         #: Something changed that a policy could act on.
         self.dirty = False
+        #: SUSPECT agents: no new part is placed on them (``scheduler.cordon``).
+        self.cordoned: set[str] = set()
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")
@@ -123,18 +125,24 @@ class Context:
     def command(self, machine: str, message: Message) -> None:
         self.out.send(self.topics.agent_commands(machine), message)
 
-    def reply_topic(self, reply_to: str) -> str | None:
+    def reply_topic(self, reply_to: str, user: str | None = None) -> str | None:
         """The reply topic, or None when nobody asked for an answer (``"-"``) or the
-        name cannot be a topic level."""
+        name cannot be a topic level.
+
+        ``user``: the request came on that user's (or admin's) own topic, so the
+        answer goes under ``users/<user>/``, which only that user may read.
+        """
         if reply_to == "-":
             return None
         try:
+            if user is not None:
+                return self.topics.user_replies(user, reply_to)
             return self.topics.replies(reply_to)
         except TopicError:
             return None
 
-    def reply(self, reply_to: str, message: Message) -> None:
-        topic = self.reply_topic(reply_to)
+    def reply(self, reply_to: str, message: Message, user: str | None = None) -> None:
+        topic = self.reply_topic(reply_to, user)
         if topic is not None:
             self.out.send(topic, message)
 
@@ -168,6 +176,13 @@ class Context:
         )
         self.journal.record_event(event)
         self.out.send(self.topics.events, event)
+        spec = self.specs.get(job_id)
+        if self.settings.owner_events and spec is not None:
+            try:
+                owner = self.topics.user_events(spec.user)
+            except TopicError:
+                return  # an owner no login can have: nobody to tell
+            self.out.send(owner, event)
 
     def count_bad(self, reason: str, error: str) -> None:
         self.metrics.bad_messages.labels(reason=reason).inc()

@@ -37,7 +37,15 @@ from prometheus_client.registry import Collector
 PREFIX = "accordion_scheduler"
 
 SUBMISSION_RESULTS = ("accepted", "rejected", "duplicate")
-BAD_MESSAGE_REASONS = ("not_msgpack", "unknown_kind", "invalid", "version", "unexpected")
+BAD_MESSAGE_REASONS = (
+    "not_msgpack",
+    "unknown_kind",
+    "invalid",
+    "version",
+    "unexpected",
+    # A user's request about another user's job (cancel, history): answered "no such job".
+    "forbidden",
+)
 FINAL_STATES = ("finished", "failed", "cancelled")
 LOSS_REASONS = ("will", "silence", "incarnation", "goodbye")
 RESIZE_DIRECTIONS = ("shrink", "expand")

@@ -17,9 +17,23 @@ done).
 *History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
 exactly the events that were published, so a watcher that saw a gap in a
 job's ``seq`` fills it.
+
+*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
+user may publish only on ``scheduler/requests/<user>`` and an admin only on
+``scheduler/admin/<admin>``, so the topic names the sender
+(:class:`Requester`), never the payload. A user's submissions are owned by
+that user whatever their ``user`` field says; a user may cancel, and read
+the history of, only their own jobs (another user's job is answered as if it
+did not exist, and counted ``forbidden``); an admin may cancel any job and
+submit for any user. Replies go to ``users/<user>/replies/<reply_to>``,
+which only that user (and admins) may read. A request on the identity-less
+``scheduler/requests`` topic (a broker without logins) has no requester and
+no checks, as before.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from broker.messages import (
     AnyMessage,
@@ -36,7 +50,9 @@ from broker.messages import (
     SubmitJobs,
     SubmitReply,
     SubmitResult,
+    owned_by,
 )
+from broker.topics import Topics
 from model.job import JobError
 from scheduler.context import Context
 from scheduler.core import Left, Rejected
@@ -47,33 +63,64 @@ from scheduler.specs import SpecError, check_spec, job_from_spec
 Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest
 
 
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who sent a request, as the topic it came on says (the broker's ACL vouches)."""
+
+    name: str
+    admin: bool
+
+
+def requester(topics: Topics, topic: str) -> Requester | None:
+    """The :class:`Requester` of a per-user or per-admin request topic, else None."""
+    found = topics.requester_of(topic)
+    return None if found is None else Requester(*found)
+
+
+def reply_user(who: Requester | None) -> str | None:
+    """Under whose ``users/<name>/`` subtree the answer to ``who`` goes (None: the old topic)."""
+    return None if who is None else who.name
+
+
 def kind(message: AnyMessage) -> str:
     return str(message.__struct_config__.tag)
 
 
-def handle(ctx: Context, message: Request, now: float) -> None:
+def handle(ctx: Context, message: Request, now: float, who: Requester | None = None) -> None:
     """Apply one request whose ``reply_to`` was checked (see :func:`reply_to_ok`)."""
     match message:
         case SubmitJobs():
-            _submit(ctx, message, now)
+            _submit(ctx, message, now, who)
         case CancelJob():
-            _cancel(ctx, message, now)
+            _cancel(ctx, message, now, who)
         case StatusRequest():
-            ctx.reply(message.reply_to, status(ctx, now, message.request_id))
+            ctx.reply(message.reply_to, status(ctx, now, message.request_id), reply_user(who))
         case HistoryRequest():
-            _history(ctx, message)
+            _history(ctx, message, who)
 
 
-def reply_to_ok(ctx: Context, message: Request) -> bool:
+def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
     """Whether the request's ``reply_to`` is ``-`` or can be a topic level."""
-    return message.reply_to == "-" or ctx.reply_topic(message.reply_to) is not None
+    return message.reply_to == "-" or ctx.reply_topic(message.reply_to, reply_user(who)) is not None
 
 
-def _submit(ctx: Context, request: SubmitJobs, now: float) -> None:
+def _owns(ctx: Context, who: Requester | None, job_id: str) -> bool:
+    """Whether ``who`` may act on ``job_id`` (no requester: a broker without logins)."""
+    if who is None or who.admin:
+        return True
+    spec = ctx.specs.get(job_id)
+    return spec is not None and spec.user == who.name
+
+
+def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None) -> None:
     results: list[SubmitResult] = []
     durable: list[tuple[JobSpec, float]] = []
     counts = {"accepted": 0, "rejected": 0, "duplicate": 0}
-    for spec in request.jobs:
+    specs = request.jobs
+    if who is not None and not who.admin:
+        # The owner is the authenticated user, whatever the payload says.
+        specs = tuple(owned_by(spec, who.name) for spec in specs)
+    for spec in specs:
         result = _submit_one(ctx, spec, now)
         results.append(result)
         if not result.accepted:
@@ -90,7 +137,8 @@ def _submit(ctx: Context, request: SubmitJobs, now: float) -> None:
     for result_name, n in counts.items():
         if n:
             ctx.metrics.submissions.labels(result=result_name).inc(n)
-    ctx.reply(request.reply_to, SubmitReply(request_id=request.request_id, results=tuple(results)))
+    reply = SubmitReply(request_id=request.request_id, results=tuple(results))
+    ctx.reply(request.reply_to, reply, reply_user(who))
 
 
 def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
@@ -119,11 +167,15 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
     return SubmitResult(spec.id, True, duplicate=answer.duplicate)
 
 
-def _cancel(ctx: Context, request: CancelJob, now: float) -> None:
+def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None) -> None:
     job_id = request.job_id
     state = ctx.core.state_of(job_id)
     reason: str | None = None
     cancelled = False
+    if state is not None and not _owns(ctx, who, job_id):
+        # Answered as an unknown job: whether another user's job exists is not news.
+        ctx.count_bad("forbidden", f"{reply_user(who)} may not cancel job {job_id!r}")
+        state = None
     if state is None:
         reason = f"no job {job_id!r}"
     elif state is JobState.CANCELLED:
@@ -146,16 +198,22 @@ def _cancel(ctx: Context, request: CancelJob, now: float) -> None:
         CancelReply(
             request_id=request.request_id, job_id=job_id, cancelled=cancelled, reason=reason
         ),
+        reply_user(who),
     )
 
 
-def _history(ctx: Context, request: HistoryRequest) -> None:
+def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> None:
     known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
-    unknown = tuple(j for j in request.job_ids if ctx.core.state_of(j) is None)
-    events = ctx.journal.job_events(known)
+    theirs = [j for j in known if _owns(ctx, who, j)]
+    if len(theirs) < len(known):
+        ctx.count_bad("forbidden", f"{reply_user(who)} asked for other users' job events")
+    allowed = set(theirs)
+    unknown = tuple(j for j in request.job_ids if j not in allowed)
+    events = ctx.journal.job_events(theirs)
     ctx.reply(
         request.reply_to,
         HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown),
+        reply_user(who),
     )
 
 

@@ -55,6 +55,9 @@ class ActorSettings:
     #: reply, instead of one more per job (about 160 us of paho time each: with
     #: ``all`` a batched submission runs at ~3,700 jobs/s on MQTT, ~30,000 without).
     job_events: JobEvents = "lifecycle"
+    #: Also publish each job's events on its owner's ``users/<user>/events`` (on when
+    #: the scheduler logs in: with ACLs, a user reads only that topic).
+    owner_events: bool = False
 
     def __post_init__(self) -> None:
         for name in (

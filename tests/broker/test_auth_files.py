@@ -18,8 +18,10 @@ from broker.auth import (
     cluster_accounts,
     grants,
     hash_password,
+    identity_of,
     main,
     user_accounts,
+    write_auth_files,
 )
 from broker.topics import Topics, matches
 
@@ -145,10 +147,36 @@ def test_the_command_writes_files_and_prints_no_password(
 ) -> None:
     assert main(["--dir", str(tmp_path), "--agent", "n1", "--user", "alice", "--logins", "1"]) == 0
     out = capsys.readouterr().out
-    secrets = {p.name: p.read_text().strip() for p in (tmp_path / "secrets").iterdir()}
+    files = list((tmp_path / "secrets").iterdir())
+    secrets = {p.name: p.read_text().strip() for p in files if p.suffix != ".env"}
     assert set(secrets) == {"scheduler", "agent-n1", "alice"}
     for secret in secrets.values():
         assert secret not in out
     assert (tmp_path / "passwd").read_text().count("$7$101$") == 3
     with pytest.raises(SystemExit):
         main(["--dir", str(tmp_path), "--user", "a/b"])
+
+
+def test_a_login_env_file_names_the_secret_by_path(tmp_path: Path) -> None:
+    accounts = cluster_accounts(["n1"], ["alice"], ["root"], logins=2)
+    files = write_auth_files(tmp_path, accounts, TOPICS)
+    for account in accounts:
+        env = files.env_files[account.login]
+        assert env.stat().st_mode & 0o077 == 0
+        lines = dict(line.split("=", 1) for line in env.read_text().splitlines())
+        assert lines == {
+            "ACCORDION_MQTT_USERNAME": account.login,
+            "ACCORDION_MQTT_PASSWORD_FILE": str(files.secret_of(account.login).resolve()),
+            "ACCORDION_ROLE": account.role,
+        }
+        assert account.password not in env.read_text()
+        assert identity_of(account.login) == account.identity or account.role == "agent"
+
+
+def test_an_agent_relays_job_topics_but_no_user_may() -> None:
+    accounts = cluster_accounts(["n1"], ["alice"], [])
+    job_topics = (TOPICS.job_control("j1"), f"{TOPICS.root}/jobs/j1/ranks/0")
+    for account in accounts:
+        for topic in job_topics:
+            may = any(matches(f, topic) for f in _writes(account))
+            assert may == (account.role == "agent"), (account.login, topic)

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import threading
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from accordion.client import connect, run_async
+from accordion.client import Credentials, connect, run_async
 from accordion.cluster import BACKOFF_FIRST, STABLE, USAGE_ERROR, LocalCluster, Restart
 from accordion.errors import NoReplyError
 from accordion.processes import Child, UpError
@@ -34,6 +35,7 @@ from broker.bus import BusError
 from broker.codec import decode
 from broker.messages import AgentOnline
 from broker.mqtt import MqttBus, MqttSettings
+from broker.settings import read_secret
 from broker.topics import Topics
 from scheduler.journal import Journal
 from tests.accordion.live.conftest import two_agents
@@ -75,9 +77,24 @@ class Lines:
                 return line
 
 
-async def _kill_and_wait_for_new_incarnation(broker: str, root: str, machine: str, pid: int) -> str:
+def _admin(run_dir: Path, login: str) -> Credentials:
+    """One of the admin's logins ``accordion up`` generated (its default: logins and ACLs)."""
+    cluster: dict[str, Any] = json.loads((run_dir / "cluster.json").read_text())
+    env_file = Path(cluster["logins"][login])
+    env = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    return Credentials(env["ACCORDION_MQTT_USERNAME"], Path(env["ACCORDION_MQTT_PASSWORD_FILE"]))
+
+
+async def _kill_and_wait_for_new_incarnation(
+    broker: str, root: str, machine: str, pid: int, admin: Credentials
+) -> str:
     topic = Topics(root).agent_state(machine)
-    async with MqttBus(MqttSettings.from_url(broker), f"test-watch-{uuid.uuid4().hex[:8]}") as bus:
+    settings = replace(
+        MqttSettings.from_url(broker),
+        username=admin.username,
+        password=read_secret(admin.password_file),
+    )
+    async with MqttBus(settings, f"test-watch-{uuid.uuid4().hex[:8]}") as bus:
         await bus.subscribe(topic, qos=1)
         incarnations: list[str] = []
         async with asyncio.timeout(BOUND):
@@ -95,13 +112,13 @@ async def _kill_and_wait_for_new_incarnation(broker: str, root: str, machine: st
     raise AssertionError("the bus closed before the agent registered again")
 
 
-async def _online(broker: str, root: str, machine: str) -> bool:
+async def _online(broker: str, root: str, machine: str, admin: Credentials) -> bool:
     """Wait until the scheduler (through a broker that may be restarting) lists ``machine``
     online."""
     async with asyncio.timeout(BOUND):
         while True:
             try:
-                async with connect(broker, root, timeout=5.0) as client:
+                async with connect(broker, root, timeout=5.0, credentials=admin) as client:
                     while True:
                         try:
                             status = await client.status()
@@ -135,10 +152,11 @@ def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path)
         before: dict[str, Any] = json.loads((run_dir / "cluster.json").read_text())
         pids = {p["name"]: p["pid"] for p in before["processes"]}
         agent = f"agent-a-{tag}"
+        admin = _admin(run_dir, "admin~2")
 
         new = run_async(
             _kill_and_wait_for_new_incarnation(
-                before["broker"], before["root"], f"a-{tag}", pids[agent]
+                before["broker"], before["root"], f"a-{tag}", pids[agent], _admin(run_dir, "admin")
             )
         )
         assert new
@@ -156,14 +174,14 @@ def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path)
         for name in ("scheduler", f"agent-b-{tag}"):
             assert now[name]["pid"] == pids[name]
             assert now[name]["restarts"] == 0
-        assert run_async(_online(before["broker"], before["root"], f"a-{tag}"))
+        assert run_async(_online(before["broker"], before["root"], f"a-{tag}", admin))
 
         # The scheduler too: killed, restarted on its journal, it answers again and
         # learns both machines back from their retained registrations.
         os.kill(pids["scheduler"], signal.SIGKILL)
         assert "(restart 1, pid " in errors.wait_for("restarted scheduler scheduler")
         for machine in (f"a-{tag}", f"b-{tag}"):
-            assert run_async(_online(before["broker"], before["root"], machine))
+            assert run_async(_online(before["broker"], before["root"], machine, admin))
         assert up.poll() is None
 
         # And the broker: restarted on its port, everyone comes back to it (the
@@ -172,7 +190,7 @@ def test_a_sigkilled_agent_is_restarted_and_the_cluster_stays_up(tmp_path: Path)
         os.kill(broker["pid"], signal.SIGKILL)
         assert "(restart 1, pid " in errors.wait_for(f"restarted broker {broker['name']}")
         for machine in (f"a-{tag}", f"b-{tag}"):
-            assert run_async(_online(before["broker"], before["root"], machine))
+            assert run_async(_online(before["broker"], before["root"], machine, admin))
         assert up.poll() is None
     finally:
         up.send_signal(signal.SIGTERM)

@@ -339,7 +339,7 @@ class Cluster:
         )
         self.task = asyncio.create_task(self.actor.run(), name="test-scheduler")
         # Subscribed once the retained agent states have been replayed into the bus.
-        await eventually(lambda: len(self.bus._patterns) == 3)  # type: ignore[union-attr]
+        await eventually(lambda: len(self.bus._patterns) == 5)  # type: ignore[union-attr]
         return self.actor
 
     async def kill_scheduler(self) -> None:

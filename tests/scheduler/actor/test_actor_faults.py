@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.codec import encode
-from broker.messages import AgentOffline, JobEvent, RunningPart
+from broker.messages import AgentOffline, JobEvent, RunningPart, StatusReply, StatusRequest
 from scheduler.clock import ManualClock
 from scheduler.journal import Journal
 from tests.scheduler.actor.harness import SETTINGS, TOPICS, Cluster, eventually, spec
@@ -226,3 +226,28 @@ async def test_an_agent_that_keeps_its_state_current_is_not_reannounced_wrongly(
     await cluster.client.submit(spec("probe", 1))
     assert a1.cancels("j") == 0
     assert cluster.state("j") == "running"
+
+
+async def test_a_suspect_agent_is_cordoned_until_heard_again(cluster: Cluster) -> None:
+    """No new part goes to a SUSPECT agent; its running part stays; a heartbeat lifts it."""
+    quiet = await cluster.agent("quiet", 4, speed=2.0)
+    chatty = await cluster.agent("chatty", 1)
+    await cluster.client.submit(spec("running", 2))
+    await eventually(lambda: quiet.started("running"))
+    await chatty.heartbeat()
+    await cluster.tick(3.5)
+    assert cluster.agent_state("quiet") == "suspect"
+    await chatty.heartbeat()  # chatty was silent as long: heard again, it is not
+    await eventually(lambda: cluster.agent_state("chatty") == "online")
+    # 3 CPUs: quiet's 2 free ones plus chatty's 1. With quiet cordoned it must wait.
+    await cluster.client.submit(spec("wide", 3))
+    # A later batch's answer: the decision on the submission has been made by then.
+    await cluster.client.send(StatusRequest(request_id="probe", reply_to=cluster.client.name))
+    await cluster.client.inbox.expect(StatusReply, lambda r: r.request_id == "probe")
+    assert cluster.state("wide") == "queued"
+    assert not quiet.started("wide")
+    assert cluster.state("running") == "running"
+    await quiet.heartbeat(running=["running"])
+    await eventually(lambda: quiet.started("wide"))
+    assert chatty.started("wide")
+    assert cluster.agent_state("quiet") == "online"

@@ -76,6 +76,8 @@ async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
         assert not a2.started("run")
         await a2.heartbeat()
         await c.tick(6.0)  # past the 10 s grace (K = 1)
+        # 6 s silent made a2 SUSPECT (cordoned: no new parts); its heartbeat lifts that.
+        await a2.heartbeat()
         await eventually(lambda: a2.started("run"))
         await eventually(lambda: not actor.reconciling)
         assert actor.core.requeues("run") == 1

@@ -1,0 +1,100 @@
+"""``accordion auth init DIR``: a cluster's logins for a Mosquitto of one's own (compose, deploy).
+
+Writes what ``accordion up --auth`` generates for itself, for a broker and
+processes started some other way: Mosquitto's ``passwd`` (``$7$`` hashes)
+and ``acl`` files, and per login ``secrets/<login>`` (its password) and
+``secrets/<login>.env`` (``ACCORDION_MQTT_USERNAME``,
+``ACCORDION_MQTT_PASSWORD_FILE`` and ``ACCORDION_ROLE``: a path, never the
+secret). Every file is mode 0600. ``--relay-logins N`` adds N logins
+``agent-<m>~j1..N`` per agent with the agent's password, over which an agent
+started with ``--relay-logins N`` relays its job processes
+(``nodeagent.relay_logins``). Passwords are random and never printed; the
+command lists which file belongs to which login. Mosquitto also needs the
+lines of ``mosquitto.conf`` that :func:`broker.auth.mosquitto_auth_config`
+writes (``--conf`` prints them to a file); the password and ACL paths in them
+are the ones the broker sees, ``--mount`` when it runs in a container.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from accordion.display import out_console
+from accordion.errors import UserError, user_errors
+from accordion.options import RootOpt
+from broker.auth import AuthError, cluster_accounts, write_auth_files
+from broker.topics import DEFAULT_ROOT, TopicError, Topics
+
+auth_app = typer.Typer(
+    name="auth",
+    help="Logins and ACLs for a Mosquitto broker (password, ACL and per-login files).",
+    no_args_is_help=True,
+)
+
+
+@auth_app.command("init")
+def init(  # noqa: PLR0917 (typer reads the options from the parameters)
+    directory: Annotated[Path, typer.Argument(help="where to write the files (created)")],
+    agents: Annotated[
+        list[str] | None, typer.Option("--agent", help="an agent's machine id (repeatable)")
+    ] = None,
+    users: Annotated[list[str] | None, typer.Option("--user", help="a user (repeatable)")] = None,
+    admins: Annotated[
+        list[str] | None, typer.Option("--admin", help="an admin (repeatable)")
+    ] = None,
+    root: RootOpt = DEFAULT_ROOT,
+    logins: Annotated[
+        int, typer.Option("--logins", min=1, help="logins per user and admin (one per client)")
+    ] = 2,
+    relays: Annotated[
+        int,
+        typer.Option(
+            "--relay-logins",
+            min=0,
+            help="relay logins per agent (give the agent the same --relay-logins; "
+            "two per CPU is enough)",
+        ),
+    ] = 0,
+    mount: Annotated[
+        Path | None,
+        typer.Option("--mount", help="where the broker sees DIRECTORY (default: DIRECTORY)"),
+    ] = None,
+) -> None:
+    """Write a cluster's password, ACL and per-login files (secrets never printed)."""
+    with user_errors():
+        try:
+            accounts = cluster_accounts(
+                agents or [],
+                users or [],
+                admins or [],
+                logins=logins,
+                relays=dict.fromkeys(agents or [], relays),
+            )
+            files = write_auth_files(directory, accounts, Topics(root))
+        except (AuthError, TopicError) as exc:
+            raise UserError(str(exc)) from None
+        except OSError as exc:
+            raise UserError(f"cannot write {directory}: {exc.strerror}") from None
+    seen = mount if mount is not None else directory.resolve()
+    conf = directory / "mosquitto-auth.conf"
+    # The lines Mosquitto needs, with the paths as the broker sees them.
+    conf.write_text(
+        "allow_anonymous false\n"
+        f"password_file {seen / files.password_file.name}\n"
+        f"acl_file {seen / files.acl_file.name}\n"
+        "use_username_as_clientid true\n"
+    )
+    out_console.print(f"mosquitto.conf lines: {conf}", highlight=False)
+    for account in (a for a in accounts if not a.relay):
+        out_console.print(
+            f"{account.role:9} {account.identity:16} login {account.login:20} "
+            f"env {files.env_files[account.login]}",
+            highlight=False,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(auth_app)
