@@ -230,6 +230,19 @@ Spawn = Callable[[Launch], Awaitable[JobProcess]]
 """A spawn strategy: start the process of a launch (raises OSError if it cannot)."""
 
 
+def running_since(process: JobProcess, default: float) -> float:
+    """When ``process`` began running (wall s), if its strategy knows; else ``default``.
+
+    A forked process (``nodeagent.forkserver``) carries ``started_at``, the
+    instant of its fork, which it counts its work from: the part's run starts
+    there, and the launch before it is reported on its own. An interpreter
+    started by exec cannot say when it got going, so its part keeps the
+    agent's clock from before the spawn.
+    """
+    value = getattr(process, "started_at", None)
+    return value if isinstance(value, float) else default
+
+
 @dataclass(frozen=True, slots=True)
 class MqttSpawn:
     """Runs ``python -m nodeagent.job --host H --port P ...``: the job is an MQTT client."""
