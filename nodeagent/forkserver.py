@@ -65,8 +65,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from setproctitle import setproctitle
+
 from nodeagent.job import EXIT_LOST
 from nodeagent.job import main as job_main
+from nodeagent.spawn import JOB_MODULE
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,8 @@ def _child(argv: list[str], relay_fd: int, started: float, closing: Sequence[int
         # already warm), whatever the agent's clock said when it asked.
         args = [a for a in argv if not a.startswith("--start-at=")]
         args.append(f"--start-at={started!r}")
+        # ps and /proc show what runs here, as for an exec'd job process.
+        setproctitle(" ".join([sys.executable, "-m", JOB_MODULE, *args]))
         code = job_main(args)
     except SystemExit as exc:  # argparse's usage errors
         code = exc.code if isinstance(exc.code, int) else 2
