@@ -6,7 +6,7 @@ would spend 25 CPU-seconds just starting. So each agent starts one *fork
 server*: a child process (``python -m nodeagent.forkserver``) that imports
 the job module and its dependencies once, says ``ready``, and then forks one
 job process per request. A forked child runs ``nodeagent.job.main`` on the
-request's command line, with the request's socket as its stdin and stdout
+request's command line, with the request's two pipes as its stdin and stdout
 (the job's ``--pipe`` bus, relayed by its agent: ``nodeagent.relay``).
 
 The fork server is single-threaded and never runs an event loop, so a fork
@@ -14,8 +14,8 @@ copies no loop, thread or lock in use. It talks to its agent over a
 ``SOCK_SEQPACKET`` unix socket pair (one JSON message per packet; file
 descriptors ride along as ``SCM_RIGHTS``):
 
-- agent to server: ``{"op": "launch", "id": n, "argv": [...]}`` with one fd,
-  the job's end of its relay socket;
+- agent to server: ``{"op": "launch", "id": n, "argv": [...]}`` with two
+  fds, the job's ends of its two relay pipes (its stdin and stdout);
 - server to agent: ``{"op": "ready"}`` once warm; ``{"op": "started", "id":
   n, "pid": p, "at": t}`` with the child's pidfd (``at``: the wall time of the
   fork, which the child also counts its work from, so a part's run starts when
@@ -30,7 +30,7 @@ that reused the pid) and learns its exit code from the server's ``exited``.
 Failure rules:
 
 - The agent dies (even SIGKILL): the server reads EOF and exits; each job
-  reads EOF on its relay socket and exits ``EXIT_LOST``; the lease file stops
+  reads EOF on its relay pipe and exits ``EXIT_LOST``; the lease file stops
   any job that could not tell (``nodeagent.lease``). Nothing outlives it
   unseen.
 - The server dies: its jobs would be orphans whose exit codes nobody can read.
@@ -77,7 +77,7 @@ MODULE = "nodeagent.forkserver"
 MAX_MESSAGE = 1 << 16
 """64 KiB: a launch's command line is well under 1 KiB."""
 
-_FDS = socket.CMSG_SPACE(array.array("i", [0]).itemsize)
+_FDS = socket.CMSG_SPACE(2 * array.array("i", [0]).itemsize)
 
 
 class ForkServerError(OSError):
@@ -125,7 +125,9 @@ def _warm() -> None:
     gc.freeze()
 
 
-def _child(argv: list[str], relay_fd: int, started: float, closing: Sequence[int]) -> NoReturn:
+def _child(
+    argv: list[str], stdio: Sequence[int], started: float, closing: Sequence[int]
+) -> NoReturn:
     """In the forked child: become the job process of ``argv``; never returns."""
     code = 1
     try:
@@ -135,9 +137,10 @@ def _child(argv: list[str], relay_fd: int, started: float, closing: Sequence[int
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for fd in closing:
             os.close(fd)
-        os.dup2(relay_fd, 0)
-        os.dup2(relay_fd, 1)
-        os.close(relay_fd)
+        os.dup2(stdio[0], 0)
+        os.dup2(stdio[1], 1)
+        for fd in stdio:
+            os.close(fd)
         # The work counts from the fork: the moment this process runs (it is
         # already warm), whatever the agent's clock said when it asked.
         args = [a for a in argv if not a.startswith("--start-at=")]
@@ -194,7 +197,7 @@ def _launch(
     argv = message.get("argv")
     if (
         message.get("op") != "launch"
-        or len(fds) != 1
+        or len(fds) != 2
         or not isinstance(argv, list)
         or not all(isinstance(a, str) for a in argv)
     ):
@@ -206,12 +209,14 @@ def _launch(
     try:
         pid = os.fork()
     except OSError as exc:
-        os.close(fds[0])
+        for fd in fds:
+            os.close(fd)
         _send(sock, {"op": "failed", "id": request, "error": f"fork: {exc}"})
         return
     if pid == 0:
-        _child(argv, fds[0], started, closing)
-    os.close(fds[0])  # the child's now; the next child must not inherit it
+        _child(argv, fds, started, closing)
+    for fd in fds:
+        os.close(fd)  # the child's now; the next child must not inherit them
     # The child cannot be reaped before this server waits for it: the pid is its own.
     pidfd = os.pidfd_open(pid)
     try:
@@ -380,8 +385,8 @@ class ForkServer:
                 ) from exc
             log.info("fork server %d ready", process.pid)
 
-    async def launch(self, argv: Sequence[str], relay_fd: int) -> ForkedProcess:
-        """Fork ``python -m nodeagent.job *argv`` with ``relay_fd`` as its stdin/stdout."""
+    async def launch(self, argv: Sequence[str], stdin: int, stdout: int) -> ForkedProcess:
+        """Fork ``python -m nodeagent.job *argv`` on these two pipe ends (its relay)."""
         if self._closing:
             raise ForkServerError("the fork server is closing")
         if self._sock is None:
@@ -394,7 +399,7 @@ class ForkServer:
         future: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._pending[request] = future
         data = json.dumps({"op": "launch", "id": request, "argv": list(argv)}).encode()
-        fds = array.array("i", [relay_fd])
+        fds = array.array("i", [stdin, stdout])
         try:
             await self._sendmsg(sock, data, fds)
             return await future

@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -51,7 +51,7 @@ from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode
 from broker.messages import PartProgress
 from broker.topics import Topics, matches
-from nodeagent.forkserver import ForkedProcess, ForkServer, ForkServerError
+from nodeagent.forkserver import ForkedProcess, ForkServer
 from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
 from nodeagent.spawn import Launch
 
@@ -166,6 +166,8 @@ class Relay:
                         await self._up(session, frame)
                 except (PipeError, BusError) as exc:  # PipeError is a BusError
                     failure = exc
+                except ConnectionError:
+                    pass  # its end was torn down: it is gone, like an end of stream
                 finally:
                     down.cancel()
         finally:
@@ -239,14 +241,41 @@ def _inside(pattern: str, subtree: str) -> bool:
     return pattern.startswith(subtree) and len(pattern) > len(subtree)
 
 
+@dataclass(frozen=True, slots=True)
+class PipeStreams:
+    """Streams over the agent's ends of a job's two relay pipes; ``close()`` closes both."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    read_transport: asyncio.BaseTransport
+
+    def close(self) -> None:
+        self.writer.close()
+        self.read_transport.close()
+
+
+async def pipe_streams(read_fd: int, write_fd: int) -> PipeStreams:
+    """Streams over two pipe ends (they then own the fds)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(write_fd, "wb", buffering=0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return PipeStreams(reader, writer, read_transport)
+
+
 class RelayedJob:
     """A forked job process whose bus is the relay; :meth:`wait` relays until it exits."""
 
-    def __init__(self, process: ForkedProcess, relay: Relay, launch: Launch, sock: socket.socket):
+    def __init__(self, process: ForkedProcess, relay: Relay, launch: Launch, fds: tuple[int, int]):
         self._process = process
         self._relay = relay
         self._launch = launch
-        self._sock: socket.socket | None = sock
+        self._fds: tuple[int, int] | None = fds  # (its stdout's read end, its stdin's write end)
         self.started_at = process.started_at
 
     @property
@@ -261,16 +290,12 @@ class RelayedJob:
 
     async def wait(self) -> int:
         """Relay until the process exits; its exit code (a second call only waits)."""
-        sock, self._sock = self._sock, None
-        if sock is None:
+        fds, self._fds = self._fds, None
+        if fds is None:
             return await self._process.wait()
+        streams = await pipe_streams(*fds)
         try:
-            reader, writer = await asyncio.open_unix_connection(sock=sock)
-        except OSError:
-            sock.close()
-            raise
-        try:
-            await self._relay.serve(self._launch, reader, writer)
+            await self._relay.serve(self._launch, streams.reader, streams.writer)
         except PipeError as exc:
             log.error(
                 "job %s: bad frame from its process, killing it: %s", self._launch.job_id, exc
@@ -278,11 +303,11 @@ class RelayedJob:
             with contextlib.suppress(ProcessLookupError):
                 self._process.kill()
         except BusError as exc:
-            # Its socket closes below: the job reads EOF and stops (EXIT_LOST), as it
+            # Its stdin closes below: the job reads EOF and stops (EXIT_LOST), as it
             # would on a lost connection of its own.
             log.error("job %s: the agent's connection failed: %s", self._launch.job_id, exc)
         finally:
-            writer.close()
+            streams.close()
         return await self._process.wait()
 
 
@@ -294,14 +319,17 @@ class RelaySpawn:
     relay: Relay
 
     async def __call__(self, launch: Launch) -> RelayedJob:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        down_r, down_w = os.pipe2(os.O_CLOEXEC)
+        up_r, up_w = os.pipe2(os.O_CLOEXEC)
         try:
-            process = await self.server.launch(["--pipe", *launch.argv()], theirs.fileno())
-        except ForkServerError:
-            ours.close()
+            process = await self.server.launch(["--pipe", *launch.argv()], down_r, up_w)
+        except BaseException:
+            os.close(down_w)
+            os.close(up_r)
             raise
         finally:
-            theirs.close()
+            os.close(down_r)
+            os.close(up_w)
         decided = launch.start_at if launch.start_at is not None else time.time()
         latency = max(0.0, process.started_at - decided)
         self.server.stats.observe(latency)
@@ -311,4 +339,4 @@ class RelaySpawn:
             process.pid,
             latency * 1e3,
         )
-        return RelayedJob(process, self.relay, launch, ours)
+        return RelayedJob(process, self.relay, launch, (up_r, down_w))
