@@ -24,6 +24,9 @@ What a job may do (checked per frame, on the agent's side of the socket):
   own ``PartProgress`` (its job id, its agent, its attempt) on its agent's
   events topic, which is how the scheduler hears its progress today.
 
+Periodic progress reports are thinned to one per :data:`PROGRESS_EVERY`
+per job (``coalesced``): the first, every rate change and the last go through.
+
 Anything else is dropped and counted (:class:`RelayStats`: ``forged_publish``,
 ``forged_subscribe``) and the job goes on. A frame that cannot be read
 (``nodeagent.pipe.PipeError``: unknown op, absurd length, truncated) ends the
@@ -60,6 +63,18 @@ log = logging.getLogger(__name__)
 JOB_QUEUE = 256
 """Deliveries waiting for one job process (control messages are rare)."""
 
+PROGRESS_EVERY = 10.0
+"""Wall seconds between two periodic progress reports of a job that the relay forwards.
+
+A job reports every second (``nodeagent.job``); nobody acts on the reports in
+between (the scheduler estimates from the model), and a hundred jobs on one
+agent would cost the broker and the scheduler a hundred messages a second.
+The first report (readiness), a rate change (a resize) and the last one (the
+work done) always go through.
+"""
+
+_COALESCE = object()
+
 
 @dataclass(slots=True)
 class RelayStats:
@@ -72,6 +87,8 @@ class RelayStats:
     forged_subscribe: int = 0
     bad_frames: int = 0
     overflow: int = 0
+    #: Periodic progress reports not forwarded (see ``Relay.progress_every``).
+    coalesced: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -81,6 +98,8 @@ class _Session:
     queue: asyncio.Queue[Delivery] = field(default_factory=lambda: asyncio.Queue(JOB_QUEUE))
     patterns: list[str] = field(default_factory=list)
     warned: bool = False
+    #: The last progress forwarded: its monotonic time and rate (None: none yet).
+    reported: tuple[float, float] | None = None
 
 
 class _AgentBus:
@@ -115,8 +134,17 @@ class _AgentBus:
 class Relay:
     """The agent's connection, shared by the agent and its job processes."""
 
-    def __init__(self, bus: Bus, topics: Topics, agent_id: str, *, queue_size: int = 1024):
+    def __init__(
+        self,
+        bus: Bus,
+        topics: Topics,
+        agent_id: str,
+        *,
+        queue_size: int = 1024,
+        progress_every: float = PROGRESS_EVERY,
+    ):
         self.bus = bus
+        self.progress_every = progress_every
         self.topics = topics
         self.agent_id = agent_id
         self.agent_patterns: list[str] = []
@@ -186,7 +214,10 @@ class Relay:
                 self.stats.forged_subscribe += 1
                 self._forged(session, "subscribe to", frame.topic)
         elif frame.op == PUBLISH:
-            if self._may_publish(session, frame):
+            verdict = self._may_publish(session, frame)
+            if verdict is _COALESCE:
+                self.stats.coalesced += 1
+            elif verdict:
                 await self.bus.publish(frame.topic, frame.payload, retain=frame.retain)
                 self.stats.published += 1
             else:
@@ -195,7 +226,8 @@ class Relay:
         else:
             raise PipeError(f"unexpected frame {frame.op!r} from a job process")
 
-    def _may_publish(self, session: _Session, frame: Frame) -> bool:
+    def _may_publish(self, session: _Session, frame: Frame) -> bool | object:
+        """True, False (forged), or :data:`_COALESCE` (its own periodic progress, held)."""
         if any(c in frame.topic for c in "+#\0"):
             return False
         if frame.topic.startswith(session.subtree):
@@ -208,12 +240,24 @@ class Relay:
         except WireError:
             return False
         launch = session.launch
-        return (
+        if not (
             isinstance(message, PartProgress)
             and message.job_id == launch.job_id
             and message.agent_id == launch.agent
             and message.attempt == launch.attempt
-        )
+        ):
+            return False
+        now = time.monotonic()
+        previous = session.reported
+        if (
+            previous is None  # its readiness signal
+            or message.rate != previous[1]  # a resize took effect
+            or message.done >= launch.work  # the end of its work
+            or now - previous[0] >= self.progress_every
+        ):
+            session.reported = (now, message.rate)
+            return True
+        return _COALESCE
 
     def _forged(self, session: _Session, what: str, topic: str) -> None:
         if not session.warned:  # once per job: a hostile job must not flood the log

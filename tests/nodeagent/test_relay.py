@@ -139,7 +139,7 @@ async def test_a_forked_job_is_relayed_both_ways() -> None:
             cancel = CancelPart(job_id="real", attempt=1)
             await w.observer.publish(T.job_control("real"), encode(cancel))
         assert waiting.result() == EXIT_CANCELLED
-        assert w.relay.stats.published >= 2
+        assert w.relay.stats.published + w.relay.stats.coalesced >= 2
         assert w.relay.stats.delivered == 1
         assert w.relay.stats.forged_publish == w.relay.stats.forged_subscribe == 0
 
@@ -233,3 +233,26 @@ async def test_a_job_that_does_not_read_costs_only_itself() -> None:
         await w.observer.publish(T.agent_commands(AGENT), b"still served")
         assert (await anext(w.relay.agent_bus.deliveries())).payload == b"still served"
         assert w.relay.stats.overflow > 0
+
+
+async def test_periodic_progress_is_thinned_but_never_its_news() -> None:
+    job = launch("chatty", work=100.0)
+
+    def report(done: float, rate: float) -> Frame:
+        message = PartProgress(
+            job_id="chatty", agent_id=AGENT, done=done, rate=rate, at=1.0, attempt=1
+        )
+        return Frame(PUBLISH, T.agent_events(AGENT), encode(message))
+
+    sent = [report(0.0, 1.0), report(1.0, 1.0), report(2.0, 1.0), report(3.0, 0.5)]
+    sent += [report(4.0, 0.5), report(100.0, 0.5)]
+    async with world() as w, served(w, job) as (fake, _):
+        for frame in sent:
+            await fake.send(frame)
+        # Forwarded: the first (readiness), the rate change (a resize), the last (done).
+        for done in (0.0, 3.0, 100.0):
+            message = decode((await w.observed(T.agent_events(AGENT))).payload)
+            assert isinstance(message, PartProgress)
+            assert message.done == done
+        assert w.relay.stats.coalesced == 3
+        assert w.relay.stats.forged_publish == 0
