@@ -5,10 +5,9 @@ processes started some other way: Mosquitto's ``passwd`` (``$7$`` hashes)
 and ``acl`` files, and per login ``secrets/<login>`` (its password) and
 ``secrets/<login>.env`` (``ACCORDION_MQTT_USERNAME``,
 ``ACCORDION_MQTT_PASSWORD_FILE`` and ``ACCORDION_ROLE``: a path, never the
-secret). Every file is mode 0600. ``--relay-logins N`` adds N logins
-``agent-<m>~j1..N`` per agent with the agent's password, over which an agent
-started with ``--relay-logins N`` relays its job processes
-(``nodeagent.relay_logins``). Passwords are random and never printed; the
+secret). Every file is mode 0600. Job processes get no login: their agent
+relays them over its own connection (``nodeagent.relay``). Passwords are
+random and never printed; the
 command lists which file belongs to which login. Mosquitto also needs the
 lines of ``mosquitto.conf`` that :func:`broker.auth.mosquitto_auth_config`
 writes (``--conf`` prints them to a file); the password and ACL paths in them
@@ -49,15 +48,6 @@ def init(  # noqa: PLR0917 (typer reads the options from the parameters)
     logins: Annotated[
         int, typer.Option("--logins", min=1, help="logins per user and admin (one per client)")
     ] = 2,
-    relays: Annotated[
-        int,
-        typer.Option(
-            "--relay-logins",
-            min=0,
-            help="relay logins per agent (give the agent the same --relay-logins; "
-            "two per CPU is enough)",
-        ),
-    ] = 0,
     mount: Annotated[
         Path | None,
         typer.Option("--mount", help="where the broker sees DIRECTORY (default: DIRECTORY)"),
@@ -71,7 +61,6 @@ def init(  # noqa: PLR0917 (typer reads the options from the parameters)
                 users or [],
                 admins or [],
                 logins=logins,
-                relays=dict.fromkeys(agents or [], relays),
             )
             files = write_auth_files(directory, accounts, Topics(root))
         except (AuthError, TopicError) as exc:
@@ -88,7 +77,7 @@ def init(  # noqa: PLR0917 (typer reads the options from the parameters)
         "use_username_as_clientid true\n"
     )
     out_console.print(f"mosquitto.conf lines: {conf}", highlight=False)
-    for account in (a for a in accounts if not a.relay):
+    for account in accounts:
         out_console.print(
             f"{account.role:9} {account.identity:16} login {account.login:20} "
             f"env {files.env_files[account.login]}",

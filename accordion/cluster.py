@@ -152,11 +152,6 @@ LOGINS_PER_USER: Final = 4
 """Logins per user and admin: one connection each at a time (``broker.auth``)."""
 
 
-def relay_logins(machine: Machine) -> int:
-    """Relay logins of an agent (``nodeagent.relay_logins``): two per CPU."""
-    return 2 * machine.cpus
-
-
 LEASE_HEARTBEATS = 4
 """The agents' lease in heartbeats: two below the scheduler's silence limit of 6."""
 
@@ -194,6 +189,7 @@ class LocalCluster:
         clock: Callable[[], float] = time.monotonic,
         auth: bool | None = False,
         users: Sequence[str] = (),
+        extra_agents: Sequence[str] = (),
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
             raise ValueError(f"time scale must be > 0, got {time_scale!r}")
@@ -221,6 +217,9 @@ class LocalCluster:
             raise UserError(f"--user {ADMIN}: that name is the cluster's admin login")
         self.auth = auth
         self.users = tuple(users)
+        #: Machine ids given agent logins (``auth=True``) though no agent of theirs is
+        #: started here: agents that join from elsewhere.
+        self.extra_agents = tuple(extra_agents)
         #: The generated accounts' files (``auth=True``, once started).
         self.auth_files: AuthFiles | None = None
         self._admin_turn = 0
@@ -275,11 +274,10 @@ class LocalCluster:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.auth:
             accounts = cluster_accounts(
-                [m.id for m in self.spec.machines],
+                [m.id for m in self.spec.machines] + list(self.extra_agents),
                 self.users,
                 [ADMIN],
                 logins=LOGINS_PER_USER,
-                relays={m.id: relay_logins(m) for m in self.spec.machines},
             )
             self.auth_files = write_auth_files(self.run_dir / "auth", accounts, Topics(self.root))
         if self.broker_kind != "external":
@@ -539,9 +537,6 @@ class LocalCluster:
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")
-        if self.auth:
-            # Its job processes get no login: the agent relays them over its own.
-            argv.append(f"--relay-logins={relay_logins(machine)}")
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
         self._agents.append(child)

@@ -77,9 +77,6 @@ class Account:
     role: Role
     identity: str
     password: str = field(repr=False)
-    #: A relay login of an agent (:func:`relay_accounts`): it has no secret file of its
-    #: own, the agent's password is its.
-    relay: bool = False
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -111,20 +108,6 @@ def scheduler_account(password: str | None = None) -> Account:
 
 def agent_account(machine: str, password: str | None = None) -> Account:
     return Account(f"agent-{machine}", "agent", machine, password or new_password())
-
-
-def relay_accounts(agent: Account, n: int) -> tuple[Account, ...]:
-    """``n`` logins ``<agent login>~j1..n`` with the agent's role, identity and password.
-
-    The agent relays its job processes' connections over them
-    (``nodeagent.relay_logins``), one login per connection.
-    """
-    if agent.role != "agent":
-        raise AuthError(f"relay logins are an agent's, not a {agent.role}'s")
-    return tuple(
-        Account(f"{agent.login}~j{i}", "agent", agent.identity, agent.password, relay=True)
-        for i in range(1, n + 1)
-    )
 
 
 def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[Account, ...]:
@@ -251,8 +234,6 @@ def write_auth_files(directory: Path, accounts: Iterable[Account], topics: Topic
     secret_files = {}
     env_files = {}
     for account in accounts:
-        if account.relay:
-            continue  # its agent's secret is its own
         path = secret_dir / account.login
         _write_private(path, account.password + "\n")
         secret_files[account.login] = path
@@ -293,17 +274,11 @@ def cluster_accounts(
     admins: Iterable[str] = (),
     *,
     logins: int = 2,
-    relays: dict[str, int] | None = None,
 ) -> tuple[Account, ...]:
-    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin.
-
-    ``relays``: how many relay logins an agent gets (:func:`relay_accounts`).
-    """
+    """Fresh accounts of a cluster: the scheduler, each agent, each user and admin."""
     accounts = [scheduler_account()]
     for a in agents:
-        agent = agent_account(a)
-        accounts.append(agent)
-        accounts += relay_accounts(agent, (relays or {}).get(a, 0))
+        accounts.append(agent_account(a))
     for user in users:
         accounts += user_accounts(user, logins=logins)
     for admin in admins:

@@ -1,7 +1,9 @@
 """``python -m nodeagent``: run one node agent on an MQTT broker until SIGINT or SIGTERM.
 
-The bus is created with the agent's Last Will (``agent_will``), job processes
-are MQTT clients of the same broker (``MqttSpawn``), the loop is uvloop when
+The bus is created with the agent's Last Will (``agent_will``). Job processes
+are forked by the agent's warm launcher (``nodeagent.forkserver``) and reach
+the broker through the agent's own connection (``nodeagent.relay``): they
+hold no credentials and open no connection. The loop is uvloop when
 installed, and SIGINT/SIGTERM ask for the clean shutdown of
 ``nodeagent.agent`` (parts ended and reported ``lost``, then a retained
 goodbye). Exit status: 0 after a clean goodbye, 1 if the broker connection
@@ -17,17 +19,19 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from prometheus_client import CollectorRegistry
+
 from broker.bus import BusError
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
 from nodeagent.exporter import serve_metrics
+from nodeagent.forkserver import ForkServer
+from nodeagent.launch_exporter import LauncherCollector
 from nodeagent.lease import DEFAULT_LEASE
-from nodeagent.pipe import PipeSpawn
-from nodeagent.relay_logins import RelayLogins
+from nodeagent.relay import Relay, RelaySpawn
 from nodeagent.runner import run
-from nodeagent.spawn import MqttSpawn, Spawn
 
 log = logging.getLogger("nodeagent")
 
@@ -63,25 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         help="wall s parts run on without the broker acknowledging a heartbeat; keep it "
         "below the scheduler's silence limit (0: no lease; default %(default)s)",
     )
-    p.add_argument(
-        "--relay-logins",
-        type=int,
-        default=0,
-        help="with a login: relay job processes over N logins <login>~j1..N "
-        "(nodeagent.relay_logins; 0: job processes connect by themselves)",
-    )
     p.add_argument("--log-level", default="INFO")
     return p
-
-
-def _spawn(args: argparse.Namespace, mqtt: MqttSettings) -> Spawn:
-    """How job processes start: relayed over the agent's logins, or on their own."""
-    if args.relay_logins > 0:
-        if mqtt.username is None:
-            raise ValueError("--relay-logins needs the agent's login (ACCORDION_MQTT_USERNAME)")
-        # Job processes hold no credentials: their bus runs over the agent's logins.
-        return PipeSpawn(RelayLogins(mqtt, args.relay_logins).connect)
-    return MqttSpawn(args.host, args.port)
 
 
 async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSettings) -> int:
@@ -98,17 +85,22 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     try:
         # Credentials, if any, come from the environment (ACCORDION_MQTT_*), never argv.
         mqtt = MqttSettings(host=args.host, port=args.port).with_env()
-        spawn = _spawn(args, mqtt)
     except ValueError as exc:
         log.error("agent %s: %s", machine.id, exc)
         return 2
     try:
-        async with MqttBus(mqtt, f"agent-{machine.id}", will=will, on_reconnect=reconnected) as bus:
+        async with (
+            MqttBus(mqtt, f"agent-{machine.id}", will=will, on_reconnect=reconnected) as bus,
+            ForkServer() as launcher,
+            asyncio.TaskGroup() as tg,
+        ):
+            relay = Relay(bus, topics, machine.id)
+            pump = tg.create_task(relay.pump(), name=f"agent-{machine.id}-relay")
             agent = NodeAgent(
-                bus=bus,
+                bus=relay.agent_bus,
                 topics=topics,
                 machine=machine,
-                spawn=spawn,
+                spawn=RelaySpawn(launcher, relay),
                 settings=settings,
                 incarnation=incarnation,
             )
@@ -118,11 +110,16 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
                 loop.add_signal_handler(signum, agent.stop)
             metrics = None
             if args.metrics_port is not None:
-                metrics = serve_metrics(agent.stats, port=args.metrics_port, addr=args.metrics_addr)
+                registry = CollectorRegistry()
+                registry.register(LauncherCollector(machine.id, launcher.stats, relay.stats))
+                metrics = serve_metrics(
+                    agent.stats, port=args.metrics_port, addr=args.metrics_addr, registry=registry
+                )
                 log.info("metrics on http://%s:%d/metrics", args.metrics_addr, metrics.port)
             try:
                 await agent.run()
             finally:
+                pump.cancel()
                 if metrics is not None:
                     metrics.close()
     except* BusError as group:  # a failed connect, or the connection lost while running

@@ -113,7 +113,7 @@ from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
 from nodeagent.job import EXIT_LOST
 from nodeagent.lease import DEFAULT_LEASE, LeaseFile
-from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, model_of
+from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, model_of, running_since
 
 log = logging.getLogger(__name__)
 
@@ -646,6 +646,10 @@ class NodeAgent:
         except OSError as exc:
             await self._refuse(job.id, attempt, "failed", f"cannot start its process: {exc}")
             return
+        # Launcher hook (nodeagent.forkserver): a process that knows when it began
+        # running dates the part from there; the launch is not part of the run.
+        launched = running_since(process, at)
+        now, at = now + (launched - at), launched
         rate = launch.rate()
         part = _Part(
             launch=launch,

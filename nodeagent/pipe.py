@@ -39,7 +39,8 @@ from nodeagent.spawn import JOB_MODULE, Launch
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct("!cBHI")
-_PUBLISH, _SUBSCRIBE, _DELIVER = b"P", b"S", b"D"
+PUBLISH, SUBSCRIBE, DELIVER = b"P", b"S", b"D"
+_PUBLISH, _SUBSCRIBE, _DELIVER = PUBLISH, SUBSCRIBE, DELIVER
 MAX_PAYLOAD = 1 << 24
 """16 MiB: far above any message of the protocol, low enough to refuse garbage lengths."""
 

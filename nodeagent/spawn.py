@@ -11,9 +11,13 @@ A *spawn strategy* turns a launch into a running :class:`JobProcess` (an
 ``asyncio.subprocess.Process`` fits the protocol as it is). The agent only
 knows the protocol, so tests and the CLI choose the transport:
 
+- ``nodeagent.relay.RelaySpawn`` (the production path, ``python -m
+  nodeagent``): forks the job process from the agent's warm launcher
+  (``nodeagent.forkserver``) and relays its bus over the agent's own
+  connection, fenced to the job's own topics;
 - :class:`MqttSpawn` runs the job module as an MQTT client of the same broker
-  (the production path: the job process subscribes to its control topic and
-  publishes its progress itself);
+  (an open broker only: the job process has no credentials; kept for the
+  benchmark that hosts hundreds of agents in one process, and its tests);
 - ``nodeagent.pipe.PipeSpawn`` runs the same module with its bus relayed over
   its stdin/stdout through a client the agent opens (any bus, e.g. the
   in-process memory broker of the tests);
@@ -228,6 +232,19 @@ class JobProcess(Protocol):
 
 Spawn = Callable[[Launch], Awaitable[JobProcess]]
 """A spawn strategy: start the process of a launch (raises OSError if it cannot)."""
+
+
+def running_since(process: JobProcess, default: float) -> float:
+    """When ``process`` began running (wall s), if its strategy knows; else ``default``.
+
+    A forked process (``nodeagent.forkserver``) carries ``started_at``, the
+    instant of its fork, which it counts its work from: the part's run starts
+    there, and the launch before it is reported on its own. An interpreter
+    started by exec cannot say when it got going, so its part keeps the
+    agent's clock from before the spawn.
+    """
+    value = getattr(process, "started_at", None)
+    return value if isinstance(value, float) else default
 
 
 @dataclass(frozen=True, slots=True)

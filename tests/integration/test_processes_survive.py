@@ -64,8 +64,10 @@ def _decodes(payload: bytes) -> bool:
 
 
 def children_of(pid: int) -> list[int]:
+    """Every descendant of ``pid``: the agent's job processes are its launcher's children."""
     out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
-    return [int(p) for p in out.stdout.split()]
+    children = [int(p) for p in out.stdout.split()]
+    return sorted(children + [d for c in children for d in children_of(c)])
 
 
 async def ask_status(bus: MqttBus, box: Inbox, topics: Topics, n: int) -> StatusReply:

@@ -45,7 +45,8 @@ def job_processes(job_id: str) -> dict[int, int]:
         if not entry.name.isdigit():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # NULs between exec'd arguments, spaces in a forked job's title.
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split()
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue

@@ -1,0 +1,551 @@
+"""A pre-warmed launcher per agent: job processes cost a fork, not an interpreter start.
+
+Theory of operation. Starting ``python -m nodeagent.job`` costs about 0.4 s
+of CPU (the interpreter, then msgspec, uvloop, aiomqtt, ...); a 64-rank job
+would spend 25 CPU-seconds just starting. So each agent starts one *fork
+server*: a child process (``python -m nodeagent.forkserver``) that imports
+the job module and its dependencies once, says ``ready``, and then forks one
+job process per request. A forked child runs ``nodeagent.job.main`` on the
+request's command line, with the request's two pipes as its stdin and stdout
+(the job's ``--pipe`` bus, relayed by its agent: ``nodeagent.relay``).
+
+The fork server is single-threaded and never runs an event loop, so a fork
+copies no loop, thread or lock in use. It talks to its agent over a
+``SOCK_SEQPACKET`` unix socket pair (one JSON message per packet; file
+descriptors ride along as ``SCM_RIGHTS``):
+
+- agent to server: ``{"op": "launch", "id": n, "argv": [...]}`` with two
+  fds, the job's ends of its two relay pipes (its stdin and stdout);
+- server to agent: ``{"op": "ready"}`` once warm; ``{"op": "started", "id":
+  n, "pid": p, "at": t}`` with the child's pidfd (``at``: the wall time of the
+  fork, which the child also counts its work from, so a part's run starts when
+  its process does); ``{"op": "failed", "id": n, "error": "..."}``;
+  ``{"op": "exited", "pid": p, "code": c}`` (negative ``c``: killed by that
+  signal), as the server reaps its children on SIGCHLD.
+
+Supervision (the agent side is :class:`ForkServer`). The agent signals a job
+through the child's pidfd (``pidfd_send_signal``: never another process
+that reused the pid) and learns its exit code from the server's ``exited``.
+
+Failure rules:
+
+- The agent dies (even SIGKILL): the server reads EOF and exits; each job
+  reads EOF on its relay pipe and exits ``EXIT_LOST``; the lease file stops
+  any job that could not tell (``nodeagent.lease``). Nothing outlives it
+  unseen.
+- The server dies: its jobs would be orphans whose exit codes nobody can read.
+  So the agent SIGKILLs them through their pidfds, waits until they are gone,
+  and reports each with ``EXIT_LOST`` (the agent reports ``fenced``, which the
+  scheduler requeues: the job did nothing wrong). A launch in flight fails
+  with ``OSError`` (the agent refuses that part ``failed``); the next launch
+  starts a new server. :attr:`ForkServerStats.restarts` counts the deaths.
+- SIGINT and SIGTERM do not stop the server (a Ctrl-C at a terminal reaches the
+  agent's whole process group, and the agent stops its parts first); it
+  leaves when its agent closes the socket. Children get the default handlers
+  back before the job module runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from setproctitle import setproctitle
+
+from nodeagent.job import EXIT_LOST
+from nodeagent.job import main as job_main
+from nodeagent.spawn import JOB_MODULE
+
+log = logging.getLogger(__name__)
+
+MQTT_ENV = "ACCORDION_MQTT_"
+"""The prefix of the broker login's variables (``broker.settings``), kept from jobs."""
+MODULE = "nodeagent.forkserver"
+MAX_MESSAGE = 1 << 16
+"""64 KiB: a launch's command line is well under 1 KiB."""
+
+_FDS = socket.CMSG_SPACE(2 * array.array("i", [0]).itemsize)
+
+
+class ForkServerError(OSError):
+    """The fork server is gone or refused a launch."""
+
+
+# -- the server process -----------------------------------------------------------------
+
+
+def _send(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:
+    data = json.dumps(message).encode()
+    if fd is None:
+        sock.sendmsg([data])
+    else:
+        fds = array.array("i", [fd])
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+
+
+def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
+    """One message and its fds; (None, []) at EOF."""
+    data, ancdata, _flags, _addr = sock.recvmsg(MAX_MESSAGE, _FDS)
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    message = json.loads(data)
+    if not isinstance(message, dict):
+        raise ValueError(f"fork server message is not an object: {data[:80]!r}")
+    return message, fds
+
+
+def _warm() -> None:
+    """Settle what every job process shares, once, before any fork.
+
+    The job module and its dependencies (msgspec, uvloop, aiomqtt) are
+    imported with this module.
+    """
+    # Objects alive now are shared by every child; keeping the collector off them
+    # keeps their pages shared (no copy-on-write from refcount-free GC passes).
+    gc.collect()
+    gc.freeze()
+
+
+def _child(
+    argv: list[str], stdio: Sequence[int], started: float, closing: Sequence[int]
+) -> NoReturn:
+    """In the forked child: become the job process of ``argv``; never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in closing:
+            os.close(fd)
+        os.dup2(stdio[0], 0)
+        os.dup2(stdio[1], 1)
+        for fd in stdio:
+            os.close(fd)
+        # The work counts from the fork: the moment this process runs (it is
+        # already warm), whatever the agent's clock said when it asked.
+        args = [a for a in argv if not a.startswith("--start-at=")]
+        args.append(f"--start-at={started!r}")
+        # ps and /proc show what runs here, as for an exec'd job process.
+        setproctitle(" ".join([sys.executable, "-m", JOB_MODULE, *args]))
+        code = job_main(args)
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:  # noqa: BLE001 (the child must never return into the server's loop)
+        # A bug in the job: its traceback, then exit 1.
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+            sys.stderr.flush()
+    os._exit(code)
+
+
+def serve(sock: socket.socket) -> int:
+    """The fork server's loop, until its agent closes ``sock``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    # A handler (not SIG_DFL) so the kernel delivers SIGCHLD and the wakeup fd is written.
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    _warm()
+    _send(sock, {"op": "ready", "pid": os.getpid()})
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    # What a child must not keep: it is its agent's launcher's, not the job's.
+    closing = (sock.fileno(), wake_r, wake_w, selector.fileno())
+    while True:
+        for key, _ in selector.select():
+            if key.fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(wake_r, 4096):
+                        pass
+                _reap(sock)
+                continue
+            message, fds = _recv(sock)
+            if message is None:
+                return 0  # the agent is gone or done: so is its launcher
+            _launch(sock, message, fds, closing)
+        _reap(sock)
+
+
+def _launch(
+    sock: socket.socket, message: dict[str, Any], fds: list[int], closing: Sequence[int]
+) -> None:
+    request = message.get("id")
+    argv = message.get("argv")
+    if (
+        message.get("op") != "launch"
+        or len(fds) != 2
+        or not isinstance(argv, list)
+        or not all(isinstance(a, str) for a in argv)
+    ):
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"op": "failed", "id": request, "error": "malformed launch request"})
+        return
+    started = time.time()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"op": "failed", "id": request, "error": f"fork: {exc}"})
+        return
+    if pid == 0:
+        _child(argv, fds, started, closing)
+    for fd in fds:
+        os.close(fd)  # the child's now; the next child must not inherit them
+    # The child cannot be reaped before this server waits for it: the pid is its own.
+    pidfd = os.pidfd_open(pid)
+    try:
+        _send(sock, {"op": "started", "id": request, "pid": pid, "at": started}, pidfd)
+    finally:
+        os.close(pidfd)
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
+    parser.add_argument("--fd", type=int, required=True, help="the agent's socket (inherited)")
+    args = parser.parse_args(argv)
+    with socket.socket(fileno=args.fd) as sock:
+        sock.setblocking(True)
+        try:
+            return serve(sock)
+        except (BrokenPipeError, ConnectionResetError):
+            return 0  # the agent went away while we were telling it something
+
+
+# -- the agent's side --------------------------------------------------------------------
+
+LAUNCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Upper bounds (wall s) of the launch-latency histogram; +Inf is implied."""
+
+
+@dataclass(slots=True)
+class ForkServerStats:
+    """Launches and their latency (decision to fork), for the agent's exporter."""
+
+    launches: int = 0
+    failed: int = 0
+    restarts: int = 0
+    #: Cumulative counts per bucket of :data:`LAUNCH_BUCKETS`, then +Inf.
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LAUNCH_BUCKETS) + 1))
+    latency_sum: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.launches += 1
+        self.latency_sum += seconds
+        for i, bound in enumerate(LAUNCH_BUCKETS):
+            if seconds <= bound:
+                self.buckets[i] += 1
+        self.buckets[-1] += 1
+
+
+class ForkedProcess:
+    """A job process forked by the fork server; fits ``nodeagent.spawn.JobProcess``.
+
+    ``started_at`` is the wall time of its fork (the part's run starts there).
+    """
+
+    def __init__(self, pid: int, pidfd: int, started_at: float, exit_code: asyncio.Future[int]):
+        self._pid = pid
+        self._pidfd: int | None = pidfd
+        self.started_at = started_at
+        self._exit = exit_code
+        exit_code.add_done_callback(lambda _: self._close())
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.result() if self._exit.done() else None
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, signum: int) -> None:
+        """ProcessLookupError once it has exited (never a recycled pid)."""
+        if self._pidfd is None:
+            raise ProcessLookupError(f"job process {self._pid} has exited")
+        signal.pidfd_send_signal(self._pidfd, signum)
+
+    def _close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+class ForkServer:
+    """The agent's handle on its fork server; ``async with ForkServer() as fs``.
+
+    :meth:`launch` starts the server on first use and again after it died.
+    """
+
+    def __init__(self, *, python: str = sys.executable, ready_timeout: float = 60.0) -> None:
+        self._python = python
+        self._ready_timeout = ready_timeout
+        self._sock: socket.socket | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._ready: asyncio.Future[int] | None = None
+        self._starting: asyncio.Lock | None = None
+        self._pending: dict[int, asyncio.Future[ForkedProcess]] = {}
+        self._children: dict[int, tuple[ForkedProcess, asyncio.Future[int]]] = {}
+        self._next_id = 0
+        self._closing = False
+        self._reaper: set[asyncio.Task[None]] = set()
+        self.stats = ForkServerStats()
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs."""
+        return None if self._process is None else self._process.pid
+
+    async def __aenter__(self) -> ForkServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the server (if it is not running) and wait until it is warm."""
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+        async with self._starting:
+            if self._sock is not None:
+                return
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    self._python,
+                    "-m",
+                    MODULE,
+                    f"--fd={theirs.fileno()}",
+                    pass_fds=(theirs.fileno(),),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    # Job processes reach the broker only through their agent: they get
+                    # none of its login (not even the path of its secret).
+                    env={k: v for k, v in os.environ.items() if not k.startswith(MQTT_ENV)},
+                )
+            except OSError:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            ours.setblocking(False)
+            loop = asyncio.get_running_loop()
+            self._sock, self._process = ours, process
+            self._ready = loop.create_future()
+            loop.add_reader(ours.fileno(), self._readable)
+            try:
+                async with asyncio.timeout(self._ready_timeout):
+                    await asyncio.shield(self._ready)
+            except TimeoutError as exc:
+                self._died("it did not get ready in time")
+                raise ForkServerError(
+                    f"the fork server was not ready in {self._ready_timeout:g} s"
+                ) from exc
+            log.info("fork server %d ready", process.pid)
+
+    async def launch(self, argv: Sequence[str], stdin: int, stdout: int) -> ForkedProcess:
+        """Fork ``python -m nodeagent.job *argv`` on these two pipe ends (its relay)."""
+        if self._closing:
+            raise ForkServerError("the fork server is closing")
+        if self._sock is None:
+            await self.start()
+        sock = self._sock
+        if sock is None:
+            raise ForkServerError("the fork server is not running")
+        self._next_id += 1
+        request = self._next_id
+        future: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
+        self._pending[request] = future
+        data = json.dumps({"op": "launch", "id": request, "argv": list(argv)}).encode()
+        fds = array.array("i", [stdin, stdout])
+        try:
+            await self._sendmsg(sock, data, fds)
+            return await future
+        except OSError:
+            self.stats.failed += 1
+            raise
+        finally:
+            self._pending.pop(request, None)
+
+    async def _sendmsg(self, sock: socket.socket, data: bytes, fds: array.array[int]) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                return
+            except BlockingIOError:
+                writable = loop.create_future()
+                loop.add_writer(sock.fileno(), writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(sock.fileno())
+            except OSError as exc:
+                raise ForkServerError(f"the fork server is gone: {exc}") from exc
+
+    def _readable(self) -> None:
+        sock = self._sock
+        while sock is not None and sock is self._sock:
+            try:
+                message, fds = _recv(sock)
+            except BlockingIOError:
+                return
+            except (OSError, ValueError) as exc:
+                self._died(f"its socket failed: {exc}")
+                return
+            if message is None:
+                self._died("it exited")
+                return
+            self._dispatch(message, fds)
+
+    def _dispatch(self, message: dict[str, Any], fds: list[int]) -> None:
+        op = message.get("op")
+        if op == "ready" and self._ready is not None and not self._ready.done():
+            self._ready.set_result(int(message["pid"]))
+        elif op == "started" and len(fds) == 1:
+            self._started(message, fds[0])
+            return
+        elif op == "failed":
+            future = self._pending.get(message.get("id", -1))
+            if future is not None and not future.done():
+                future.set_exception(ForkServerError(str(message.get("error"))))
+        elif op == "exited":
+            entry = self._children.pop(int(message["pid"]), None)
+            if entry is not None and not entry[1].done():
+                entry[1].set_result(int(message["code"]))
+        else:  # our own server said something else: a bug, shown loudly
+            log.error("fork server: unexpected message %r", message)
+        for fd in fds:
+            os.close(fd)
+
+    def _started(self, message: dict[str, Any], pidfd: int) -> None:
+        loop = asyncio.get_running_loop()
+        pid, at = int(message["pid"]), float(message["at"])
+        exit_code: asyncio.Future[int] = loop.create_future()
+        process = ForkedProcess(pid, pidfd, at, exit_code)
+        self._children[pid] = (process, exit_code)
+        future = self._pending.get(message.get("id", -1))
+        if future is not None and not future.done():
+            future.set_result(process)
+        else:  # its launcher was cancelled meanwhile: nobody supervises it
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+
+    def _died(self, why: str) -> None:
+        """The server is gone: fail its launches, stop its orphans (see the docstring)."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
+        sock.close()
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(ForkServerError(f"the fork server died: {why}"))
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ForkServerError(f"the fork server died: {why}"))
+        children, self._children = self._children, {}
+        if not self._closing:
+            self.stats.restarts += 1
+            log.error(
+                "fork server %s died (%s): killing its %d job process(es); they are reported lost",
+                self.pid,
+                why,
+                len(children),
+            )
+        process = self._process
+        task = loop.create_task(self._bury(process, children), name="forkserver-bury")
+        self._reaper.add(task)
+        task.add_done_callback(self._reaper.discard)
+
+    async def _bury(
+        self,
+        server: asyncio.subprocess.Process | None,
+        children: dict[int, tuple[ForkedProcess, asyncio.Future[int]]],
+    ) -> None:
+        for process, exit_code in children.values():
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            pidfd = process._pidfd
+            if pidfd is not None:
+                await _exited(pidfd)  # readable once the process is gone (not our child)
+            if not exit_code.done():
+                exit_code.set_result(EXIT_LOST)
+        if server is not None:
+            code = await server.wait()
+            if server is self._process:
+                self._process = None
+            log.info("fork server %d exited with %d", server.pid, code)
+
+    async def close(self) -> None:
+        """Stop the server (it exits on EOF); its remaining children are killed."""
+        self._closing = True
+        self._died("closed by its agent")
+        while self._reaper:
+            await asyncio.gather(*self._reaper)
+
+
+async def _exited(pidfd: int) -> None:
+    loop = asyncio.get_running_loop()
+    gone: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(pidfd, readable)
+    try:
+        await gone
+    finally:
+        loop.remove_reader(pidfd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
