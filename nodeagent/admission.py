@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -21,6 +23,7 @@ from broker.codec import WireError, decode, encode
 from broker.messages import (
     CancelPart,
     Message,
+    MpiSpec,
     PartFinished,
     PartStarted,
     ResizePart,
@@ -28,8 +31,10 @@ from broker.messages import (
 )
 from broker.topics import Topics
 from model.machine import Machine
+from nodeagent.cpuset import SlotPool, find_ranks, format_cpuset, pin_part
 from nodeagent.lease import LeaseFile
-from nodeagent.parts import Counters, Exited, Mail, Part
+from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound
+from nodeagent.ranks import MpiParams, ParamsError
 from nodeagent.registration import execution_model
 from nodeagent.settings import AgentSettings, Reason
 from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn
@@ -59,6 +64,8 @@ class Admission:
     _counters: Counters
     _stopping: bool
     _tg: asyncio.TaskGroup | None
+    _pool: SlotPool
+    incarnation: str
 
     @property
     def agent_id(self) -> str:
@@ -123,7 +130,18 @@ class Admission:
             procs, cpus = job.procs, command.cpus
         else:
             procs, cpus = command.cpus, command.cpus
+        mpi = _mpi_params(job.mpi) if job.workload == "mpi" else None
+        # Ranks of this part: its share of the job's processes at the job's MPL (a
+        # part is started with ranks = CPUs x MPL; a later resize only re-pins them).
+        ranks = job.procs if command.parts == 1 else max(1, round(command.cpus * procs / cpus))
         return Launch(
+            mpi=mpi,
+            ranks=ranks if mpi is not None else 0,
+            rank_offset=command.part * ranks if mpi is not None else 0,
+            total_ranks=job.procs if mpi is not None else 0,
+            part=min(command.part, command.parts - 1),
+            parts=command.parts,
+            failure_file=self._failure_file(job.id, max(1, command.attempt)),
             start_at=start_at,
             agent=self.agent_id,
             job_id=job.id,
@@ -141,6 +159,11 @@ class Admission:
             lease_file=None if self._lease is None else str(self._lease.path),
             lease=self.settings.lease,
         )
+
+    def _failure_file(self, job_id: str, attempt: int) -> str:
+        folder = self.settings.lease_dir or tempfile.gettempdir()
+        name = f"accordion-{self.agent_id}-{self.incarnation[:8]}-{job_id}-{attempt}.failure"
+        return os.path.join(folder, name)
 
     async def _start(self, command: StartPart) -> None:
         job = command.job
@@ -227,11 +250,21 @@ class Admission:
             changed=now,
             deadline=self._deadline(now, job.walltime, rate, launch.time_scale),
         )
+        part.failure_file = launch.failure_file
+        part.slots = self._pool.take(part.cpus)
         self._parts[job.id] = part
         self._busy += part.cpus
         self._counters.started += 1
         if self._tg is None:
             raise RuntimeError("parts are started by the drain loop, which run() starts")
+        if launch.mpi is not None:
+            # The leader now, so ranks it forks before they are found inherit the
+            # part's cores; each rank on its own core once found (``_ranks_found``).
+            pin_part(self._pool, part.slots, process.pid, ())
+            self._tg.create_task(
+                self._find_ranks(job.id, attempt, process.pid, launch.ranks),
+                name=f"agent-{self.agent_id}-ranks-{job.id}",
+            )
         self._tg.create_task(
             self._supervise(job.id, attempt, process), name=f"agent-{self.agent_id}-part-{job.id}"
         )
@@ -286,6 +319,11 @@ class Admission:
         scale = part.launch.time_scale
         part.budget = max(0.0, part.budget - part.rate * scale * (now - part.changed))
         part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
+        before = self._pool.cores_of(part.slots)
+        part.slots = self._pool.resize(part.slots, command.cpus)
+        if part.launch.mpi is not None:
+            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+        self._counters.resizes += 1
         part.deadline = self._deadline(now, part.budget, rate, scale)
         self._busy += growth
         forward = ResizePart(
@@ -297,7 +335,12 @@ class Admission:
         )
         await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
         log.info(
-            "part %s resized to %d CPUs at pace %g", command.job_id, command.cpus, command.pace
+            "part %s resized to %d CPUs at pace %g: cores %s -> %s",
+            command.job_id,
+            command.cpus,
+            command.pace,
+            format_cpuset(before),
+            format_cpuset(self._pool.cores_of(part.slots)),
         )
 
     def _cancel(self, command: CancelPart) -> None:
@@ -324,7 +367,28 @@ class Admission:
         elif part.ending == "lost":
             part.ending = "cancelled"  # asked by the scheduler while the agent stops
 
-    async def _report_finished(self, job_id: str, attempt: int, code: int, reason: Reason) -> None:
+    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
+        """Helper task: post the part's rank pids once the leader forked them all."""
+        pids = await find_ranks(leader, count, patience=self.settings.rank_search)
+        await self._mailbox.put(RanksFound(job_id, attempt, pids))
+
+    def _ranks_found(self, found: RanksFound) -> None:
+        part = self._parts.get(found.job_id)
+        if part is None or part.attempt != found.attempt:
+            return  # it ended meanwhile
+        if len(found.pids) < part.launch.ranks:
+            log.warning(
+                "part %s: %d of its %d ranks found: they stay on the part's cores",
+                found.job_id,
+                len(found.pids),
+                part.launch.ranks,
+            )
+        part.ranks = found.pids
+        pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+
+    async def _report_finished(
+        self, job_id: str, attempt: int, code: int, reason: Reason, detail: str | None = None
+    ) -> None:
         self._finished[(job_id, attempt)] = reason
         while len(self._finished) > self.settings.remember_finished:
             self._finished.popitem(last=False)
@@ -336,6 +400,7 @@ class Admission:
             at=self._clock(),
             reason=reason,
             attempt=attempt,
+            detail=detail,
         )
         await self._publish(self._events, finished)
 
@@ -346,3 +411,18 @@ class Admission:
 def _mpl_cpus(command: ResizePart) -> int:
     """The CPUs that, with the job's processes, give the resized part's MPL."""
     return command.cpus if command.job_cpus is None else command.job_cpus
+
+
+def _mpi_params(spec: MpiSpec | None) -> MpiParams:
+    """The MPI-like parameters a job carries (their defaults when it carries none)."""
+    if spec is None:
+        return MpiParams()
+    try:
+        return MpiParams(
+            iterations=spec.iterations,
+            compute=spec.compute,
+            message_bytes=spec.message_bytes,
+            pattern=spec.pattern,
+        )
+    except ParamsError as exc:
+        raise LaunchError(str(exc)) from exc

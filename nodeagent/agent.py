@@ -89,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -98,9 +99,10 @@ from broker.messages import AgentOffline, AgentOnline, Heartbeat, RunningPart, S
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.admission import Admission
+from nodeagent.cpuset import SlotPool, checked_cpuset, own_cpuset
 from nodeagent.job import EXIT_LOST
 from nodeagent.lease import LeaseFile
-from nodeagent.parts import Counters, Exited, Mail, Part, Reconnected
+from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound, Reconnected
 from nodeagent.registration import agent_will, execution_model, machine_spec, new_incarnation
 from nodeagent.settings import REASONS, AgentSettings, AgentStats, Reason
 from nodeagent.spawn import Spawn
@@ -148,6 +150,10 @@ class NodeAgent(Admission):
         self._events = topics.agent_events(machine.id)
         self._state = topics.agent_state(machine.id)
         self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(self.settings.mailbox_size)
+        cores = self.settings.cpuset
+        self._pool = SlotPool(
+            cores=own_cpuset() if cores is None else checked_cpuset(cores), slots=machine.cpus
+        )
         self._parts: dict[str, Part] = {}
         # (job id, attempt) of parts this incarnation ended, for StartPart's idempotency.
         self._finished: OrderedDict[tuple[str, int], Reason] = OrderedDict()
@@ -181,6 +187,10 @@ class NodeAgent(Admission):
             parts_finished=dict(c.finished),
             bad_messages=c.bad_messages,
             heartbeats=c.heartbeats,
+            emulated=self._pool.emulated,
+            cores=len(self._pool.cores),
+            speed_score=self.settings.speed_score,
+            resizes=c.resizes,
         )
 
     def stop(self) -> None:
@@ -209,10 +219,7 @@ class NodeAgent(Admission):
 
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
-        online = AgentOnline(
-            machine=self._spec, incarnation=self.incarnation, running=(), lease=self.settings.lease
-        )
-        await self._publish(self._state, online, retain=True)
+        await self._publish(self._state, self._online(()), retain=True)
         log.info("agent %s online (incarnation %s)", self.agent_id, self.incarnation)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
@@ -255,6 +262,8 @@ class NodeAgent(Admission):
                 await self._exited(mail)
             elif isinstance(mail, Reconnected):
                 await self._announce()
+            elif isinstance(mail, RanksFound):
+                self._ranks_found(mail)
 
     async def _next(self, timeout: float) -> Mail:
         with contextlib.suppress(asyncio.QueueEmpty):
@@ -336,17 +345,23 @@ class NodeAgent(Admission):
 
     async def _announce(self) -> None:
         running = self._running()
-        online = AgentOnline(
-            machine=self._spec,
-            incarnation=self.incarnation,
-            running=running,
-            lease=self.settings.lease,
-        )
-        await self._publish(self._state, online, retain=True)
+        await self._publish(self._state, self._online(running), retain=True)
         log.info(
             "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
         )
         self._next_heartbeat = self._monotonic()
+
+    def _online(self, running: tuple[RunningPart, ...]) -> AgentOnline:
+        return AgentOnline(
+            machine=self._spec,
+            incarnation=self.incarnation,
+            running=running,
+            lease=self.settings.lease,
+            cpuset=self._pool.cores,
+            emulated=self._pool.emulated,
+            speed_score=self.settings.speed_score,
+            speed_spread=self.settings.speed_spread,
+        )
 
     def _running(self) -> tuple[RunningPart, ...]:
         """The parts this agent runs, as heartbeats and announcements list them."""
@@ -368,6 +383,8 @@ class NodeAgent(Admission):
     async def _exited(self, exited: Exited) -> None:
         part = self._parts.pop(exited.job_id)
         self._busy -= part.cpus
+        self._pool.give(part.slots)
+        detail = _read_failure(part.failure_file)
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
         if reason == "failed" and (exited.code == EXIT_LOST or self.lease_lapsed()):
             # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
@@ -376,11 +393,32 @@ class NodeAgent(Admission):
             reason = "fenced"
         if part.resized:
             await self._bus.publish(self._topics.job_control(exited.job_id), b"", retain=True)
-        await self._report_finished(exited.job_id, exited.attempt, exited.code, reason)
-        log.info("part %s finished: %s (exit code %d)", exited.job_id, reason, exited.code)
+        await self._report_finished(exited.job_id, exited.attempt, exited.code, reason, detail)
+        log.info(
+            "part %s finished: %s (exit code %d)%s",
+            exited.job_id,
+            reason,
+            exited.code,
+            "" if detail is None else f": {detail}",
+        )
         deferred = self._deferred.pop(exited.job_id, None)
         if deferred is not None:
             await self._start(deferred)
         waiting, self._waiting = self._waiting, []
         for command in waiting:
             await self._start(command)  # waits again if its CPUs are still being freed
+
+
+def _read_failure(path: str | None) -> str | None:
+    """What a part's process wrote into its failure file (removed once read)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read(512).strip()
+    except FileNotFoundError:
+        return None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+    return text or None

@@ -25,6 +25,12 @@ class Part:
     ending: Reason | None = None  # why the agent is ending it, if it is
     kill_at: float | None = None
     resized: bool = False
+    #: The declared CPUs (``nodeagent.cpuset`` slots) the part holds.
+    slots: tuple[int, ...] = ()
+    #: Its MPI-like ranks' pids, once found (pinned one by one from then on).
+    ranks: tuple[int, ...] = ()
+    #: Where its process writes why it failed (read into ``PartFinished.detail``).
+    failure_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +45,16 @@ class Reconnected:
     """The bus is connected again (posted by :meth:`NodeAgent.reconnected`)."""
 
 
-Mail = Delivery | Exited | Reconnected | None  # None only wakes the loop
+@dataclass(frozen=True, slots=True)
+class RanksFound:
+    """The rank processes of a part are all forked (posted by the agent's rank finder)."""
+
+    job_id: str
+    attempt: int
+    pids: tuple[int, ...]
+
+
+Mail = Delivery | Exited | Reconnected | RanksFound | None  # None only wakes the loop
 
 
 @dataclass(slots=True)
@@ -50,3 +65,5 @@ class Counters:
     heartbeats: int = 0
     #: Commands and parts of an attempt other than the one running (fencing).
     stale: int = 0
+    #: Resizes applied (the part re-pinned and its process told).
+    resizes: int = 0

@@ -35,6 +35,15 @@ class AgentSettings:
     lease: float = DEFAULT_LEASE
     #: Where the lease file goes (None: the system's temporary directory).
     lease_dir: str | None = None
+    #: The host cores this agent owns (``nodeagent.cpuset``); None: its affinity.
+    cpuset: tuple[int, ...] | None = None
+    #: The measured benchmark score and spread (``nodeagent.kernel``), announced in
+    #: the registration when the machine's speed was measured (``--speed auto``).
+    speed_score: float | None = None
+    speed_spread: float | None = None
+    #: Wall seconds the agent looks for an MPI-like part's ranks before giving up
+    #: pinning them one by one (they stay on the part's cores, inherited).
+    rank_search: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "kill_grace"):
@@ -65,3 +74,8 @@ class AgentStats:
     parts_finished: Mapping[str, int]
     bad_messages: int
     heartbeats: int
+    #: More declared CPUs than real cores (packing emulated), and the measured speed.
+    emulated: bool = False
+    cores: int = 0
+    speed_score: float | None = None
+    resizes: int = 0
