@@ -44,7 +44,7 @@ from accordion.options import (
 from accordion.replay import EventGaps, ReplayState, arrivals, replay_and_follow
 from accordion.replay import replay as replay_plan
 from accordion.runs import Variation
-from accordion.specs import job_spec, parse_duration
+from accordion.specs import job_spec, mpi_of, parse_duration
 from accordion.tables import print_status
 from accordion.twin_options import MissingUtilOpt, Window, WindowOpt
 from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
@@ -55,6 +55,11 @@ from workload.swf_rules import load_jobs
 class WorkloadKind(StrEnum):
     SLEEP = "sleep"
     MPI = "mpi"
+
+
+class MpiPattern(StrEnum):
+    ALLREDUCE = "allreduce"
+    BARRIER = "barrier"
 
 
 def _login() -> str:
@@ -96,6 +101,20 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
     cpu_util: Annotated[
         float, typer.Option("--cpu-util", min=0.01, max=1.0, help="CPU-utilisation fraction u")
     ] = 1.0,
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", help="mpi: iterations (default 10)")
+    ] = None,
+    compute: Annotated[
+        float | None,
+        typer.Option("--compute", help="mpi: CPU seconds per rank per iteration (default 0.1)"),
+    ] = None,
+    message_bytes: Annotated[
+        int | None,
+        typer.Option("--message-bytes", help="mpi: bytes each rank exchanges (default 1024)"),
+    ] = None,
+    pattern: Annotated[
+        MpiPattern | None, typer.Option("--pattern", help="mpi: the exchange (default allreduce)")
+    ] = None,
     job_id: Annotated[
         str | None,
         typer.Option(
@@ -122,6 +141,13 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
             deadline=None if deadline is None else parse_duration(deadline, what="--deadline"),
             malleable=malleable,
             cpu_util=cpu_util,
+            mpi=mpi_of(
+                workload.value,
+                iterations=iterations,
+                compute=compute,
+                message_bytes=message_bytes,
+                pattern=None if pattern is None else pattern.value,
+            ),
         )
 
         async def ask() -> SubmitReply:

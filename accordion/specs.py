@@ -13,7 +13,7 @@ import math
 
 from accordion.errors import UserError
 from broker.codec import WireError, decode, encode
-from broker.messages import JobSpec, SubmitJobs, Workload
+from broker.messages import JobSpec, MpiSpec, SubmitJobs, Workload
 from model.job import Job
 
 _DURATION_FORMS = "seconds, M:SS, H:MM:SS or D-H:MM:SS"
@@ -81,6 +81,7 @@ def job_spec(
     malleable: bool = False,
     cpu_util: float = 1.0,
     ref_speed: float = 1.0,
+    mpi: MpiSpec | None = None,
 ) -> JobSpec:
     """The spec of one job as ``accordion submit`` sends it; ``work`` defaults to ``walltime``."""
     return checked(
@@ -97,8 +98,40 @@ def job_spec(
             malleable=malleable,
             cpu_util=cpu_util,
             ref_speed=ref_speed,
+            mpi=mpi,
         )
     )
+
+
+def mpi_of(
+    workload: str,
+    *,
+    iterations: int | None = None,
+    compute: float | None = None,
+    message_bytes: int | None = None,
+    pattern: str | None = None,
+) -> MpiSpec | None:
+    """The MPI-like parameters of a submission (None for a sleep job given none).
+
+    Unset ones take :class:`MpiSpec`'s defaults; their bounds are checked by
+    :func:`checked`'s round trip, like every other field. Parameters given to a
+    sleep job are a mistake, not silently dropped.
+    """
+    given = {
+        "iterations": iterations,
+        "compute": compute,
+        "message_bytes": message_bytes,
+        "pattern": pattern,
+    }
+    set_ = {k: v for k, v in given.items() if v is not None}
+    if workload != "mpi":
+        if set_:
+            flags = ", ".join("--" + k.replace("_", "-") for k in set_)
+            raise UserError(f"{flags}: only for --workload mpi")
+        return None
+    if compute is not None and not math.isfinite(compute):
+        raise UserError(f"--compute must be a finite number of seconds, got {compute!r}")
+    return MpiSpec(**set_)  # type: ignore[arg-type]
 
 
 MIN_WORK = 1e-3
