@@ -9,6 +9,7 @@ conditions (a report, a pinning seen in /proc), each bounded by ``HANG``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ import time
 
 import pytest
 
+from broker.memory import MemoryBroker
 from broker.messages import (
     AgentOnline,
     CancelPart,
@@ -248,3 +250,55 @@ async def test_an_emulated_agent_says_so() -> None:
     online = run.scheduler.all(AgentOnline)[0]
     assert online.emulated
     assert online.cpuset == CORES[:1]
+
+
+async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resize() -> None:
+    broker = MemoryBroker()
+    async with (
+        running_agent(cpus=2, settings=SETTINGS, name="na", broker=broker) as one,
+        running_agent(cpus=2, settings=SETTINGS, name="nb", broker=broker) as two,
+    ):
+        # 4 ranks, 2 per agent; each rank checks the allreduce's sum is 4, so a part
+        # that reduced only its own ranks (or an iteration's frames crossed) fails.
+        spec = mpi_job("x1", procs=4, iterations=40, compute=0.01, message_bytes=64)
+        for i, run in enumerate((one, two)):
+            start = StartPart(job=spec, cpus=2, part=i, parts=2, job_cpus=4, time_scale=1.0)
+            await run.scheduler.send(start)
+        started = await one.scheduler.expect(PartStarted, lambda s: s.job_id == "x1")
+        ranks = await ranks_of(started.pid, 2)
+        await progress(one, "x1", 2)
+        await one.scheduler.send(ResizePart(job_id="x1", cpus=1, job_cpus=3))
+        a = str(CORES[0])
+        await pinned(ranks, [a, a])
+        for run in (one, two):
+            done = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "x1")
+            assert (done.reason, done.exit_code, done.detail) == ("done", 0, None)
+            last = run.scheduler.all(PartProgress, lambda p: p.job_id == "x1")[-1]
+            assert last.iteration == 40
+        # Each part cleared its retained frame: nothing of the job is left on the broker.
+        assert not [t for t in broker._retained if "/ranks/" in t]
+
+
+async def test_an_agent_killed_while_ranks_run_leaves_none_and_restarts_clean() -> None:
+    broker = MemoryBroker()
+    pids: list[int] = []
+    # The harness awaits the agent's task on the way out: cancelled here, on purpose.
+    with contextlib.suppress(asyncio.CancelledError):
+        async with running_agent(cpus=2, settings=SETTINGS, name="nr", broker=broker) as run:
+            spec = mpi_job("d1", iterations=100_000, compute=0.01)
+            await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+            started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "d1")
+            pids = [started.pid, *await ranks_of(started.pid, 2)]
+            await progress(run, "d1", 1)
+            # An unclean end (the agent's bus lost, its task cancelled): the part's
+            # leader is killed, and its ranks die with it (PR_SET_PDEATHSIG).
+            run.task.cancel()
+    assert len(pids) == 3
+    for pid in pids:
+        await gone(pid)
+    # The agent restarted: a new incarnation that runs nothing, so the scheduler
+    # requeues the job (what it does with an AgentOnline listing no parts).
+    async with running_agent(cpus=2, settings=SETTINGS, name="nr", broker=broker) as again:
+        online = again.scheduler.all(AgentOnline)[-1]
+        assert online.running == ()
+        assert again.agent.stats().cpus_busy == 0
