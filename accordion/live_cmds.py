@@ -250,6 +250,20 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
     missing_util: MissingUtilOpt = 1.0,
     malleable: MalleableOpt = False,
     window: WindowOpt = None,
+    mpi_iterations: Annotated[
+        int | None,
+        typer.Option(
+            "--mpi-iterations",
+            help="run every job as the MPI-like workload: this many iterations sharing its "
+            "run time as compute",
+        ),
+    ] = None,
+    mpi_message_bytes: Annotated[
+        int, typer.Option("--mpi-message-bytes", help="with --mpi-iterations: bytes exchanged")
+    ] = 1024,
+    mpi_pattern: Annotated[
+        MpiPattern, typer.Option("--mpi-pattern", help="with --mpi-iterations: the exchange")
+    ] = MpiPattern.ALLREDUCE,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
@@ -257,6 +271,16 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
 ) -> None:
     """Publish TRACE's jobs at their compressed submit times (one request per instant)."""
     with user_errors():
+        mpi = (
+            None
+            if mpi_iterations is None
+            else mpi_of(
+                "mpi",
+                iterations=mpi_iterations,
+                message_bytes=mpi_message_bytes,
+                pattern=mpi_pattern.value,
+            )
+        )
         rules = swf_rules(missing_walltime, missing_util)
         picked = parsed(lambda: Window.of(window, jobs), "--window")
         prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
@@ -274,7 +298,7 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
                 kept = loaded.jobs if picked is None else loaded.jobs[picked.start :]
                 if not kept:
                     raise UserError(f"{trace}: no job to replay (skipped: {dict(loaded.skipped)})")
-                plan = arrivals(variation.apply(kept), prefix=prefix)
+                plan = arrivals(variation.apply(kept), prefix=prefix, mpi=mpi)
                 span = plan[-1].at / time_scale
                 err_console.print(
                     f"replaying {len(kept)} jobs of {trace.name} as {prefix}*, "

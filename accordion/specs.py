@@ -131,21 +131,45 @@ def mpi_of(
         return None
     if compute is not None and not math.isfinite(compute):
         raise UserError(f"--compute must be a finite number of seconds, got {compute!r}")
-    return MpiSpec(**set_)  # type: ignore[arg-type]
+    spec = MpiSpec(**set_)  # type: ignore[arg-type]
+    try:
+        decode(
+            encode(SubmitJobs(jobs=(JobSpec(id="-mpi-", procs=1, walltime=1, work=1, mpi=spec),)))
+        )
+    except WireError as exc:
+        why = str(exc).removeprefix("invalid message: ").replace("$.jobs[0].", "")
+        raise UserError(f"MPI-like parameters: {why}") from exc
+    return spec
 
+
+MAX_MPI_COMPUTE = 3600.0
+"""The wire's bound on an MPI-like iteration's compute (``MpiSpec.compute``)."""
 
 MIN_WORK = 1e-3
 """Seconds of work a trace job of run time 0 performs live (the wire wants work > 0)."""
 
 
-def spec_of(job: Job, *, prefix: str = "") -> JobSpec:
+def spec_of(job: Job, *, prefix: str = "", mpi: MpiSpec | None = None) -> JobSpec:
     """A trace job as a live job: its real run time becomes the sleep workload's work.
 
     The deadline becomes relative to the submission (the wire's convention);
     the id gets ``prefix``, so one trace can be replayed twice on one scheduler.
+    With ``mpi`` (``accordion replay --mpi-iterations``), the job runs the
+    MPI-like workload instead: ``mpi``'s iterations, message size and pattern,
+    and its run time split evenly into the iterations' compute (more
+    iterations if one would exceed the bound on ``compute``).
     """
     deadline = None if job.deadline is None else max(job.deadline - job.submit, 1e-3)
     work = job.walltime if job.runtime is None else job.runtime
+    mpi_job = None
+    if mpi is not None:
+        iterations = max(mpi.iterations, math.ceil(max(work, MIN_WORK) / MAX_MPI_COMPUTE))
+        mpi_job = MpiSpec(
+            iterations=iterations,
+            compute=max(work, MIN_WORK) / iterations,
+            message_bytes=mpi.message_bytes,
+            pattern=mpi.pattern,
+        )
     return checked(
         JobSpec(
             id=f"{prefix}{job.id}",
@@ -160,5 +184,7 @@ def spec_of(job: Job, *, prefix: str = "") -> JobSpec:
             malleable=job.malleable,
             cpu_util=job.cpu_util,
             ref_speed=job.ref_speed,
+            workload="sleep" if mpi_job is None else "mpi",
+            mpi=mpi_job,
         )
     )
