@@ -22,10 +22,12 @@ leader forks its ranks from its main thread, before anything else).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 
 class CpusetError(ValueError):
@@ -143,11 +145,19 @@ def children(pid: int) -> list[int]:
 
 
 def pin(pid: int, cores: Iterable[int]) -> bool:
-    """Restrict ``pid`` to ``cores``; False if it is gone already."""
-    with contextlib.suppress(ProcessLookupError):
+    """Restrict ``pid`` to ``cores``; False if it is gone already or may not be pinned.
+
+    A process that exited (its pid possibly reused by someone else's) or a core
+    outside what the kernel allows it is not the agent's bug: logged, not raised.
+    """
+    try:
         os.sched_setaffinity(pid, set(cores))
-        return True
-    return False
+    except ProcessLookupError:
+        return False
+    except OSError as exc:
+        log.warning("cannot pin pid %d to cores %s: %s", pid, format_cpuset(cores), exc)
+        return False
+    return True
 
 
 def allowed_list(pid: int) -> str | None:

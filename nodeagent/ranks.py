@@ -34,7 +34,9 @@ import os
 import signal
 import socket
 import struct
+import sys
 import time
+import traceback
 from array import array
 from dataclasses import dataclass
 from typing import Literal
@@ -46,6 +48,8 @@ PATTERNS: tuple[Pattern, ...] = ("allreduce", "barrier")
 
 EXIT_BAD_REDUCE = 3
 """A rank whose allreduce came back wrong."""
+EXIT_RANK_BUG = 70
+"""A rank that raised (its traceback is on stderr): EX_SOFTWARE."""
 
 MAX_ITERATIONS = 1_000_000
 MAX_COMPUTE = 3600.0
@@ -145,10 +149,15 @@ def fork_ranks(
             parent_end.close()
             for other in ranks:
                 other.sock.close()
-            code = 70
+            code = EXIT_RANK_BUG
             try:
                 code = rank_main(child_end, params, cpu_seconds, total_ranks)
+            # A forked rank must never unwind into the leader's code: a bug prints its
+            # traceback here and the rank exits EXIT_RANK_BUG.
+            except BaseException:  # noqa: BLE001
+                traceback.print_exc()
             finally:
+                sys.stderr.flush()
                 os._exit(code)
         child_end.close()
         ranks.append(Rank(index, pid, parent_end))

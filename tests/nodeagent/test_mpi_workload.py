@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -32,7 +33,7 @@ from broker.messages import (
 from model.execution import DEFAULT_MODEL
 from nodeagent.agent import AgentSettings
 from nodeagent.cpuset import allowed_list, children
-from tests.nodeagent.harness import HANG, Running, gone, running_agent
+from tests.nodeagent.harness import HANG, TOPICS, Running, gone, running_agent
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))[:2]
 needs_two_cores = pytest.mark.skipif(len(CORES) < 2, reason="needs 2 real CPUs")
@@ -261,6 +262,19 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
         # 4 ranks, 2 per agent; each rank checks the allreduce's sum is 4, so a part
         # that reduced only its own ranks (or an iteration's frames crossed) fails.
         spec = mpi_job("x1", procs=4, iterations=40, compute=0.01, message_bytes=64)
+        # Hostile and stale frames waiting on the job's topics (retained): an earlier
+        # attempt's, a truncated one, one of the wrong size, one of no such part. All
+        # are dropped by the leaders; a frame that got in would break the ranks' sums.
+        bus = one.scheduler.bus
+        stale = struct.pack("!II", 7, 0) + bytes(64)
+        for topic, payload in (
+            (TOPICS.job_ranks("x1", 0), stale),
+            (TOPICS.job_ranks("x1", 1), b"\x01\x02\x03"),
+            (TOPICS.job_ranks("x1", 9), stale),
+            (f"{TOPICS.root}/jobs/x1/ranks/one", stale),
+        ):
+            await bus.publish(topic, payload, retain=True)
+        await bus.publish(TOPICS.job_ranks("x1", 1), struct.pack("!II", 1, 0) + b"xy")
         for i, run in enumerate((one, two)):
             start = StartPart(job=spec, cpus=2, part=i, parts=2, job_cpus=4, time_scale=1.0)
             await run.scheduler.send(start)
@@ -275,8 +289,10 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
             assert (done.reason, done.exit_code, done.detail) == ("done", 0, None)
             last = run.scheduler.all(PartProgress, lambda p: p.job_id == "x1")[-1]
             assert last.iteration == 40
-        # Each part cleared its retained frame: nothing of the job is left on the broker.
-        assert not [t for t in broker._retained if "/ranks/" in t]
+        # Each part cleared its retained frame (the forged ones of no part stay).
+        retained = broker._retained
+        assert not retained.get(TOPICS.job_ranks("x1", 0))
+        assert not retained.get(TOPICS.job_ranks("x1", 1))
 
 
 async def test_an_agent_killed_while_ranks_run_leaves_none_and_restarts_clean() -> None:
