@@ -28,10 +28,16 @@ Lifecycle, on the agent's topics (``broker.topics``):
   the agent's (when it has one) or a process that cannot be started is
   answered ``PartFinished(reason="failed", exit_code=-1)`` and logged. Else the
   agent starts the process and publishes ``PartStarted(pid, at)``;
+- MPI-like parts (``workload="mpi"``): the agent gives each part slots of its
+  real cores (``nodeagent.cpuset``), pins the part's leader to them at once,
+  finds its ranks in ``/proc`` and pins them one per slot (two per slot when
+  shrunk); a rank's death is named in ``PartFinished.detail`` (read from the
+  part's failure file);
 - ``ResizePart``: checked the same way (an expansion needs free CPUs), then
   republished *retained* on ``job_control(job)`` for the job process (retained
   so it also reaches a process that has not subscribed yet; the agent clears
-  it before a part starts and after a resized part ends);
+  it before a part starts and after a resized part ends); an MPI-like part's
+  ranks are re-pinned to the resized slots first, the job is not told;
 - ``CancelPart``: SIGTERM, SIGKILL after ``kill_grace``; reported
   ``PartFinished(reason="cancelled")`` once the process is gone;
 - a process exit: ``PartFinished(exit_code, reason)``: ``done`` for exit 0
