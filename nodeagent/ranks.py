@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import math
 import os
 import signal
@@ -165,6 +164,10 @@ def fork_ranks(
 
 
 def _die_with_parent() -> None:
+    # Imported here: only a rank needs it, and every job process imports this module
+    # (its start-up is part of every part's run time).
+    import ctypes  # noqa: PLC0415
+
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
