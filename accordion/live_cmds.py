@@ -45,7 +45,7 @@ from accordion.options import (
 from accordion.options import variation as variation_of
 from accordion.replay import EventGaps, ReplayState, arrivals, replay_and_follow
 from accordion.replay import replay as replay_plan
-from accordion.specs import job_spec, parse_duration
+from accordion.specs import job_spec, mpi_of, parse_duration
 from accordion.tables import print_status
 from accordion.twin_options import MissingUtilOpt, Window, WindowOpt
 from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
@@ -65,6 +65,11 @@ from workload.swf_rules import load_jobs
 class WorkloadKind(StrEnum):
     SLEEP = "sleep"
     MPI = "mpi"
+
+
+class MpiPattern(StrEnum):
+    ALLREDUCE = "allreduce"
+    BARRIER = "barrier"
 
 
 def _login() -> str:
@@ -111,6 +116,20 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
     cpu_util: Annotated[
         float, typer.Option("--cpu-util", min=0.01, max=1.0, help="CPU-utilisation fraction u")
     ] = 1.0,
+    iterations: Annotated[
+        int | None, typer.Option("--iterations", help="mpi: iterations (default 10)")
+    ] = None,
+    compute: Annotated[
+        float | None,
+        typer.Option("--compute", help="mpi: CPU seconds per rank per iteration (default 0.1)"),
+    ] = None,
+    message_bytes: Annotated[
+        int | None,
+        typer.Option("--message-bytes", help="mpi: bytes each rank exchanges (default 1024)"),
+    ] = None,
+    pattern: Annotated[
+        MpiPattern | None, typer.Option("--pattern", help="mpi: the exchange (default allreduce)")
+    ] = None,
     job_id: Annotated[
         str | None,
         typer.Option(
@@ -137,6 +156,13 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
             deadline=None if deadline is None else parse_duration(deadline, what="--deadline"),
             malleable=not rigid,
             cpu_util=cpu_util,
+            mpi=mpi_of(
+                workload.value,
+                iterations=iterations,
+                compute=compute,
+                message_bytes=message_bytes,
+                pattern=None if pattern is None else pattern.value,
+            ),
         )
 
         async def ask() -> SubmitReply:
@@ -245,6 +271,20 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
     rigid_fraction: RigidOpt = 0.0,
     seed: Annotated[int, typer.Option("--seed", help="seed of the rigid draws")] = 0,
     window: WindowOpt = None,
+    mpi_iterations: Annotated[
+        int | None,
+        typer.Option(
+            "--mpi-iterations",
+            help="run every job as the MPI-like workload: this many iterations sharing its "
+            "run time as compute",
+        ),
+    ] = None,
+    mpi_message_bytes: Annotated[
+        int, typer.Option("--mpi-message-bytes", help="with --mpi-iterations: bytes exchanged")
+    ] = 1024,
+    mpi_pattern: Annotated[
+        MpiPattern, typer.Option("--mpi-pattern", help="with --mpi-iterations: the exchange")
+    ] = MpiPattern.ALLREDUCE,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
@@ -252,6 +292,16 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
 ) -> None:
     """Publish TRACE's jobs at their compressed submit times (one request per instant)."""
     with user_errors():
+        mpi = (
+            None
+            if mpi_iterations is None
+            else mpi_of(
+                "mpi",
+                iterations=mpi_iterations,
+                message_bytes=mpi_message_bytes,
+                pattern=mpi_pattern.value,
+            )
+        )
         rules = swf_rules(missing_walltime, missing_util)
         picked = parsed(lambda: Window.of(window, jobs), "--window")
         prefix = id_prefix if id_prefix is not None else f"r{uuid.uuid4().hex[:6]}-"
@@ -269,7 +319,7 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
                 kept = loaded.jobs if picked is None else loaded.jobs[picked.start :]
                 if not kept:
                     raise UserError(f"{trace}: no job to replay (skipped: {dict(loaded.skipped)})")
-                plan = arrivals(variation.apply(kept), prefix=prefix)
+                plan = arrivals(variation.apply(kept), prefix=prefix, mpi=mpi)
                 span = plan[-1].at / time_scale
                 err_console.print(
                     f"replaying {len(kept)} jobs of {trace.name} as {prefix}*, "

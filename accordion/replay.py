@@ -19,7 +19,7 @@ from accordion.client import LiveClient
 from accordion.errors import LiveError
 from accordion.specs import spec_of
 from broker.bus import BusError
-from broker.messages import JobEvent, JobSpec, SubmitReply
+from broker.messages import JobEvent, JobSpec, MpiSpec, SubmitReply
 from model.job import Job
 
 #: Jobs per SubmitJobs at most: a bigger instant is split (a message stays below ~1 MB).
@@ -36,8 +36,10 @@ class Arrival:
     jobs: tuple[JobSpec, ...]
 
 
-def arrivals(jobs: Sequence[Job], *, prefix: str = "") -> list[Arrival]:
+def arrivals(jobs: Sequence[Job], *, prefix: str = "", mpi: MpiSpec | None = None) -> list[Arrival]:
     """Trace jobs (in submit order) grouped by submit instant, one request each.
+
+    ``mpi``: every job runs the MPI-like workload so parameterised (``spec_of``).
 
     An instant with more than :data:`MAX_JOBS_PER_REQUEST` jobs is split into
     several requests at the same time.
@@ -56,7 +58,7 @@ def arrivals(jobs: Sequence[Job], *, prefix: str = "") -> list[Arrival]:
             out.append(Arrival(at, tuple(group)))
             group = []
         at = offset
-        group.append(spec_of(job, prefix=prefix))
+        group.append(spec_of(job, prefix=prefix, mpi=mpi))
     out.append(Arrival(at, tuple(group)))
     return out
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from accordion.chart import write_chart
 from accordion.errors import UserError
+from accordion.speed import HostSpeed
 from accordion.twin_options import Window
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
@@ -120,7 +121,7 @@ def load_workload(
     if cluster is not None:
         if cpus is not None:
             raise UserError("--cpus sets the size of the trace's one machine; not with --cluster")
-        spec = load_cluster(cluster)
+        spec = load_cluster(cluster, auto_speed=HostSpeed())
         machines = spec.machines
         source = str(cluster)
     else:

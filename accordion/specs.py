@@ -13,7 +13,7 @@ import math
 
 from accordion.errors import UserError
 from broker.codec import WireError, decode, encode
-from broker.messages import JobSpec, SubmitJobs, Workload
+from broker.messages import JobSpec, MpiSpec, SubmitJobs, Workload
 from model.job import Job
 
 _DURATION_FORMS = "seconds, M:SS, H:MM:SS or D-H:MM:SS"
@@ -81,6 +81,7 @@ def job_spec(
     malleable: bool = True,
     cpu_util: float = 1.0,
     ref_speed: float = 1.0,
+    mpi: MpiSpec | None = None,
 ) -> JobSpec:
     """The spec of one job as ``accordion submit`` sends it; ``work`` defaults to ``walltime``."""
     return checked(
@@ -97,22 +98,78 @@ def job_spec(
             malleable=malleable,
             cpu_util=cpu_util,
             ref_speed=ref_speed,
+            mpi=mpi,
         )
     )
 
+
+def mpi_of(
+    workload: str,
+    *,
+    iterations: int | None = None,
+    compute: float | None = None,
+    message_bytes: int | None = None,
+    pattern: str | None = None,
+) -> MpiSpec | None:
+    """The MPI-like parameters of a submission (None for a sleep job given none).
+
+    Unset ones take :class:`MpiSpec`'s defaults; their bounds are checked by
+    :func:`checked`'s round trip, like every other field. Parameters given to a
+    sleep job are a mistake, not silently dropped.
+    """
+    given = {
+        "iterations": iterations,
+        "compute": compute,
+        "message_bytes": message_bytes,
+        "pattern": pattern,
+    }
+    set_ = {k: v for k, v in given.items() if v is not None}
+    if workload != "mpi":
+        if set_:
+            flags = ", ".join("--" + k.replace("_", "-") for k in set_)
+            raise UserError(f"{flags}: only for --workload mpi")
+        return None
+    if compute is not None and not math.isfinite(compute):
+        raise UserError(f"--compute must be a finite number of seconds, got {compute!r}")
+    spec = MpiSpec(**set_)  # type: ignore[arg-type]
+    try:
+        decode(
+            encode(SubmitJobs(jobs=(JobSpec(id="-mpi-", procs=1, walltime=1, work=1, mpi=spec),)))
+        )
+    except WireError as exc:
+        why = str(exc).removeprefix("invalid message: ").replace("$.jobs[0].", "")
+        raise UserError(f"MPI-like parameters: {why}") from exc
+    return spec
+
+
+MAX_MPI_COMPUTE = 3600.0
+"""The wire's bound on an MPI-like iteration's compute (``MpiSpec.compute``)."""
 
 MIN_WORK = 1e-3
 """Seconds of work a trace job of run time 0 performs live (the wire wants work > 0)."""
 
 
-def spec_of(job: Job, *, prefix: str = "") -> JobSpec:
+def spec_of(job: Job, *, prefix: str = "", mpi: MpiSpec | None = None) -> JobSpec:
     """A trace job as a live job: its real run time becomes the sleep workload's work.
 
     The deadline becomes relative to the submission (the wire's convention);
     the id gets ``prefix``, so one trace can be replayed twice on one scheduler.
+    With ``mpi`` (``accordion replay --mpi-iterations``), the job runs the
+    MPI-like workload instead: ``mpi``'s iterations, message size and pattern,
+    and its run time split evenly into the iterations' compute (more
+    iterations if one would exceed the bound on ``compute``).
     """
     deadline = None if job.deadline is None else max(job.deadline - job.submit, 1e-3)
     work = job.walltime if job.runtime is None else job.runtime
+    mpi_job = None
+    if mpi is not None:
+        iterations = max(mpi.iterations, math.ceil(max(work, MIN_WORK) / MAX_MPI_COMPUTE))
+        mpi_job = MpiSpec(
+            iterations=iterations,
+            compute=max(work, MIN_WORK) / iterations,
+            message_bytes=mpi.message_bytes,
+            pattern=mpi.pattern,
+        )
     return checked(
         JobSpec(
             id=f"{prefix}{job.id}",
@@ -127,5 +184,7 @@ def spec_of(job: Job, *, prefix: str = "") -> JobSpec:
             malleable=job.malleable,
             cpu_util=job.cpu_util,
             ref_speed=job.ref_speed,
+            workload="sleep" if mpi_job is None else "mpi",
+            mpi=mpi_job,
         )
     )

@@ -38,6 +38,7 @@ from accordion.options import (
     policy_opts,
 )
 from accordion.processes import UpError
+from accordion.speed import HostSpeed
 from accordion.tables import print_demo, print_endpoints
 from accordion.twin_options import ModelOpt, execution_model
 from broker.bus import BusError
@@ -141,7 +142,9 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     for the same jobs.
     """
     with user_errors():
-        spec = load_cluster(cluster if cluster is not None else DEFAULT_CLUSTER)
+        spec = load_cluster(
+            cluster if cluster is not None else DEFAULT_CLUSTER, auto_speed=HostSpeed()
+        )
         options = policy_opts(policy_opt)
         # The same model for the scheduler, its agents and the demo's twin (the seed
         # of the paper model's OV is the demo's --seed).

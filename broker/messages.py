@@ -48,6 +48,23 @@ class Message(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, froz
 # -- jobs ---------------------------------------------------------------------
 
 
+class MpiSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The MPI-like workload's parameters (``nodeagent.mpi``): what each rank does.
+
+    Every iteration, each rank burns ``compute`` CPU-seconds (at the job's
+    ``ref_speed``; a machine's speed scales them), then exchanges
+    ``message_bytes`` with every other rank by ``pattern``: an ``allreduce``
+    (element-wise sum of ``message_bytes`` of float64s over all ranks) or a
+    ``barrier`` (nobody goes on before everybody arrived). Bounded so a typo
+    cannot start a year-long or memory-hungry job.
+    """
+
+    iterations: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10
+    compute: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 0.1
+    message_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 * 1024 * 1024)] = 1024
+    pattern: Literal["allreduce", "barrier"] = "allreduce"
+
+
 class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A job as a client submits it. Times are seconds at the cluster's time base.
 
@@ -74,6 +91,8 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     malleable: bool = True
     cpu_util: Fraction = 1.0
     ref_speed: Speed = 1.0
+    #: The MPI-like workload's parameters (``workload="mpi"``; its defaults when None).
+    mpi: MpiSpec | None = None
 
 
 def owned_by(spec: JobSpec, user: str) -> JobSpec:
@@ -209,6 +228,18 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     #: its heartbeats (its lease); 0 when it has none. The scheduler checks that it
     #: declares an agent lost only later than that (see ``scheduler.agents``).
     lease: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
+    #: The host CPUs the agent pins its parts' ranks to (``nodeagent.cpuset``); empty
+    #: from an agent that does not pin.
+    cpuset: Annotated[
+        tuple[Annotated[int, msgspec.Meta(ge=0, le=65_535)], ...], msgspec.Meta(max_length=65_536)
+    ] = ()
+    #: True when the machine declares more CPUs than ``cpuset`` holds: packing is then
+    #: emulated (two declared CPUs may share one core), so timings are not physical.
+    emulated: bool = False
+    #: The measured benchmark score (``nodeagent.speed``, relative to its reference
+    #: machine) and its relative spread over the benchmark's rounds; None if not measured.
+    speed_score: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
+    speed_spread: Annotated[float, msgspec.Meta(ge=0, le=1e6)] | None = None
 
 
 class AgentOffline(Message, tag="agent_offline", frozen=True):
@@ -245,6 +276,10 @@ class PartProgress(Message, tag="part_progress", frozen=True):
     rate: float = 0.0
     at: float = 0.0
     attempt: Attempt = 0
+    #: MPI-like workload: iterations done, and the CPU utilisation ``u`` measured so
+    #: far (compute time over compute plus communication time of the ranks).
+    iteration: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    cpu_util: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
 
 class PartFinished(Message, tag="part_finished", frozen=True):
@@ -258,6 +293,8 @@ class PartFinished(Message, tag="part_finished", frozen=True):
     #: delayed past its lease, or its lease lapsed): the job goes back to the queue.
     reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"] = "done"
     attempt: Attempt = 0
+    #: What went wrong, in words, when the part can say (e.g. which MPI rank died).
+    detail: Annotated[str, msgspec.Meta(max_length=512)] | None = None
 
 
 class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -14,6 +14,8 @@ of the root so two protocol versions can share a broker):
 - ``R/agents/<agent>/commands``: the scheduler to an agent; StartPart,
   CancelPart, ResizePart.
 - ``R/jobs/<job>/control``: an agent to its job process; ResizePart, CancelPart.
+- ``R/jobs/<job>/ranks/<part>``: a part of an MPI-like job to the job's other
+  parts; its latest contribution (raw bytes, see ``nodeagent.mpi``), retained.
 - ``R/cluster``: ClusterSummary, retained, for anyone.
 - ``R/events``: JobEvent, for watchers.
 
@@ -86,6 +88,13 @@ class Topics:
 
     def job_control(self, job: str) -> str:
         return f"{self.root}/jobs/{_level(job)}/control"
+
+    def job_ranks(self, job: str, part: int) -> str:
+        """A part's MPI-like contribution (retained; ``nodeagent.mpi``)."""
+        return f"{self.root}/jobs/{_level(job)}/ranks/{part}"
+
+    def all_job_ranks(self, job: str) -> str:
+        return f"{self.root}/jobs/{_level(job)}/ranks/+"
 
     @property
     def cluster(self) -> str:

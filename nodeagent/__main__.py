@@ -26,8 +26,10 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
+from nodeagent.cpuset import checked_cpuset, parse_cpuset
 from nodeagent.exporter import serve_metrics
 from nodeagent.forkserver import ForkServer
+from nodeagent.kernel import Score, benchmark
 from nodeagent.launch_exporter import LauncherCollector
 from nodeagent.lease import DEFAULT_LEASE
 from nodeagent.relay import Relay, RelaySpawn
@@ -42,7 +44,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=1883, help="MQTT broker port")
     p.add_argument("--name", required=True, help="machine id (letters, digits, _ . : @ -)")
     p.add_argument("--cpus", type=int, required=True, help="CPUs this machine offers")
-    p.add_argument("--speed", type=float, default=1.0, help="benchmark speed of this machine")
+    p.add_argument(
+        "--speed",
+        default="1.0",
+        help="benchmark speed of this machine, or 'auto' to measure it at start with the "
+        "ranks' CPU kernel (nodeagent.kernel; 1.0 is its reference machine)",
+    )
+    p.add_argument(
+        "--cpuset",
+        default=None,
+        help="host CPUs this agent pins ranks to, e.g. 0-1 (default: its affinity)",
+    )
     p.add_argument("--labels", default="", help="comma-separated labels")
     p.add_argument("--root", default=DEFAULT_ROOT, help="topic root")
     p.add_argument(
@@ -133,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     labels = tuple(label for label in args.labels.split(",") if label)
     try:
-        machine = Machine(id=args.name, cpus=args.cpus, speed=args.speed, labels=labels)
+        cpuset = None if args.cpuset is None else checked_cpuset(parse_cpuset(args.cpuset))
+        speed, score = measured_speed(args.speed)
+        machine = Machine(id=args.name, cpus=args.cpus, speed=speed, labels=labels)
         machine_spec(machine)
         settings = AgentSettings(
             heartbeat_interval=args.heartbeat,
@@ -141,6 +155,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             walltime_grace=args.walltime_grace,
             time_scale=args.time_scale,
             lease=args.lease,
+            cpuset=cpuset,
+            speed_score=None if score is None else score.score,
+            speed_spread=None if score is None else score.spread,
         )
     except (MachineError, ValueError) as exc:
         parser.error(str(exc))
@@ -149,7 +166,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if settings.speed_score is not None:
+        log.info(
+            "agent %s: measured speed %.3f (spread %.0f %%)",
+            machine.id,
+            settings.speed_score,
+            100 * (settings.speed_spread or 0.0),
+        )
     return run(_main(args, machine, settings))
+
+
+def measured_speed(text: str) -> tuple[float, Score | None]:
+    """The machine's speed: a declared number, or ``auto``'s benchmark and its score."""
+    if text.strip().lower() == "auto":
+        score = benchmark()
+        return score.score, score
+    try:
+        return float(text), None
+    except ValueError:
+        raise ValueError(f"--speed must be a number or 'auto', got {text!r}") from None
 
 
 if __name__ == "__main__":

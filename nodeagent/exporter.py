@@ -65,6 +65,19 @@ class AgentCollector(Collector):
             s.bad_messages,
         )
         yield counter("accordion_agent_heartbeats", "Heartbeats published.", s.heartbeats)
+        yield gauge("accordion_agent_cores", "Real host cores the agent pins ranks to.", s.cores)
+        yield gauge(
+            "accordion_agent_emulated",
+            "1 if the agent declares more CPUs than it has cores (packing not physical).",
+            1.0 if s.emulated else 0.0,
+        )
+        if s.speed_score is not None:
+            yield gauge(
+                "accordion_agent_speed_score",
+                "Measured benchmark speed (nodeagent.kernel; 1.0 = its reference machine).",
+                s.speed_score,
+            )
+        yield counter("accordion_agent_resizes", "Resizes applied (ranks re-pinned).", s.resizes)
 
 
 @dataclass(frozen=True, slots=True)

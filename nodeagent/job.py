@@ -37,8 +37,9 @@ process is up (the tests, a watcher) waits for that report, not for a time.
 Exit codes: :data:`EXIT_DONE` (the work is done), :data:`EXIT_CANCELLED`,
 :data:`EXIT_LOST` (the bus, the agent's pipe or the agent itself is gone, so
 nobody would hear of the result), :data:`EXIT_USAGE` (bad options, or a
-workload this version does not run). Only ``sleep`` is implemented; the
-MPI-like workload is a later issue.
+workload this version does not run). The MPI-like workload (``--workload
+mpi``) forks its rank processes here, before the event loop starts, and runs
+its leader, ``nodeagent.mpi.MpiJob``, in place of the sleep loop.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.lease import lease_expired
 from nodeagent.pipe import PipeBus
+from nodeagent.ranks import Rank, fork_ranks
 from nodeagent.runner import run
 from nodeagent.spawn import Launch, LaunchError
 
@@ -74,7 +76,7 @@ EXIT_LOST = 129
 EXIT_CANCELLED = 143
 """128 + SIGTERM, as a shell reports a process ended by SIGTERM; also for a CancelPart."""
 
-WORKLOADS = ("sleep",)
+WORKLOADS = ("sleep", "mpi")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -335,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.workload not in WORKLOADS:
         print(
             f"nodeagent.job: workload {args.workload!r} is not available: this version runs "
-            f"only {', '.join(WORKLOADS)} (the MPI-like workload is a later issue)",
+            f"only {', '.join(WORKLOADS)}",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -349,7 +351,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO,
         format=f"%(asctime)s job {launch.job_id} %(levelname)s %(message)s",
     )
-    return run(_main(args, launch))
+    ranks: list[Rank] = []
+    if launch.mpi is not None:
+        # Forked before any event loop exists: a child never inherits a running loop.
+        ranks = fork_ranks(
+            launch.ranks,
+            launch.mpi,
+            cpu_seconds=launch.cpu_seconds,
+            total_ranks=launch.total_ranks,
+        )
+    return run(_main(args, launch, ranks))
 
 
 def _exit_fenced() -> None:
@@ -358,11 +369,11 @@ def _exit_fenced() -> None:
     os._exit(EXIT_LOST)
 
 
-async def _main(args: argparse.Namespace, launch: Launch) -> int:
+async def _main(args: argparse.Namespace, launch: Launch, ranks: list[Rank]) -> int:
     client_id = f"job-{launch.agent}-{launch.job_id}"
     if args.pipe:
         try:
-            return await _serve(await PipeBus.stdio(client_id), launch, None)
+            return await _serve(await PipeBus.stdio(client_id), launch, ranks, None)
         except (BusError, _NotConnectedError) as exc:
             log.error("job %s: %s", launch.job_id, exc.__cause__ or exc)
             return EXIT_LOST
@@ -377,7 +388,7 @@ async def _main(args: argparse.Namespace, launch: Launch) -> int:
     delay = 0.05
     while True:
         try:
-            return await _serve(MqttBus(settings, client_id), launch, os.getppid())
+            return await _serve(MqttBus(settings, client_id), launch, ranks, os.getppid())
         except _NotConnectedError as exc:
             if time.monotonic() + delay > deadline:
                 log.error("job %s: %s", launch.job_id, exc.__cause__)
@@ -395,7 +406,10 @@ class _NotConnectedError(Exception):
 
 
 async def _serve(
-    connect: AbstractAsyncContextManager[Bus], launch: Launch, parent: int | None
+    connect: AbstractAsyncContextManager[Bus],
+    launch: Launch,
+    ranks: list[Rank],
+    parent: int | None,
 ) -> int:
     try:
         bus = await connect.__aenter__()
@@ -403,7 +417,13 @@ async def _serve(
         raise _NotConnectedError from exc
     code = EXIT_LOST
     try:
-        job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
+        job: SleepJob
+        if launch.mpi is not None:
+            from nodeagent.mpi import MpiJob  # noqa: PLC0415 - it subclasses SleepJob
+
+            job = MpiJob(launch, bus, ranks, parent_pid=parent, on_fenced=_exit_fenced)
+        else:
+            job = SleepJob(launch, bus, parent_pid=parent, on_fenced=_exit_fenced)
         # Before run(): its first report says the handlers are in place too.
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -247,6 +247,11 @@ class RelayedProcess:
         """Bus to child, until cancelled or the child's stdin breaks."""
         try:
             async for delivery in bus.deliveries():
+                if stdin.is_closing():
+                    # The child exited and its pipe is closed (uvloop then raises a
+                    # RuntimeError on write, not a ConnectionError): it no longer needs
+                    # what it did not read.
+                    return
                 stdin.write(
                     Frame(_DELIVER, delivery.topic, delivery.payload, delivery.retain).pack()
                 )

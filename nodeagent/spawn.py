@@ -37,6 +37,7 @@ from typing import Protocol
 
 from broker.topics import DEFAULT_ROOT, Topics
 from model.execution import DEFAULT_MODEL, AllocationError, ExecutionModel, ModelKind
+from nodeagent.ranks import MpiParams, ParamsError
 
 JOB_MODULE = "nodeagent.job"
 
@@ -81,6 +82,24 @@ class Launch:
     #: The scheduler's execution model (``StartPart.execution``): the sleep
     #: workload's pace follows the same formula the scheduler plans with.
     execution: ExecutionModel = DEFAULT_MODEL
+    #: The MPI-like workload (``workload == "mpi"``): its parameters, this part's
+    #: rank processes (``ranks``, numbered from ``rank_offset`` in the job), the
+    #: job's ``total_ranks``, and which of the job's ``parts`` this is.
+    mpi: MpiParams | None = None
+    ranks: int = 0
+    rank_offset: int = 0
+    total_ranks: int = 0
+    part: int = 0
+    parts: int = 1
+    #: Where the process writes why it failed, for ``PartFinished.detail``.
+    failure_file: str | None = None
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU-seconds a rank burns per iteration: ``compute`` scaled like the sleep time."""
+        if self.mpi is None:
+            return 0.0
+        return self.mpi.compute * self.ref_speed / self.pace / self.time_scale
 
     def __post_init__(self) -> None:
         def finite_positive(name: str, value: float) -> None:
@@ -98,6 +117,15 @@ class Launch:
             raise LaunchError(f"job {self.job_id!r}: attempt must be >= 1, got {self.attempt}")
         if self.lease_file is not None and not (self.lease > 0 and math.isfinite(self.lease)):
             raise LaunchError(f"job {self.job_id!r}: a lease file needs a lease > 0")
+        if self.workload == "mpi":
+            if self.mpi is None:
+                raise LaunchError(f"job {self.job_id!r}: the mpi workload needs its parameters")
+            if not 1 <= self.ranks <= self.total_ranks:
+                raise LaunchError(f"job {self.job_id!r}: {self.ranks} ranks of {self.total_ranks}")
+            if not 0 <= self.part < self.parts:
+                raise LaunchError(f"job {self.job_id!r}: part {self.part} of {self.parts}")
+        elif self.workload != "sleep":
+            raise LaunchError(f"job {self.job_id!r}: unknown workload {self.workload!r}")
         if not 0 < self.cpu_util <= 1:
             raise LaunchError(f"job {self.job_id!r}: cpu_util must be in (0, 1]")
         # Builds every topic this part will use: a name that cannot be a topic
@@ -149,6 +177,21 @@ class Launch:
             f"--model-seed={self.execution.seed}",
             *start,
             *lease,
+            *self._mpi_argv(),
+        ]
+
+    def _mpi_argv(self) -> list[str]:
+        failure = [] if self.failure_file is None else [f"--failure-file={self.failure_file}"]
+        if self.mpi is None:
+            return failure
+        return [
+            *self.mpi.argv(),
+            f"--ranks={self.ranks}",
+            f"--rank-offset={self.rank_offset}",
+            f"--total-ranks={self.total_ranks}",
+            f"--part={self.part}",
+            f"--parts={self.parts}",
+            *failure,
         ]
 
     @staticmethod
@@ -178,10 +221,28 @@ class Launch:
         parser.add_argument("--model-seed", type=int, default=0, help="paper model: OV_j's seed")
         parser.add_argument("--lease-file", default=None, help="the agent's lease file")
         parser.add_argument("--lease", type=float, default=0.0, help="lease length (wall s)")
+        MpiParams.add_arguments(parser)
+        parser.add_argument("--ranks", type=int, default=0, help="this part's rank processes")
+        parser.add_argument("--rank-offset", type=int, default=0)
+        parser.add_argument("--total-ranks", type=int, default=0)
+        parser.add_argument("--part", type=int, default=0)
+        parser.add_argument("--parts", type=int, default=1)
+        parser.add_argument("--failure-file", default=None)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Launch:
+        try:
+            mpi = MpiParams.from_args(args)
+        except ParamsError as exc:
+            raise LaunchError(f"job {args.job_id!r}: {exc}") from exc
         return cls(
+            mpi=mpi,
+            ranks=args.ranks,
+            rank_offset=args.rank_offset,
+            total_ranks=args.total_ranks,
+            part=args.part,
+            parts=args.parts,
+            failure_file=args.failure_file,
             root=args.root,
             agent=args.agent,
             job_id=args.job_id,

@@ -9,9 +9,14 @@ speed, how many, labels)::
     [[machine]]
     name = "fast"            # with count > 1: fast-0, fast-1, ...
     cpus = 16
-    speed = 2.0              # optional, default 1.0
+    speed = 2.0              # optional, default 1.0; "auto": measured (see below)
     count = 2                # optional, default 1
     labels = ["gpu"]         # optional
+
+``speed = "auto"`` asks for the machine's measured benchmark speed: the
+caller passes ``auto_speed`` (the CLI runs ``nodeagent.kernel``'s benchmark
+once, on this host, so the twin and the agents it starts plan with the same
+number); without it, "auto" is an error.
 
 Or an SWF header: the homogeneous machine the trace was logged on
 (``cluster_from_header``).
@@ -27,7 +32,7 @@ import math
 import os
 import tomllib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeGuard
@@ -90,7 +95,9 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def load_cluster(path: str | os.PathLike[str]) -> ClusterSpec:
+def load_cluster(
+    path: str | os.PathLike[str], *, auto_speed: Callable[[], float] | None = None
+) -> ClusterSpec:
     """Read a TOML cluster file (see the module docstring for its layout)."""
     source = os.fspath(path)
     try:
@@ -102,11 +109,15 @@ def load_cluster(path: str | os.PathLike[str]) -> ClusterSpec:
         raise ClusterError(f"{source}: cannot read: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ClusterError(f"{source}: not valid TOML: {exc}") from exc
-    return parse_cluster(data, source=source, default_name=Path(path).stem)
+    return parse_cluster(data, source=source, default_name=Path(path).stem, auto_speed=auto_speed)
 
 
 def parse_cluster(
-    data: Mapping[str, object], *, source: str = "<cluster>", default_name: str = "cluster"
+    data: Mapping[str, object],
+    *,
+    source: str = "<cluster>",
+    default_name: str = "cluster",
+    auto_speed: Callable[[], float] | None = None,
 ) -> ClusterSpec:
     """Build a cluster from already-parsed TOML data; ``source`` names it in errors."""
     unknown = sorted(set(data) - _TOP_KEYS)
@@ -129,7 +140,7 @@ def parse_cluster(
     machines: list[Machine] = []
     where: dict[str, str] = {}
     for index, entry in enumerate(entries, start=1):
-        for machine in _machines(entry, f"{source}: machine #{index}"):
+        for machine in _machines(entry, f"{source}: machine #{index}", auto_speed):
             if machine.id in where:
                 raise ClusterError(
                     f"{source}: machine #{index}: name {machine.id!r} already used by "
@@ -140,7 +151,9 @@ def parse_cluster(
     return ClusterSpec(name=name, reference_speed=float(ref), machines=tuple(machines))
 
 
-def _machines(entry: object, where: str) -> list[Machine]:
+def _machines(
+    entry: object, where: str, auto_speed: Callable[[], float] | None = None
+) -> list[Machine]:
     if not isinstance(entry, dict):
         raise ClusterError(f"{where}: expected a table, got {entry!r}")
     name = entry.get("name")
@@ -159,6 +172,10 @@ def _machines(entry: object, where: str) -> list[Machine]:
     if not _is_int(cpus) or cpus < 1:
         raise ClusterError(f"{where}: cpus must be an integer >= 1, got {cpus!r}")
     speed = entry.get("speed", 1.0)
+    if speed == "auto":
+        if auto_speed is None:
+            raise ClusterError(f"{where}: speed 'auto' is measured only by the live commands")
+        speed = auto_speed()
     if not _is_number(speed) or not (speed > 0 and math.isfinite(speed)):
         raise ClusterError(f"{where}: speed must be a number > 0, got {speed!r}")
     count = entry.get("count", 1)

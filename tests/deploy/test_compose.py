@@ -85,7 +85,7 @@ def test_the_agents_are_the_example_cluster(services: dict[str, Any]) -> None:
         assert (args.host, args.port, args.metrics_port) == ("broker", 1883, 9101), name
         assert name == f"agent-{args.name}"
         assert args.time_scale == 10.0, name
-        seen.append((args.name, args.cpus, args.speed))
+        seen.append((args.name, args.cpus, float(args.speed)))
     spec = load_cluster(ROOT / "examples" / "cluster.toml")
     assert sorted(seen) == sorted((m.id, m.cpus, m.speed) for m in spec.machines)
 

@@ -5,13 +5,16 @@ through the real receiver's decode-and-dispatch function, in-process and
 without a network round trip so the whole run takes seconds: the scheduler
 actor's ``_on_delivery`` (requests, agent state, agent events), the node
 agent's ``_command`` (its commands topic) and the job process's ``_handle``
-(its control topic). Nothing may escape, and every payload the codec refuses
+(its control topic) and an MPI-like leader's ``_take_remote`` (its job's ranks
+topics). Nothing may escape, and every payload the codec refuses
 must show in the receiver's count of bad messages.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,8 @@ from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent import NodeAgent
 from nodeagent.job import SleepJob
+from nodeagent.mpi import MpiJob
+from nodeagent.ranks import MpiParams
 from nodeagent.spawn import Launch, Spawn
 from scheduler.actor import SchedulerActor
 from scheduler.clock import ManualClock
@@ -196,3 +201,66 @@ async def test_job_process_survives_and_counts() -> None:
             await job._handle(Delivery(topic, payload))
     assert refused > N * 0.9
     assert job.bad_messages >= refused
+
+
+# -- an MPI-like job's ranks topics ---------------------------------------------------------
+
+
+async def test_mpi_leader_survives_hostile_rank_frames_and_counts() -> None:
+    params = MpiParams(message_bytes=64)
+    launch = Launch(
+        agent="fz-node",
+        job_id="fz-m",
+        procs=4,
+        cpus=4,
+        pace=1.0,
+        work=1.0,
+        root=TOPICS.root,
+        workload="mpi",
+        mpi=params,
+        ranks=2,
+        total_ranks=4,
+        part=0,
+        parts=2,
+    )
+    rng = random.Random(10)
+    broker = MemoryBroker()
+    good = struct.pack("!II", 1, 3) + bytes(64)
+    expected_bad = 0
+    async with broker.client("job-fz-m") as bus:
+        job = MpiJob(launch, bus, [])
+        for i in range(N):
+            part = rng.choice(("1", "0", "7", "x", "", "1/2"))
+            kind = i % 3
+            if kind == 0:
+                payload = rng.randbytes(rng.randrange(0, 100))
+            elif kind == 1:  # a valid frame, mutated
+                payload = bytearray(good)
+                for _ in range(rng.randrange(1, 4)):
+                    payload[rng.randrange(len(payload))] = rng.randrange(256)
+                payload = bytes(payload[: rng.randrange(len(payload) + 1)])
+            else:
+                payload = good
+            topic = f"{TOPICS.root}/jobs/fz-m/ranks/{part}"
+            expected_bad += _bad_rank_frame(topic, payload, part)
+            job._take_remote(Delivery(topic, payload))
+    assert job.bad_messages == expected_bad
+    assert expected_bad > N * 0.3
+    # Only frames of this attempt from part 1 were kept, and only well-formed ones.
+    _, data = job._remote[1]
+    assert len(data) == 64
+    assert set(job._remote) == {1}
+
+
+def _bad_rank_frame(topic: str, payload: bytes, part: str) -> int:
+    """Whether the leader must count this frame as malformed (its documented rules)."""
+    if topic.endswith("/ranks/0") or not payload:
+        return 0  # its own echo, or a cleared retained frame
+    try:
+        number = int(topic.rsplit("/ranks/", 1)[1])
+        attempt, _ = struct.unpack_from("!II", payload)
+    except (ValueError, struct.error):
+        return 1
+    if attempt != 1 or not 0 <= number < 2:
+        return 0  # another start's, or no part of ours: ignored, not malformed
+    return int(len(payload) - 8 != 64)

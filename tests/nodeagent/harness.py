@@ -134,7 +134,7 @@ async def running_agent(
     settings and :func:`agent_reaches`).
     """
     broker = broker or MemoryBroker()
-    async with broker.client("scheduler") as sched_bus:
+    async with broker.client(f"scheduler-{name}") as sched_bus:
         await sched_bus.subscribe(TOPICS.agent_state(name))
         await sched_bus.subscribe(TOPICS.agent_events(name))
         scheduler = Scheduler(sched_bus, name)

@@ -30,6 +30,10 @@ STATS = AgentStats(
     parts_finished={"done": 2, "cancelled": 1},
     bad_messages=4,
     heartbeats=17,
+    emulated=True,
+    cores=2,
+    speed_score=1.5,
+    resizes=3,
 )
 
 
@@ -44,6 +48,10 @@ def test_collector_exposes_every_metric_with_bounded_labels() -> None:
     assert got[("accordion_agent_parts_started_total", agent)] == 5
     assert got[("accordion_agent_bad_messages_total", agent)] == 4
     assert got[("accordion_agent_heartbeats_total", agent)] == 17
+    assert got[("accordion_agent_cores", agent)] == 2
+    assert got[("accordion_agent_emulated", agent)] == 1
+    assert got[("accordion_agent_speed_score", agent)] == 1.5
+    assert got[("accordion_agent_resizes_total", agent)] == 3
     finished = {
         reason: got[
             ("accordion_agent_parts_finished_total", (("agent", "node1"), ("reason", reason)))

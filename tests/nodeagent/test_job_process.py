@@ -313,9 +313,22 @@ def test_launch_round_trips_through_the_command_line() -> None:
     assert Launch.from_args(parser.parse_args(original.argv())) == original
 
 
-def test_only_the_sleep_workload_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--pipe", *launch(workload="mpi").argv()]) == 2
-    assert "workload 'mpi' is not available" in capsys.readouterr().err
+def test_an_unknown_workload_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = launch().argv()
+    argv[argv.index("--workload=sleep")] = "--workload=gpu"
+    assert main(["--pipe", *argv]) == 2
+    assert "workload 'gpu' is not available" in capsys.readouterr().err
+
+
+def test_an_mpi_part_without_its_parameters_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = launch().argv()
+    argv[argv.index("--workload=sleep")] = "--workload=mpi"
+    assert main(["--pipe", *argv]) == 2
+    assert "the mpi workload needs its parameters" in capsys.readouterr().err
+    with pytest.raises(LaunchError):
+        launch(workload="mpi")
 
 
 def test_an_allocation_outside_the_mpl_bounds_is_a_usage_error(

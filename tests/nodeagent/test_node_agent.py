@@ -228,12 +228,14 @@ async def test_crashing_process_is_reported_failed_with_its_exit_code() -> None:
         assert run.agent.stats().parts_finished["failed"] == 1
 
 
-async def test_unknown_workload_fails_clearly() -> None:
+async def test_an_mpi_job_without_parameters_runs_the_defaults() -> None:
     async with running_agent() as run:
         spec = JobSpec(id="mpi1", procs=2, walltime=1e9, work=1.0, workload="mpi")
         await run.scheduler.send(start(spec))
         finished = await run.scheduler.expect(PartFinished)
-        assert (finished.reason, finished.exit_code) == ("failed", 2)
+        assert (finished.reason, finished.exit_code) == ("done", 0)
+        last = run.scheduler.all(PartProgress, lambda p: p.job_id == "mpi1")[-1]
+        assert last.iteration == 10  # MpiSpec's default
 
 
 async def test_part_wider_than_the_free_cpus_is_refused() -> None:

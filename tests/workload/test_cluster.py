@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from accordion.speed import HostSpeed
 from model import Machine
 from workload.cluster import (
     ClusterError,
@@ -195,3 +196,31 @@ def test_real_headers() -> None:
         assert cluster_from_header(read_header(PWA / name)).total_cpus == cpus, name
     blue = cluster_from_header(read_header(PWA / "SDSC-BLUE-2000-4.2-cln.swf.gz"), nodes=True)
     assert {m.cpus for m in blue.machines} == {8}
+
+
+def test_auto_speed_is_measured_once_by_the_caller() -> None:
+    data = {
+        "machine": [
+            {"name": "a", "cpus": 2, "speed": "auto", "count": 2},
+            {"name": "b", "cpus": 1, "speed": 3.0},
+        ]
+    }
+    calls: list[int] = []
+
+    def measured() -> float:
+        calls.append(1)
+        return 1.75
+
+    spec = parse_cluster(data, auto_speed=measured)
+    assert spec.speeds == {"a-0": 1.75, "a-1": 1.75, "b": 3.0}
+    assert len(calls) == 1  # once per "auto" entry, whatever its count
+    with pytest.raises(ClusterError, match="speed 'auto' is measured only by the live commands"):
+        parse_cluster(data)
+
+
+def test_the_cli_measures_the_host_once() -> None:
+    host = HostSpeed()
+    first = host()
+    assert first > 0
+    assert host() == first
+    assert host.measured is not None

@@ -322,3 +322,35 @@ def test_scheduler_and_agent_commands_wrap_the_modules(
         for process in (agent, scheduler):
             process.terminate()
             assert process.wait(20) == 0
+
+
+def test_an_mpi_like_job_runs_end_to_end(live_cluster: LocalCluster) -> None:
+    args = ("-n", "2", "-t", "600", "--workload", "mpi", "--iterations", "4")
+    result = cli(live_cluster, "submit", *args, "--compute", "0.05", "--id", "mpi-e2e")
+    assert result.exit_code == 0, result.output
+
+    def ended() -> bool:
+        status = status_of(live_cluster)
+        return all(j.id != "mpi-e2e" for j in (*status.queue, *status.running))
+
+    wait_until(ended, timeout=60)
+    _journal_times(live_cluster, "mpi-e2e")  # asserts it finished
+
+
+def test_malformed_mpi_parameters_are_one_line_errors() -> None:
+    nobody = f"mqtt://127.0.0.1:{free_port()}"  # refused before any connection
+    for flags, why in (
+        (("--workload", "mpi", "--iterations", "0"), "mpi.iterations"),
+        (("--workload", "mpi", "--compute", "nan"), "--compute must be a finite"),
+        (("--workload", "mpi", "--compute", "1e9"), "mpi.compute"),
+        (("--workload", "mpi", "--message-bytes", "-1"), "mpi.message_bytes"),
+        (("--iterations", "3"), "--iterations: only for --workload mpi"),
+    ):
+        result = runner.invoke(app, ["submit", "--broker", nobody, "-t", "10", *flags])
+        assert result.exit_code == 2, (flags, result.output)
+        assert why in result.stderr, (flags, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    bad_pattern = runner.invoke(
+        app, ["submit", "--broker", nobody, "--workload", "mpi", "--pattern", "gather"]
+    )
+    assert bad_pattern.exit_code == 2

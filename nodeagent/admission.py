@@ -1,0 +1,433 @@
+"""The agent's commands: admission of starts, resizes and cancels, and part reports.
+
+This is the half of :class:`nodeagent.agent.NodeAgent` that answers the
+scheduler's commands (the rules are in ``nodeagent.agent``'s docstring:
+idempotent starts, fencing by attempt and lease, CPUs held by parts being
+ended, resizes checked like starts) and reports a part's end. It is a mixin:
+the state it reads and changes is the actor's own, declared below, and only
+the actor's drain loop calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable
+
+from broker.bus import Bus, Delivery
+from broker.codec import WireError, decode, encode
+from broker.messages import (
+    CancelPart,
+    Message,
+    MpiSpec,
+    PartFinished,
+    PartStarted,
+    ResizePart,
+    StartPart,
+)
+from broker.topics import Topics
+from model.machine import Machine
+from nodeagent.cpuset import SlotPool, find_ranks, format_cpuset, pin_part
+from nodeagent.lease import LeaseFile
+from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound
+from nodeagent.ranks import MpiParams, ParamsError
+from nodeagent.registration import execution_model
+from nodeagent.settings import AgentSettings, Reason
+from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, running_since
+
+log = logging.getLogger("nodeagent.agent")
+
+
+class Admission:
+    """Command handling and part reports of the node agent (a mixin of ``NodeAgent``)."""
+
+    # The actor's state (``NodeAgent.__init__`` sets every one).
+    machine: Machine
+    settings: AgentSettings
+    _bus: Bus
+    _topics: Topics
+    _spawn: Spawn
+    _clock: Callable[[], float]
+    _monotonic: Callable[[], float]
+    _events: str
+    _mailbox: asyncio.Queue[Mail]
+    _parts: dict[str, Part]
+    _finished: OrderedDict[tuple[str, int], Reason]
+    _deferred: dict[str, StartPart]
+    _waiting: list[StartPart]
+    _lease: LeaseFile | None
+    _busy: int
+    _counters: Counters
+    _stopping: bool
+    _tg: asyncio.TaskGroup | None
+    _pool: SlotPool
+    incarnation: str
+
+    @property
+    def agent_id(self) -> str:
+        return self.machine.id
+
+    def lease_lapsed(self) -> bool:
+        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
+        return self._lease is not None and self._lease.age() > self.settings.lease
+
+    async def _supervise(self, job_id: str, attempt: int, process: JobProcess) -> None:
+        try:
+            code = await process.wait()
+        except asyncio.CancelledError:
+            # Only an unclean end of the agent cancels a supervisor (its bus was
+            # lost, or its task cancelled): the scheduler will count this part
+            # lost, so it must not go on running unseen and holding the CPUs.
+            # Reaped before the cancellation goes on: no process outlives its
+            # supervisor.
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        await self._mailbox.put(Exited(job_id, code, attempt))
+
+    def _end(self, part: Part, reason: Reason, now: float) -> None:
+        part.ending = reason
+        part.kill_at = now + self.settings.kill_grace
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already
+            part.process.terminate()
+
+    # -- commands -----------------------------------------------------------------------
+
+    async def _command(self, delivery: Delivery) -> None:
+        try:
+            message = decode(delivery.payload)
+        except WireError as exc:
+            self._bad(f"malformed command on {delivery.topic}: {exc}")
+            return
+        if isinstance(message, StartPart):
+            await self._start(message)
+        elif isinstance(message, ResizePart):
+            await self._resize(message)
+        elif isinstance(message, CancelPart):
+            self._cancel(message)
+        else:
+            self._bad(f"{type(message).__name__} is not a command for an agent")
+
+    def _bad(self, why: str) -> None:
+        self._counters.bad_messages += 1
+        log.warning("agent %s: %s", self.agent_id, why)
+
+    def _launch(self, command: StartPart, start_at: float) -> Launch:
+        job = command.job
+        if job is None:  # checked by the caller; here for the type checker
+            raise LaunchError("StartPart without a job")
+        # Every part of a job runs at the job's MPL (its processes over all its CPUs)
+        # and pace. An older scheduler that does not send job_cpus leaves the MPL of
+        # a multi-part job unknown: such a part is then taken to run at MPL 1.
+        if command.job_cpus is not None:
+            procs, cpus = job.procs, command.job_cpus
+        elif command.parts == 1:
+            procs, cpus = job.procs, command.cpus
+        else:
+            procs, cpus = command.cpus, command.cpus
+        mpi = _mpi_params(job.mpi) if job.workload == "mpi" else None
+        # Ranks of this part: its share of the job's processes at the job's MPL (a
+        # part is started with ranks = CPUs x MPL; a later resize only re-pins them).
+        ranks = job.procs if command.parts == 1 else max(1, round(command.cpus * procs / cpus))
+        return Launch(
+            mpi=mpi,
+            ranks=ranks if mpi is not None else 0,
+            rank_offset=command.part * ranks if mpi is not None else 0,
+            total_ranks=job.procs if mpi is not None else 0,
+            part=min(command.part, command.parts - 1),
+            parts=command.parts,
+            failure_file=self._failure_file(job.id, max(1, command.attempt)),
+            start_at=start_at,
+            agent=self.agent_id,
+            job_id=job.id,
+            procs=procs,
+            cpus=cpus,
+            pace=command.pace,
+            work=job.work,
+            ref_speed=job.ref_speed,
+            cpu_util=job.cpu_util,
+            time_scale=command.time_scale,
+            workload=job.workload,
+            root=self._topics.root,
+            attempt=max(1, command.attempt),
+            execution=execution_model(command.execution),
+            lease_file=None if self._lease is None else str(self._lease.path),
+            lease=self.settings.lease,
+        )
+
+    def _failure_file(self, job_id: str, attempt: int) -> str:
+        folder = self.settings.lease_dir or tempfile.gettempdir()
+        name = f"accordion-{self.agent_id}-{self.incarnation[:8]}-{job_id}-{attempt}.failure"
+        return os.path.join(folder, name)
+
+    async def _start(self, command: StartPart) -> None:
+        job = command.job
+        if job is None:
+            self._bad("StartPart without a job")
+            return
+        attempt = max(1, command.attempt)
+        running = self._parts.get(job.id)
+        if running is not None and attempt > running.attempt:
+            # A newer start of a job whose older attempt still runs here (this agent
+            # was cut off and the job requeued): fencing kills the stale one, and the
+            # new one starts once its CPUs are free.
+            log.warning(
+                "agent %s: attempt %d of %s supersedes attempt %d: killing it",
+                self.agent_id,
+                attempt,
+                job.id,
+                running.attempt,
+            )
+            self._kill_stale(running)
+            self._deferred[job.id] = command
+            return
+        if running is not None or (job.id, attempt) in self._finished:
+            log.info("agent %s: duplicate StartPart for %s ignored", self.agent_id, job.id)
+            return
+        if self._stopping:
+            await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
+            return
+        age = self._clock() - command.issued
+        if command.issued and self.settings.lease and age > self.settings.lease:
+            # Delayed past the lease (this agent was frozen or cut off, or the queue
+            # held it): the scheduler may have requeued the job meanwhile. Fencing.
+            why = f"the command is {age:.1f} s old, beyond the {self.settings.lease:g} s lease"
+            await self._refuse(job.id, attempt, "fenced", why)
+            return
+        if self.lease_lapsed():
+            # Sent while this agent was cut off or frozen: the scheduler may have given
+            # the job to another agent since. Fencing: refuse until a heartbeat renews
+            # the lease (a current part is then requeued by the scheduler, not run twice).
+            await self._refuse(job.id, attempt, "fenced", "the agent's lease has lapsed")
+            return
+        free = self.machine.cpus - self._busy
+        scale = self.settings.time_scale
+        if command.cpus > free:
+            ending = sum(p.cpus for p in self._parts.values() if p.ending is not None)
+            if command.cpus <= free + ending:
+                # Parts being ended still hold the CPUs (their processes have a grace to
+                # exit) while the scheduler, which ended them, counts the CPUs free:
+                # Slurm's COMPLETING. The start waits for their exit.
+                log.info("agent %s: %s waits for ending parts' CPUs", self.agent_id, job.id)
+                self._waiting.append(command)
+                return
+            await self._refuse(job.id, attempt, "failed", f"{command.cpus} CPUs asked, {free} free")
+            return
+        if scale is not None and command.time_scale != scale:
+            why = f"time scale {command.time_scale} is not this agent's {scale}"
+            await self._refuse(job.id, attempt, "failed", why)
+            return
+        # A resize retained for an earlier run of this job id (another agent's,
+        # which died before clearing it) must not reach this process.
+        await self._bus.publish(self._topics.job_control(job.id), b"", retain=True)
+        # The part's clock starts here, for the job process (its work counts from
+        # ``at``), the wall-time limit and the scheduler (PartStarted.at) alike.
+        at, now = self._clock(), self._monotonic()
+        try:
+            launch = self._launch(command, at)
+        except LaunchError as exc:
+            await self._refuse(job.id, attempt, "failed", str(exc))
+            return
+        try:
+            process = await self._spawn(launch)
+        except OSError as exc:
+            await self._refuse(job.id, attempt, "failed", f"cannot start its process: {exc}")
+            return
+        # Launcher hook (nodeagent.forkserver): a process that knows when it began
+        # running dates the part from there; the launch is not part of the run.
+        launched = running_since(process, at)
+        now, at = now + (launched - at), launched
+        rate = launch.rate()
+        part = Part(
+            launch=launch,
+            process=process,
+            cpus=command.cpus,
+            attempt=attempt,
+            started=at,
+            rate=rate,
+            budget=job.walltime,
+            changed=now,
+            deadline=self._deadline(now, job.walltime, rate, launch.time_scale),
+        )
+        part.failure_file = launch.failure_file
+        part.slots = self._pool.take(part.cpus)
+        self._parts[job.id] = part
+        self._busy += part.cpus
+        self._counters.started += 1
+        if self._tg is None:
+            raise RuntimeError("parts are started by the drain loop, which run() starts")
+        if launch.mpi is not None:
+            # The leader now, so ranks it forks before they are found inherit the
+            # part's cores; each rank on its own core once found (``_ranks_found``).
+            pin_part(self._pool, part.slots, process.pid, ())
+            self._tg.create_task(
+                self._find_ranks(job.id, attempt, process.pid, launch.ranks),
+                name=f"agent-{self.agent_id}-ranks-{job.id}",
+            )
+        self._tg.create_task(
+            self._supervise(job.id, attempt, process), name=f"agent-{self.agent_id}-part-{job.id}"
+        )
+        started = PartStarted(
+            job_id=job.id, agent_id=self.agent_id, pid=process.pid, at=at, attempt=attempt
+        )
+        await self._publish(self._events, started)
+        log.info(
+            "part %s started: pid %d, %d CPUs, rate %.4g, limit in %.3f s",
+            job.id,
+            process.pid,
+            part.cpus,
+            rate,
+            part.deadline - now,
+        )
+
+    def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
+        return now + budget / (rate * time_scale) + self.settings.walltime_grace
+
+    async def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
+        log.warning("agent %s: part %s refused (%s): %s", self.agent_id, job_id, reason, why)
+        await self._report_finished(job_id, attempt, -1, reason)
+
+    def _kill_stale(self, part: Part) -> None:
+        """End a part of an attempt the scheduler no longer holds: no grace."""
+        self._counters.stale += 1
+        part.ending = "cancelled"
+        part.kill_at = None
+        with contextlib.suppress(ProcessLookupError):
+            part.process.kill()
+
+    async def _resize(self, command: ResizePart) -> None:
+        part = self._parts.get(command.job_id)
+        if part is None or part.ending is not None:
+            log.info("agent %s: resize of %s ignored: not running", self.agent_id, command.job_id)
+            return
+        if command.attempt not in (0, part.attempt):
+            self._counters.stale += 1
+            log.info("agent %s: resize of a stale attempt of %s ignored", self.agent_id, part)
+            return
+        growth = command.cpus - part.cpus
+        free = self.machine.cpus - self._busy
+        if growth > free:
+            self._bad(f"resize of {command.job_id} to {command.cpus} CPUs: only {free} free")
+            return
+        try:
+            rate = part.launch.rate(cpus=_mpl_cpus(command), pace=command.pace)
+        except LaunchError as exc:
+            self._bad(f"resize refused: {exc}")
+            return
+        now = self._monotonic()
+        scale = part.launch.time_scale
+        part.budget = max(0.0, part.budget - part.rate * scale * (now - part.changed))
+        part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
+        before = self._pool.cores_of(part.slots)
+        part.slots = self._pool.resize(part.slots, command.cpus)
+        if part.launch.mpi is not None:
+            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+        self._counters.resizes += 1
+        part.deadline = self._deadline(now, part.budget, rate, scale)
+        self._busy += growth
+        forward = ResizePart(
+            job_id=command.job_id,
+            cpus=command.cpus,
+            pace=command.pace,
+            job_cpus=command.job_cpus,
+            attempt=part.attempt,
+            issued=command.issued,
+        )
+        await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
+        log.info(
+            "part %s resized to %d CPUs at pace %g: cores %s -> %s",
+            command.job_id,
+            command.cpus,
+            command.pace,
+            format_cpuset(before),
+            format_cpuset(self._pool.cores_of(part.slots)),
+        )
+
+    def _cancel(self, command: CancelPart) -> None:
+        deferred = self._deferred.get(command.job_id)
+        if deferred is not None and command.attempt in (0, deferred.attempt):
+            del self._deferred[command.job_id]
+        self._waiting = [
+            w
+            for w in self._waiting
+            if not (
+                w.job is not None
+                and w.job.id == command.job_id
+                and command.attempt in (0, w.attempt)
+            )
+        ]
+        part = self._parts.get(command.job_id)
+        if part is not None and command.attempt not in (0, part.attempt):
+            log.info("agent %s: cancel of another attempt of %s ignored", self.agent_id, part)
+            return
+        if part is None:
+            log.info("agent %s: cancel of %s ignored: not running", self.agent_id, command.job_id)
+        elif part.ending is None:
+            self._end(part, "cancelled", self._monotonic())
+        elif part.ending == "lost":
+            part.ending = "cancelled"  # asked by the scheduler while the agent stops
+
+    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
+        """Helper task: post the part's rank pids once the leader forked them all."""
+        pids = await find_ranks(leader, count, patience=self.settings.rank_search)
+        await self._mailbox.put(RanksFound(job_id, attempt, pids))
+
+    def _ranks_found(self, found: RanksFound) -> None:
+        part = self._parts.get(found.job_id)
+        if part is None or part.attempt != found.attempt:
+            return  # it ended meanwhile
+        if len(found.pids) < part.launch.ranks:
+            log.warning(
+                "part %s: %d of its %d ranks found: they stay on the part's cores",
+                found.job_id,
+                len(found.pids),
+                part.launch.ranks,
+            )
+        part.ranks = found.pids
+        pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+
+    async def _report_finished(
+        self, job_id: str, attempt: int, code: int, reason: Reason, detail: str | None = None
+    ) -> None:
+        self._finished[(job_id, attempt)] = reason
+        while len(self._finished) > self.settings.remember_finished:
+            self._finished.popitem(last=False)
+        self._counters.finished[reason] += 1
+        finished = PartFinished(
+            job_id=job_id,
+            agent_id=self.agent_id,
+            exit_code=code,
+            at=self._clock(),
+            reason=reason,
+            attempt=attempt,
+            detail=detail,
+        )
+        await self._publish(self._events, finished)
+
+    async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
+        await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+
+
+def _mpl_cpus(command: ResizePart) -> int:
+    """The CPUs that, with the job's processes, give the resized part's MPL."""
+    return command.cpus if command.job_cpus is None else command.job_cpus
+
+
+def _mpi_params(spec: MpiSpec | None) -> MpiParams:
+    """The MPI-like parameters a job carries (their defaults when it carries none)."""
+    if spec is None:
+        return MpiParams()
+    try:
+        return MpiParams(
+            iterations=spec.iterations,
+            compute=spec.compute,
+            message_bytes=spec.message_bytes,
+            pattern=spec.pattern,
+        )
+    except ParamsError as exc:
+        raise LaunchError(str(exc)) from exc
