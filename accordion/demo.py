@@ -153,11 +153,11 @@ class DecisionStats:
 
 
 def decision_stats(text: str) -> DecisionStats:
-    """Read ``accordion_scheduler_decision_seconds`` from a scrape."""
+    """Read ``accordion_scheduler_decision_wall_seconds`` from a scrape."""
     buckets: list[tuple[float, float]] = []
     total = count = 0.0
     for family in text_string_to_metric_families(text):
-        if family.name != "accordion_scheduler_decision_seconds":
+        if family.name != "accordion_scheduler_decision_wall_seconds":
             continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):

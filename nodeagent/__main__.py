@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -34,7 +35,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m nodeagent", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="MQTT broker host")
     p.add_argument("--port", type=int, default=1883, help="MQTT broker port")
-    p.add_argument("--name", required=True, help="machine id (letters, digits, _ . : @ -)")
+    p.add_argument(
+        "--name",
+        required=True,
+        help="machine id (letters, digits, _ . : @ -); '{hostname}' in it is replaced by "
+        "this host's name, so replicas of one container template get distinct ids",
+    )
     p.add_argument("--cpus", type=int, required=True, help="CPUs this machine offers")
     p.add_argument("--speed", type=float, default=1.0, help="benchmark speed of this machine")
     p.add_argument("--labels", default="", help="comma-separated labels")
@@ -98,7 +104,13 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
                 loop.add_signal_handler(signum, agent.stop)
             metrics = None
             if args.metrics_port is not None:
-                metrics = serve_metrics(agent.stats, port=args.metrics_port, addr=args.metrics_addr)
+                metrics = serve_metrics(
+                    agent.stats,
+                    port=args.metrics_port,
+                    addr=args.metrics_addr,
+                    process=True,
+                    info={"speed": f"{machine.speed:g}", "labels": ",".join(machine.labels)},
+                )
                 log.info("metrics on http://%s:%d/metrics", args.metrics_addr, metrics.port)
             try:
                 await agent.run()
@@ -111,12 +123,27 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     return 1 if failed else 0
 
 
+def machine_name(template: str, hostname: str) -> str:
+    """``template`` with ``{hostname}`` replaced by the short ``hostname``.
+
+    A container's hostname is unique on its host (docker: the container id;
+    swarm: whatever the service's ``hostname`` template says), so every
+    replica of ``--name 'fast-{hostname}'`` is a different machine.
+    """
+    return template.replace("{hostname}", hostname.split(".", 1)[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     labels = tuple(label for label in args.labels.split(",") if label)
     try:
-        machine = Machine(id=args.name, cpus=args.cpus, speed=args.speed, labels=labels)
+        machine = Machine(
+            id=machine_name(args.name, socket.gethostname()),
+            cpus=args.cpus,
+            speed=args.speed,
+            labels=labels,
+        )
         machine_spec(machine)
         settings = AgentSettings(
             heartbeat_interval=args.heartbeat,

@@ -180,7 +180,7 @@ def test_metrics_endpoints_serve_prometheus_text(live_cluster: LocalCluster) -> 
         "accordion_scheduler_time_scale",
         "accordion_scheduler_submissions",
         "accordion_scheduler_jobs_finished",
-        "accordion_scheduler_decision_seconds",
+        "accordion_scheduler_decision_wall_seconds",
     } <= scheduler
     for url in live_cluster.agent_metrics.values():
         assert {
