@@ -445,6 +445,7 @@ class SchedulerActor:
             cpus_configured=ctx.configured_cpus(),
             machines=machines,
             job_cpus={r.job.id: r.cpus for r in core.running},
+            job_procs={r.job.id: r.job.procs for r in core.running},
             machines_online=online,
             machines_offline=len(ctx.agents) - online,
             cluster_time=now,

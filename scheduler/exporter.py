@@ -16,7 +16,7 @@ Every metric lives in a registry the caller injects, never the process-wide
 default, so several actors (tests, a single-process demo) can share a process.
 Labels have bounded cardinality: a result, a reason, a state, a policy, a
 job-size class, a machine (one per agent), and ``job`` only on
-``accordion_scheduler_running_job_cpus``, whose series are the running jobs
+``accordion_scheduler_running_job_cpus`` and ``_procs``, whose series are the running jobs
 (at most one per CPU of the cluster).
 
 *No ``_created`` series.* client_python exports a ``<name>_created`` sample
@@ -164,6 +164,8 @@ class GaugeState:
     machines: tuple[MachineGauge, ...] = ()
     #: CPUs held by each running job, by job id.
     job_cpus: Mapping[str, int] | None = None
+    #: Processes of each running job, by job id (procs / CPUs is its MPL).
+    job_procs: Mapping[str, int] | None = None
 
 
 class StateCollector(Collector):
@@ -204,6 +206,13 @@ class StateCollector(Collector):
         )
         for job, cpus in sorted((s.job_cpus or {}).items()):
             job_cpus.add_metric([job], cpus)
+        job_procs = GaugeMetricFamily(
+            f"{PREFIX}_running_job_procs",
+            "Processes of each running job; procs / CPUs is its multiprogramming level (MPL).",
+            labels=["job"],
+        )
+        for job, procs in sorted((s.job_procs or {}).items()):
+            job_procs.add_metric([job], procs)
         return [
             gauge("queued_jobs", "Jobs waiting in the queue.", s.queued),
             gauge("running_jobs", "Jobs on CPUs (or awaiting reconciliation).", s.running),
@@ -235,6 +244,7 @@ class StateCollector(Collector):
             machine_cpus,
             machine_busy,
             job_cpus,
+            job_procs,
         ]
 
 
