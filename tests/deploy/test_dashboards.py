@@ -47,9 +47,7 @@ def test_the_dashboard_uses_metrics_that_exist() -> None:
     metrics = SchedulerMetrics(registry, process=True)
     metrics.job_finished(procs=1, submit=0.0, start=1.0, end=2.0)
     metrics.publish_state(
-        GaugeState(
-            machines=(MachineGauge("m", 4, 2, True),), job_cpus={"j": 2}, job_procs={"j": 4}
-        )
+        GaugeState(machines=(MachineGauge("m", 4, 2, True),), job_cpus={"j": 2}, job_procs={"j": 4})
     )
     exposed = set(re.findall(r"^(\w+)", generate_latest(registry).decode(), re.M))
     agent_source = (ROOT / "nodeagent" / "exporter.py").read_text()
