@@ -6,7 +6,9 @@ The app and its commands, registered from the modules that hold them:
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.live_cmds`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
-- a local cluster, :mod:`accordion.up_cmd`: ``up`` (``--demo`` to try it).
+- a local cluster, :mod:`accordion.up_cmd`: ``up`` (``--demo`` to try it);
+- the same demo on a cluster already running (the compose testbed),
+  :mod:`accordion.demo_cmd`: ``demo``.
 
 Every user error (unknown policy or option, missing file, bad trace, bad
 cluster file, a broker or scheduler that cannot be reached) ends in one clear
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion import live_cmds, twin_cmds, up_cmd
+from accordion import demo_cmd, live_cmds, twin_cmds, up_cmd
 
 app = typer.Typer(
     name="accordion",
@@ -31,6 +33,7 @@ app = typer.Typer(
 twin_cmds.register(app)
 live_cmds.register(app)
 up_cmd.register(app)
+demo_cmd.register(app)
 
 
 def main() -> None:

@@ -266,7 +266,7 @@ SECTIONS: tuple[Section, ...] = (
                 "Process CPU (scheduler and agents)",
                 (
                     q(
-                        f"rate(process_cpu_seconds_total{{job=~\"scheduler|agents\"}}[{RATE}])",
+                        f'rate(process_cpu_seconds_total{{job=~"scheduler|agents"}}[{RATE}])',
                         "{{job}} {{instance}}",
                         "job",
                         "instance",

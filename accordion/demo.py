@@ -222,13 +222,16 @@ class JournalOutcomes:
     time_scale: float
 
 
-def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOutcomes:
+def outcomes_from_journal(
+    path: Path, speeds: Mapping[str, float], *, prefix: str = ""
+) -> JournalOutcomes:
     """Each finished or failed job of a stopped scheduler's journal as a ``JobOutcome``.
 
     Start, end and parts come from the job's row; its segments (one per
     resize) from the journal's history since its last start (a requeued job
     starts again). ``expanded_runtime`` is the job's work at its first
-    allocation's pace at MPL 1, as the twin reports it.
+    allocation's pace at MPL 1, as the twin reports it. ``prefix`` keeps only
+    the jobs whose id starts with it.
     """
     with Journal(path) as journal:
         state = journal.load()
@@ -237,9 +240,11 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
             history.setdefault(event.job_id, []).append((event.at, event.kind, event.parts))
     if state.meta is None:
         raise UpError(f"{path}: the scheduler wrote no journal meta")
-    states: Counter[str] = Counter(row.state.value for row in state.jobs)
+    # Only this run's jobs when the journal holds others (a long-running testbed).
+    rows = [row for row in state.jobs if row.spec.id.startswith(prefix)]
+    states: Counter[str] = Counter(row.state.value for row in rows)
     outcomes: list[JobOutcome] = []
-    for row in state.jobs:
+    for row in rows:
         if row.state not in (JobState.FINISHED, JobState.FAILED) or row.start is None:
             continue
         if row.end is None:

@@ -71,7 +71,7 @@ def test_the_scheduler_command_parses(services: dict[str, Any]) -> None:
     args = scheduler_args(cmd[3:])
     assert (args.host, args.port, args.metrics_port) == ("broker", 1883, 9100)
     assert args.policy == "easy"
-    assert args.time_scale == 600.0
+    assert args.time_scale == 40.0
     assert args.journal.startswith("/data/")
     assert any(v.endswith(":/data") for v in services["scheduler"]["volumes"])
 
@@ -89,7 +89,7 @@ def test_the_agent_classes_at_their_default_replicas_are_the_example_cluster(
         # Every replica names itself from its container's hostname: never a duplicate.
         assert args.name == f"{machine_class}-{{hostname}}", name
         assert args.labels == machine_class, name
-        assert args.time_scale == 600.0, name
+        assert args.time_scale == 40.0, name
         assert service["deploy"]["endpoint_mode"] == "dnsrr", name  # Swarm DNS discovery
         assert "container_name" not in service, name  # would forbid --scale
         assert "ports" not in service, name  # a host port would forbid --scale
@@ -161,6 +161,7 @@ def test_the_submit_command_parses(services: dict[str, Any]) -> None:
         assert sub is not None
         sub.make_context(args[0], args[1:], parent=ctx)
     assert services["submit"]["environment"]["ACCORDION_BROKER"] == "mqtt://broker:1883"
+    assert "scheduler-data:/data" in services["submit"]["volumes"]  # the journal it reads
 
 
 def test_the_dockerfile_installs_the_project() -> None:
