@@ -33,7 +33,7 @@ from typing import Annotated
 
 import typer
 
-from accordion.client import DEFAULT_BROKER, connect, run_async
+from accordion.client import DEFAULT_BROKER, DEFAULT_TIMEOUT, connect, run_async
 from accordion.cluster import scrape
 from accordion.demo import (
     DecisionStats,
@@ -46,7 +46,7 @@ from accordion.demo import (
 )
 from accordion.display import note, replay_display
 from accordion.errors import UserError, refused, user_errors
-from accordion.options import BrokerOpt, RootOpt
+from accordion.options import BrokerOpt, RootOpt, TimeoutOpt
 from accordion.replay import replay_and_follow
 from accordion.tables import print_demo
 from broker.topics import DEFAULT_ROOT
@@ -66,8 +66,8 @@ def _meta(journal: Path) -> tuple[float, str]:
     return meta.time_scale, meta.policy
 
 
-async def _cluster(broker: str, root: str) -> ClusterSpec:
-    async with connect(broker, root, timeout=10.0) as client:
+async def _cluster(broker: str, root: str, timeout: float) -> ClusterSpec:
+    async with connect(broker, root, timeout=timeout) as client:
         status = await client.status()
     machines = tuple(
         Machine(id=m.id, cpus=m.cpus, speed=m.speed) for m in status.machines if m.online
@@ -77,13 +77,18 @@ async def _cluster(broker: str, root: str) -> ClusterSpec:
     return ClusterSpec(name="testbed", reference_speed=1.0, machines=machines)
 
 
-async def _replay(broker: str, root: str, plan: DemoPlan, progress: bool) -> float:
+async def _replay(
+    broker: str, root: str, plan: DemoPlan, progress: bool, reply_timeout: float
+) -> float:
     total = sum(len(a.jobs) for a in plan.arrivals)
     # Ten times the twin's makespan in wall seconds, plus a minute: a hung run fails.
     timeout = 60.0 + 10 * plan.twin.makespan / plan.time_scale
     t0 = time.monotonic()
     with replay_display(total, follow=True, enabled=progress) as show:
-        async with connect(broker, root, watch=True) as client, asyncio.timeout(timeout):
+        async with (
+            connect(broker, root, watch=True, timeout=reply_timeout) as client,
+            asyncio.timeout(timeout),
+        ):
             state = await replay_and_follow(
                 client, plan.arrivals, time_scale=plan.time_scale, on_change=show
             )
@@ -114,13 +119,14 @@ def demo(  # noqa: PLR0917 (typer reads the options from the parameters)
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="jobs of the demo")] = 60,
     seed: Annotated[int, typer.Option("--seed", help="seed of the demo workload")] = 1,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
+    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
 ) -> None:
     """The demo workload on a running cluster, printed live against the twin."""
     with user_errors():
         time_scale, policy = _meta(journal)
-        spec = run_async(_cluster(broker, root))
+        spec = run_async(_cluster(broker, root, timeout))
         plan = plan_demo(
             spec,
             jobs=jobs,
@@ -135,7 +141,7 @@ def demo(  # noqa: PLR0917 (typer reads the options from the parameters)
             f"{plan.twin.makespan / time_scale:.0f} s of wall time at the scheduler's scale "
             f"{time_scale:g}"
         )
-        wall = run_async(_replay(broker, root, plan, progress))
+        wall = run_async(_replay(broker, root, plan, progress, timeout))
         read = outcomes_from_journal(journal, spec.speeds, prefix=plan.prefix)
         if not read.outcomes:
             raise refused(f"no demo job ran to its end (journal {journal})")

@@ -93,7 +93,8 @@ def test_the_agent_classes_at_their_default_replicas_are_the_example_cluster(
         assert service["deploy"]["endpoint_mode"] == "dnsrr", name  # Swarm DNS discovery
         assert "container_name" not in service, name  # would forbid --scale
         assert "ports" not in service, name  # a host port would forbid --scale
-        seen.append((machine_class, args.cpus, args.speed, service["deploy"]["replicas"]))
+        replicas = int(interpolate(str(service["deploy"]["replicas"])))
+        seen.append((machine_class, args.cpus, args.speed, replicas))
     spec = load_cluster(ROOT / "examples" / "cluster.toml")
     classes: dict[str, tuple[int, float, int]] = {}
     for m in spec.machines:
