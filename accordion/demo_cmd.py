@@ -33,7 +33,7 @@ from typing import Annotated
 
 import typer
 
-from accordion.client import DEFAULT_BROKER, DEFAULT_TIMEOUT, connect, run_async
+from accordion.client import DEFAULT_BROKER, connect, run_async
 from accordion.cluster import scrape
 from accordion.demo import (
     DecisionStats,
@@ -55,6 +55,11 @@ from model.metrics import compute_metrics
 from scheduler.journal import Journal
 from workload.cluster import ClusterSpec
 
+#: Seconds to wait for a reply: long enough to ride out a scheduler restart (its
+#: persistent session keeps the request at the broker, and the restarted scheduler
+#: answers it), which a testbed user may do in the middle of a demo.
+RESTART_TIMEOUT = 60.0
+
 
 def _meta(journal: Path) -> tuple[float, str]:
     if not journal.exists():
@@ -75,6 +80,17 @@ async def _cluster(broker: str, root: str, timeout: float) -> ClusterSpec:
     if not machines:
         raise UserError("the scheduler knows no machine online")
     return ClusterSpec(name="testbed", reference_speed=1.0, machines=machines)
+
+
+async def _speeds(broker: str, root: str, timeout: float) -> dict[str, float]:
+    """Every machine the scheduler knows, online or not, by id: its speed.
+
+    Machines may come and go during the demo (a testbed scaled, an agent
+    killed); the journal's parts name them all.
+    """
+    async with connect(broker, root, timeout=timeout) as client:
+        status = await client.status()
+    return {m.id: m.speed for m in status.machines}
 
 
 async def _replay(
@@ -119,7 +135,7 @@ def demo(  # noqa: PLR0917 (typer reads the options from the parameters)
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="jobs of the demo")] = 60,
     seed: Annotated[int, typer.Option("--seed", help="seed of the demo workload")] = 1,
     progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
+    timeout: TimeoutOpt = RESTART_TIMEOUT,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
 ) -> None:
@@ -142,7 +158,8 @@ def demo(  # noqa: PLR0917 (typer reads the options from the parameters)
             f"{time_scale:g}"
         )
         wall = run_async(_replay(broker, root, plan, progress, timeout))
-        read = outcomes_from_journal(journal, spec.speeds, prefix=plan.prefix)
+        speeds = {**spec.speeds, **run_async(_speeds(broker, root, timeout))}
+        read = outcomes_from_journal(journal, speeds, prefix=plan.prefix)
         if not read.outcomes:
             raise refused(f"no demo job ran to its end (journal {journal})")
         report = DemoReport(

@@ -35,6 +35,7 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Testbed:
+@dataclass
+class Published:
+    """A compose container as a wait-strategy target reached through its published port.
+
+    testcontainers' ``ComposeContainer.get_exposed_port`` returns the container's
+    own port (its "simplified implementation"), which is not reachable from the
+    host; this asks compose for the host port it published.
+    """
+
+    compose: Any
+    container: Any
+
+    def get_container_host_ip(self) -> str:
+        return "127.0.0.1"
+
+    def get_exposed_port(self, port: int) -> int:
+        return int(self.compose.get_service_port(self.container.Service, port))
+
+    def get_wrapped_container(self) -> Any:
+        return self.container.get_wrapped_container()
+
+    def get_logs(self) -> tuple[bytes, bytes]:
+        logs: tuple[bytes, bytes] = self.container.get_logs()
+        return logs
+
+    def reload(self) -> None:
+        self.container.reload()
+
+    @property
+    def status(self) -> str:
+        return str(self.container.status)
+
+
+class ComposeTestbed:
     """A compose project of compose.yaml, and the commands the scenario runs on it."""
 
     def __init__(self, workdir: Path) -> None:
@@ -83,7 +117,7 @@ class Testbed:
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in self.env.items()))
         self.compose = compose_module.DockerCompose(
             context=ROOT,
-            compose_file_name="compose.yaml",
+            compose_file_name=["compose.yaml", "compose.override.yaml"],
             env_file=str(self.env_file),
             build=True,
             wait=True,
@@ -115,6 +149,9 @@ class Testbed:
                 for net in info["NetworkSettings"]["Networks"].values():
                     self.agents[container.ID] = f"{net['IPAddress']}:9101"
 
+    def published(self, service: str) -> Published:
+        return Published(self.compose, self.compose.get_container(service))
+
     def wait_prometheus(self, query: str, ok: Any) -> None:
         """Wait until Prometheus answers ``query`` with a body ``ok`` accepts."""
         path = "/api/v1/query?" + urllib.parse.urlencode({"query": query})
@@ -123,7 +160,7 @@ class Testbed:
             .for_response_predicate(lambda body: ok(_values(body)))
             .with_startup_timeout(STARTUP)
         )
-        strategy.wait_until_ready(self.compose.get_container("prometheus"))
+        strategy.wait_until_ready(self.published("prometheus"))
 
     def wait_machines_online(self, n: int) -> None:
         self.wait_scheduler(rf"^accordion_scheduler_machines_online {n}\.0$")
@@ -136,7 +173,7 @@ class Testbed:
             .for_response_predicate(lambda body: bool(pattern.search(body)))
             .with_startup_timeout(STARTUP)
         )
-        strategy.wait_until_ready(self.compose.get_container("scheduler"))
+        strategy.wait_until_ready(self.published("scheduler"))
 
     def query(self, expr: str) -> dict[str, float]:
         url = f"http://127.0.0.1:{self.prometheus_port}/api/v1/query?" + urllib.parse.urlencode(
@@ -153,8 +190,8 @@ def _values(body: str) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed(tmp_path_factory.mktemp("testbed"))
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposeTestbed]:
+    bed = ComposeTestbed(tmp_path_factory.mktemp("testbed"))
     os.environ.update(bed.env)  # the DockerCompose subprocesses inherit the project name
     t0 = time.monotonic()
     try:
@@ -166,7 +203,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
             os.environ.pop(key, None)
 
 
-def test_the_testbed_survives_scaling_kills_and_restarts(testbed: Testbed) -> None:
+def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed) -> None:
     bed = testbed
     bed.wait_machines_online(6)
     bed.wait_prometheus('count(up{job="agents"} == 1)', lambda v: list(v.values()) == [6.0])
