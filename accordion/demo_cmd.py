@@ -45,7 +45,7 @@ from accordion.demo import (
     plan_demo,
 )
 from accordion.display import note, replay_display
-from accordion.errors import UserError, refused, user_errors
+from accordion.errors import LiveError, UserError, refused, user_errors
 from accordion.options import BrokerOpt, RootOpt, TimeoutOpt
 from accordion.replay import replay_and_follow
 from accordion.tables import print_demo
@@ -82,36 +82,57 @@ async def _cluster(broker: str, root: str, timeout: float) -> ClusterSpec:
     return ClusterSpec(name="testbed", reference_speed=1.0, machines=machines)
 
 
-async def _speeds(broker: str, root: str, timeout: float) -> dict[str, float]:
-    """Every machine the scheduler knows, online or not, by id: its speed.
+#: Wall seconds between two looks at the machines while the demo runs.
+MACHINE_POLL = 1.0
 
-    Machines may come and go during the demo (a testbed scaled, an agent
-    killed); the journal's parts name them all.
+
+async def _watch_machines(broker: str, root: str, speeds: dict[str, float]) -> None:
+    """Record the speed of every machine online, until cancelled.
+
+    The journal names the machines each job ran on, but machines come and go
+    during a demo (a testbed scaled up and down, an agent killed) and a
+    restarted scheduler forgets the ones that said goodbye, so their speeds are
+    collected while they are online. A status request that gets no answer (the
+    scheduler restarting) is simply asked again.
     """
-    async with connect(broker, root, timeout=timeout) as client:
-        status = await client.status()
-    return {m.id: m.speed for m in status.machines}
+    async with connect(broker, root, timeout=MACHINE_POLL * 5) as client:
+        while True:
+            try:
+                status = await client.status()
+            except LiveError:
+                continue
+            speeds.update((m.id, m.speed) for m in status.machines)
+            await asyncio.sleep(MACHINE_POLL)
 
 
 async def _replay(
     broker: str, root: str, plan: DemoPlan, progress: bool, reply_timeout: float
-) -> float:
+) -> tuple[float, dict[str, float]]:
+    """Replay and follow the plan; the wall seconds it took and every machine's speed."""
     total = sum(len(a.jobs) for a in plan.arrivals)
     # Ten times the twin's makespan in wall seconds, plus a minute: a hung run fails.
     timeout = 60.0 + 10 * plan.twin.makespan / plan.time_scale
+    speeds: dict[str, float] = {}
     t0 = time.monotonic()
     with replay_display(total, follow=True, enabled=progress) as show:
         async with (
             connect(broker, root, watch=True, timeout=reply_timeout) as client,
             asyncio.timeout(timeout),
+            asyncio.TaskGroup() as tg,
         ):
-            state = await replay_and_follow(
-                client, plan.arrivals, time_scale=plan.time_scale, on_change=show
+            watcher = tg.create_task(
+                _watch_machines(broker, root, speeds), name="demo-machine-watcher"
             )
+            try:
+                state = await replay_and_follow(
+                    client, plan.arrivals, time_scale=plan.time_scale, on_change=show
+                )
+            finally:
+                watcher.cancel()
     if state.rejected:
         first = next(iter(state.rejected.items()))
         raise refused(f"{len(state.rejected)} demo job(s) rejected, e.g. {first[0]}: {first[1]}")
-    return time.monotonic() - t0
+    return time.monotonic() - t0, speeds
 
 
 def _decisions(metrics: str | None) -> DecisionStats:
@@ -157,9 +178,8 @@ def demo(  # noqa: PLR0917 (typer reads the options from the parameters)
             f"{plan.twin.makespan / time_scale:.0f} s of wall time at the scheduler's scale "
             f"{time_scale:g}"
         )
-        wall = run_async(_replay(broker, root, plan, progress, timeout))
-        speeds = {**spec.speeds, **run_async(_speeds(broker, root, timeout))}
-        read = outcomes_from_journal(journal, speeds, prefix=plan.prefix)
+        wall, seen = run_async(_replay(broker, root, plan, progress, timeout))
+        read = outcomes_from_journal(journal, {**spec.speeds, **seen}, prefix=plan.prefix)
         if not read.outcomes:
             raise refused(f"no demo job ran to its end (journal {journal})")
         report = DemoReport(
