@@ -234,8 +234,6 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
     finally:
         if demo.poll() is None:
             demo.kill()
-    assert demo.returncode == 0, out
-    assert "the live cluster against the twin" in out
     # The journal, read in the scheduler's container, against Prometheus's totals.
     journal = json.loads(
         bed.run(
@@ -247,9 +245,13 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
             "import json; from collections import Counter; from scheduler.journal import Journal;"
             "s = Journal('/data/journal.sqlite').load();"
             "print(json.dumps({'states': Counter(j.state.value for j in s.jobs),"
-            " 'requeues': sum(j.requeues for j in s.jobs), 'jobs': len(s.jobs)}))",
+            " 'requeues': sum(j.requeues for j in s.jobs), 'jobs': len(s.jobs),"
+            " 'not_finished': {j.spec.id: [j.state.value, j.requeues, j.detail]"
+            " for j in s.jobs if j.state.value != 'finished'}}))",
         ).stdout
     )
+    assert demo.returncode == 0, (journal["not_finished"], out)
+    assert "the live cluster against the twin" in out
     assert journal["states"] == {"finished": journal["jobs"]}, journal
     finished = float(journal["states"]["finished"])
     bed.wait_prometheus(
