@@ -61,6 +61,10 @@ def test_compose_yaml_alone_is_what_a_swarm_accepts(base: dict[str, Any]) -> Non
         assert isinstance(depends, list), f"{name}: only the short depends_on form"
     for config in base["configs"].values():
         assert (ROOT / config["file"]).is_file(), config
+    # No virtual IPs: on the single-node Swarm here the VIP of the broker was "No route to
+    # host", and Prometheus must see every agent task, not one VIP.
+    for name, service in base["services"].items():
+        assert service["deploy"]["endpoint_mode"] == "dnsrr", name
 
 
 def test_docker_stack_config_accepts_compose_yaml() -> None:
