@@ -81,7 +81,7 @@ def test_a_rejection_is_printed_with_its_reason(live_cluster: LocalCluster) -> N
     assert result.exit_code == 1
     assert "job too-wide rejected" in result.stderr
     assert "needs 100 CPUs" in result.stderr
-    assert "the cluster has 6" in result.stderr
+    assert "the cluster as configured has 6" in result.stderr
     assert result.stdout == ""
 
 
