@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 # Only what `pip install .` reads (pyproject.toml, README.md, the packages),
 # plus examples/ (cluster.toml, demo.swf) for the `submit` tool.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY broker ./broker
 COPY model ./model
 COPY scheduler ./scheduler
@@ -18,9 +18,17 @@ COPY nodeagent ./nodeagent
 COPY twin ./twin
 COPY workload ./workload
 COPY accordion ./accordion
-RUN pip install . \
+# Reproducible: requirements.lock (the same pins scripts/setup installs) constrains
+# every dependency, direct or not, to its locked version; the build then fails if
+# anything got installed that the lock does not pin, so two builds a week apart
+# install the same wheels.
+RUN pip install -c requirements.lock . \
+ && pip freeze --exclude-editable | grep -v '^accordion[=@ ]' | sort > /tmp/installed \
+ && grep -v '^#' requirements.lock | sort > /tmp/locked \
+ && unpinned=$(comm -23 /tmp/installed /tmp/locked) \
+ && if [ -n "$unpinned" ]; then echo "not pinned by requirements.lock: $unpinned" >&2; exit 1; fi \
  && mkdir -p /opt/accordion \
- && rm -rf /src/build /src/*.egg-info
+ && rm -rf /src/build /src/*.egg-info /tmp/installed /tmp/locked
 COPY examples /opt/accordion/examples
 
 # An unprivileged user; /data (the scheduler's journal volume) is theirs, so

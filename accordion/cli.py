@@ -8,6 +8,8 @@ The app and its commands, registered from the modules that hold them:
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
 - a local cluster, :mod:`accordion.up_cmd`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.auth_cmd`: ``auth init``.
+- the same demo on a cluster already running (the compose testbed),
+  :mod:`accordion.demo_cmd`: ``demo``.
 
 Every user error (unknown policy or option, missing file, bad trace, bad
 cluster file, a broker or scheduler that cannot be reached) ends in one clear
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion import auth_cmd, live_cmds, twin_cmds, up_cmd
+from accordion import auth_cmd, demo_cmd, live_cmds, twin_cmds, up_cmd
 
 app = typer.Typer(
     name="accordion",
@@ -33,6 +35,7 @@ twin_cmds.register(app)
 live_cmds.register(app)
 up_cmd.register(app)
 auth_cmd.register(app)
+demo_cmd.register(app)
 
 
 def main() -> None:

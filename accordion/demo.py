@@ -164,11 +164,11 @@ class DecisionStats:
 
 
 def decision_stats(text: str) -> DecisionStats:
-    """Read ``accordion_scheduler_decision_seconds`` from a scrape."""
+    """Read ``accordion_scheduler_decision_wall_seconds`` from a scrape."""
     buckets: list[tuple[float, float]] = []
     total = count = 0.0
     for family in text_string_to_metric_families(text):
-        if family.name != "accordion_scheduler_decision_seconds":
+        if family.name != "accordion_scheduler_decision_wall_seconds":
             continue
         for sample in family.samples:
             if sample.name.endswith("_bucket"):
@@ -235,13 +235,16 @@ class JournalOutcomes:
     resizes: Resizes = field(default_factory=lambda: Resizes(0, 0))
 
 
-def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOutcomes:
+def outcomes_from_journal(
+    path: Path, speeds: Mapping[str, float], *, prefix: str = ""
+) -> JournalOutcomes:
     """Each finished or failed job of a stopped scheduler's journal as a ``JobOutcome``.
 
     Start, end and parts come from the job's row; its segments (one per
     resize) from the journal's history since its last start (a requeued job
     starts again). ``expanded_runtime`` is the job's work at its first
-    allocation's pace at MPL 1, as the twin reports it.
+    allocation's pace at MPL 1, as the twin reports it. ``prefix`` keeps only
+    the jobs whose id starts with it.
     """
     with Journal(path) as journal:
         state = journal.load()
@@ -250,10 +253,14 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
             history.setdefault(event.job_id, []).append((event.at, event.kind, event.parts))
     if state.meta is None:
         raise UpError(f"{path}: the scheduler wrote no journal meta")
-    states: Counter[str] = Counter(row.state.value for row in state.jobs)
+    # Only this run's jobs when the journal holds others (a long-running testbed).
+    rows = [row for row in state.jobs if row.spec.id.startswith(prefix)]
+    states: Counter[str] = Counter(row.state.value for row in rows)
     outcomes: list[JobOutcome] = []
     directions: Counter[str] = Counter()
-    for steps_of_job in history.values():
+    for job_id, steps_of_job in history.items():
+        if not job_id.startswith(prefix):
+            continue
         cpus = 0
         for _, kind, parts in steps_of_job:
             now_cpus = sum(p.cpus for p in parts)
@@ -261,7 +268,7 @@ def outcomes_from_journal(path: Path, speeds: Mapping[str, float]) -> JournalOut
                 directions["shrink" if now_cpus < cpus else "expand"] += now_cpus != cpus
             if kind in ("started", "resized"):
                 cpus = now_cpus
-    for row in state.jobs:
+    for row in rows:
         if row.state not in (JobState.FINISHED, JobState.FAILED) or row.start is None:
             continue
         if row.end is None:

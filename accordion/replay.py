@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from accordion.client import LiveClient
-from accordion.errors import LiveError
+from accordion.errors import LiveError, NoReplyError
 from accordion.specs import spec_of
 from broker.bus import BusError
 from broker.messages import JobEvent, JobSpec, MpiSpec, SubmitReply
@@ -159,7 +159,7 @@ async def replay(
 
     async def one(arrival: Arrival) -> None:
         try:
-            reply = await client.submit(arrival.jobs)
+            reply = await _submit_again_if_unanswered(client, arrival)
         except (LiveError, BusError) as exc:
             errors.append(exc)
             return
@@ -220,17 +220,39 @@ async def follow(
         if changed:
             next_poll = loop.time() + poll
         elif loop.time() >= next_poll:
-            status = await client.status()
-            present = {j.id for j in status.queue} | {j.id for j in status.running}
-            gone = sorted(state.accepted - present - state.ended.keys())
-            if gone:
-                finals = final_states(await client.history(gone))
-                for job_id in gone:
-                    changed = state.end(job_id, finals.get(job_id, "left")) or changed
+            try:
+                status = await client.status()
+                present = {j.id for j in status.queue} | {j.id for j in status.running}
+                gone = sorted(state.accepted - present - state.ended.keys())
+                if gone:
+                    finals = final_states(await client.history(gone))
+                    for job_id in gone:
+                        changed = state.end(job_id, finals.get(job_id, "left")) or changed
+            except NoReplyError:
+                # A request sent while the broker or the scheduler restarted can go
+                # unanswered; the jobs go on, so ask again at the next poll.
+                pass
             next_poll = loop.time() + poll
         if changed and on_change is not None:
             on_change(state)
     return state
+
+
+#: Times a submission that got no answer is sent again.
+SUBMIT_ATTEMPTS = 3
+
+
+async def _submit_again_if_unanswered(client: LiveClient, arrival: Arrival) -> SubmitReply:
+    """Submit ``arrival``; on no reply, send the same request again (a request sent
+    while the broker restarted can be lost). Safe: submissions are idempotent by job
+    id, so one that did arrive is answered "duplicate" and changes nothing."""
+    for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        try:
+            return await client.submit(arrival.jobs)
+        except NoReplyError:
+            if attempt == SUBMIT_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 class EventGaps:

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -42,7 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m nodeagent", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="MQTT broker host")
     p.add_argument("--port", type=int, default=1883, help="MQTT broker port")
-    p.add_argument("--name", required=True, help="machine id (letters, digits, _ . : @ -)")
+    p.add_argument(
+        "--name",
+        required=True,
+        help="machine id (letters, digits, _ . : @ -); '{hostname}' in it is replaced by "
+        "this host's name, so replicas of one container template get distinct ids",
+    )
     p.add_argument("--cpus", type=int, required=True, help="CPUs this machine offers")
     p.add_argument(
         "--speed",
@@ -125,7 +131,12 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
                 registry = CollectorRegistry()
                 registry.register(LauncherCollector(machine.id, launcher.stats, relay.stats))
                 metrics = serve_metrics(
-                    agent.stats, port=args.metrics_port, addr=args.metrics_addr, registry=registry
+                    agent.stats,
+                    port=args.metrics_port,
+                    addr=args.metrics_addr,
+                    registry=registry,
+                    process=True,
+                    info={"speed": f"{machine.speed:g}", "labels": ",".join(machine.labels)},
                 )
                 log.info("metrics on http://%s:%d/metrics", args.metrics_addr, metrics.port)
             try:
@@ -140,6 +151,16 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     return 1 if failed else 0
 
 
+def machine_name(template: str, hostname: str) -> str:
+    """``template`` with ``{hostname}`` replaced by the short ``hostname``.
+
+    A container's hostname is unique on its host (docker: the container id;
+    swarm: whatever the service's ``hostname`` template says), so every
+    replica of ``--name 'fast-{hostname}'`` is a different machine.
+    """
+    return template.replace("{hostname}", hostname.split(".", 1)[0])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -147,7 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cpuset = None if args.cpuset is None else checked_cpuset(parse_cpuset(args.cpuset))
         speed, score = measured_speed(args.speed)
-        machine = Machine(id=args.name, cpus=args.cpus, speed=speed, labels=labels)
+        machine = Machine(
+            id=machine_name(args.name, socket.gethostname()),
+            cpus=args.cpus,
+            speed=speed,
+            labels=labels,
+        )
         machine_spec(machine)
         settings = AgentSettings(
             heartbeat_interval=args.heartbeat,

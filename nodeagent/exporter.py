@@ -10,28 +10,57 @@ Every series has the label ``agent`` (one value per machine: bounded);
 ``accordion_agent_parts_finished_total`` also has ``reason`` (the five reasons
 of ``PartFinished``; a refused part counts there as ``failed``, or as
 ``lost`` while the agent stops). Times are not exported here; counts and CPUs
-have no time base.
+have no time base. ``accordion_agent_info`` (value 1) carries what the caller
+passes as ``info`` (``python -m nodeagent``: the machine's speed and
+labels, its class in the compose testbed), ``accordion_build_info``
+the version; ``serve_metrics(process=True)`` adds client_python's process and
+platform collectors (one per OS process: the standalone agent asks for them).
+Counters are families built at scrape time, so there are no ``_created``
+samples.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import platform
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from threading import Thread
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from nodeagent.agent import REASONS, AgentStats
 
 
+def version() -> str:
+    """The installed accordion's version ("unknown" when run from a bare source tree)."""
+    try:
+        return metadata.version("accordion")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 class AgentCollector(Collector):
     """The agent's metrics, computed from ``stats()`` at every scrape."""
 
-    def __init__(self, stats: Callable[[], AgentStats]) -> None:
+    def __init__(
+        self, stats: Callable[[], AgentStats], info: Mapping[str, str] | None = None
+    ) -> None:
         self._stats = stats
+        self._info = dict(info or {})
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats()
@@ -47,6 +76,12 @@ class AgentCollector(Collector):
             family.add_metric(agent, value)
             return family
 
+        info = InfoMetricFamily("accordion_agent", "This machine.", labels=["agent"])
+        info.add_metric(agent, self._info)
+        yield info
+        build = InfoMetricFamily("accordion_build", "The accordion build.", labels=[])
+        build.add_metric([], {"version": version(), "python": platform.python_version()})
+        yield build
         yield gauge("accordion_agent_cpus", "CPUs of this machine.", s.cpus)
         yield gauge("accordion_agent_cpus_busy", "CPUs held by running parts.", s.cpus_busy)
         yield gauge("accordion_agent_parts_running", "Job parts running here.", s.parts_running)
@@ -101,9 +136,14 @@ def serve_metrics(
     port: int = 0,
     addr: str = "127.0.0.1",
     registry: CollectorRegistry | None = None,
+    process: bool = False,
+    info: Mapping[str, str] | None = None,
 ) -> MetricsServer:
     """Serve the agent's metrics on ``addr:port`` (port 0 picks a free one; see ``.port``)."""
     registry = registry if registry is not None else CollectorRegistry()
-    registry.register(AgentCollector(stats))
+    registry.register(AgentCollector(stats, info))
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
     server, thread = start_http_server(port, addr=addr, registry=registry)
     return MetricsServer(server.server_port, registry, server, thread)

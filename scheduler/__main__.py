@@ -202,7 +202,7 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             settings = replace(settings, startup_grace=0.0)
         clock = WallClock(time_scale=meta.time_scale, epoch=meta.epoch)
         registry = CollectorRegistry()
-        metrics = SchedulerMetrics(registry)
+        metrics = SchedulerMetrics(registry, process=True)
         server = (
             serve(registry, args.metrics_port, args.metrics_addr) if args.metrics_port else None
         )

@@ -86,7 +86,7 @@ from scheduler.context import Context, Outgoing
 from scheduler.cordon import CordonedCore
 from scheduler.core import SchedulerCore
 from scheduler.dispatch import dispatch
-from scheduler.exporter import GaugeState, SchedulerMetrics
+from scheduler.exporter import GaugeState, MachineGauge, SchedulerMetrics
 from scheduler.journal import Journal
 from scheduler.settings import ActorSettings, JobEvents
 from scheduler.snapshot import Policy
@@ -163,6 +163,7 @@ class SchedulerActor:
             max_requeues=self.settings.max_requeues,
         )
         self.metrics = metrics if metrics is not None else SchedulerMetrics(CollectorRegistry())
+        self.metrics.policy = policy.name
         self.ctx = Context(
             core=core,
             settings=self.settings,
@@ -198,8 +199,10 @@ class SchedulerActor:
     async def run(self) -> None:
         """Restore from the journal, subscribe, and serve until :meth:`stop`."""
         now = self._clock.now()
+        journalled = self._journal.load()
+        self.metrics.restore(journalled)
         self._reconciliation = reconcile.restore(
-            self.ctx, self._journal.load(), self._journal.last_event_seqs(), now
+            self.ctx, journalled, self._journal.last_event_seqs(), now
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
@@ -450,11 +453,24 @@ class SchedulerActor:
         ctx = self.ctx
         core = ctx.core
         online = sum(1 for ag in ctx.agents.values() if ag.life.available)
+        machines = tuple(
+            MachineGauge(
+                agent_id,
+                ag.machine.cpus,
+                ag.machine.cpus - core.free(agent_id) if ag.life.available else 0,
+                ag.life.available,
+            )
+            for agent_id, ag in sorted(ctx.agents.items())
+        )
         return GaugeState(
             queued=len(core.queue),
             running=len(core.running) + len(core.pending),
             cpus=core.total_cpus,
             cpus_free=sum(core.free(m.id) for m in core.machines),
+            cpus_configured=ctx.configured_cpus(),
+            machines=machines,
+            job_cpus={r.job.id: r.cpus for r in core.running},
+            job_procs={r.job.id: r.job.procs for r in core.running},
             machines_online=online,
             machines_offline=len(ctx.agents) - online,
             cluster_time=now,

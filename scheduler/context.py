@@ -27,7 +27,7 @@ from typing import Protocol
 from broker.messages import CancelPart, JobEvent, JobSpec, Message
 from broker.topics import TopicError, Topics
 from model.machine import Machine, Part
-from scheduler.agent_lifecycle import AgentLifecycle
+from scheduler.agent_lifecycle import AgentLifecycle, AgentState
 from scheduler.core import Left, SchedulerCore
 from scheduler.exporter import SchedulerMetrics
 from scheduler.lifecycle import JobState
@@ -194,6 +194,15 @@ class Context:
         """The attempt a start of ``job_id`` now is (fencing, ``part_lifecycle``)."""
         return self.core.requeues(job_id) + 1
 
+    def configured_cpus(self) -> int:
+        """CPUs of the cluster as configured: every machine whose agent registered and
+        has not retired (said goodbye). A lost or suspect machine still counts, so a
+        transient loss queues a wide job rather than rejecting it; a scaled-down agent
+        says goodbye and no longer counts."""
+        return sum(
+            ag.machine.cpus for ag in self.agents.values() if ag.life.state is not AgentState.GONE
+        )
+
     def online(self) -> set[str]:
         return {a for a, ag in self.agents.items() if ag.life.available}
 
@@ -210,7 +219,10 @@ class Context:
 
     def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
         """A running job ended (all parts done, or one failed)."""
-        self.core.finished(job_id, now, failed=state is JobState.FAILED)
+        left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
+        if state is JobState.FINISHED:
+            job = left.job
+            self.metrics.job_finished(procs=job.procs, submit=job.submit, start=left.start, end=now)
         live = self.placements.untrack(job_id)
         self.journal.record_end(job_id, now, state, detail)
         self.cancel_parts(live)

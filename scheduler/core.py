@@ -198,18 +198,25 @@ class SchedulerCore:
         self._free[machine.id] = machine.cpus
         self._total += machine.cpus
 
-    def submit(self, job: Job) -> Accepted | Rejected:
-        """Queue ``job``; idempotent by job id (the same job twice is one job)."""
+    def submit(self, job: Job, *, capacity: int | None = None) -> Accepted | Rejected:
+        """Queue ``job``; idempotent by job id (the same job twice is one job).
+
+        A job wider than ``capacity`` CPUs (default: the machines the core holds
+        now) is rejected. The live scheduler passes the cluster as configured, so
+        a job wider than the CPUs online right now waits in the queue (the
+        snapshot hides it from the policy until it fits).
+        """
         seen = self._known.get(job.id)
         if seen is not None:
             if seen == job:
                 return Accepted(job.id, duplicate=True)
             return Rejected(job.id, f"job id {job.id!r} is already used by a different job")
-        if self._floor(job) > self._total:
+        limit = self._total if capacity is None else capacity
+        if self._floor(job) > limit:
             return Rejected(
                 job.id,
                 f"job needs {self._floor(job)} CPUs for its {job.procs} processes, "
-                f"the cluster has {self._total}",
+                f"the cluster has {limit}",
             )
         self._enqueue(job)
         return Accepted(job.id)

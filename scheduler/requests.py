@@ -8,9 +8,14 @@ Cancelling a cancelled job answers ``cancelled`` again.
 *Durability.* Accepted jobs are journalled inside the batch's transaction;
 the ``SubmitReply`` waits in the outbox until the actor has committed it.
 
-*A job that cannot be accepted* (wider than the cluster, beyond the maximum
+*A job that cannot be accepted* (wider than the cluster as configured, beyond the maximum
 wall time, an id reused for another spec) is rejected in its own
-``SubmitResult``; the rest of the request goes on. A ``reply_to`` that cannot
+``SubmitResult``; the rest of the request goes on, and the rejection is
+counted by reason. *The cluster as configured* is every machine whose agent
+registered and has not said goodbye (``Context.configured_cpus``): a machine
+lost or suspect right now still counts, so a job wider than the CPUs online
+waits in the queue until its machines are back; an agent scaled down says
+goodbye and stops counting. A ``reply_to`` that cannot
 be a topic level refuses the whole request (nobody could be told what was
 done).
 
@@ -121,10 +126,11 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
     for spec in specs:
-        result = _submit_one(ctx, spec, now)
+        result, why = _submit_one(ctx, spec, now)
         results.append(result)
         if not result.accepted:
             counts["rejected"] += 1
+            ctx.metrics.rejections.labels(reason=why).inc()
         elif result.duplicate:
             counts["duplicate"] += 1
         else:
@@ -141,7 +147,8 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     ctx.reply(request.reply_to, reply, reply_user(who))
 
 
-def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
+def _submit_one(ctx: Context, spec: JobSpec, now: float) -> tuple[SubmitResult, str]:
+    """The job's result, and the reason label of a rejection (``REJECTION_REASONS``)."""
     core = ctx.core
     known = core.job(spec.id)
     if known is not None:
@@ -150,21 +157,31 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
         if ctx.specs[spec.id] != spec:
             return SubmitResult(
                 spec.id, False, f"job id {spec.id!r} is already used by a different job"
-            )
+            ), "id_reused"
         answer = core.submit(known)
     else:
         try:
             check_spec(spec, max_walltime=ctx.settings.max_walltime)
             job = job_from_spec(spec, now)
-        except (SpecError, JobError) as exc:
-            return SubmitResult(spec.id, False, str(exc))
-        answer = core.submit(job)
+        except SpecError as exc:
+            return SubmitResult(spec.id, False, str(exc)), "walltime"
+        except JobError as exc:
+            return SubmitResult(spec.id, False, str(exc)), "invalid"
+        configured = ctx.configured_cpus()
+        if job.min_cpus > configured:
+            return SubmitResult(
+                spec.id,
+                False,
+                f"job needs {job.min_cpus} CPUs for its {job.procs} processes, the cluster "
+                f"as configured has {configured} (every machine registered and not retired)",
+            ), "too_wide"
+        answer = core.submit(job, capacity=configured)
     if isinstance(answer, Rejected):
-        return SubmitResult(spec.id, False, answer.reason)
+        return SubmitResult(spec.id, False, answer.reason), "invalid"
     if not answer.duplicate:
         ctx.specs[spec.id] = spec
         ctx.event(spec.id, JobState.QUEUED.value, now)
-    return SubmitResult(spec.id, True, duplicate=answer.duplicate)
+    return SubmitResult(spec.id, True, duplicate=answer.duplicate), ""
 
 
 def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None) -> None:

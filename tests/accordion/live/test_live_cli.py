@@ -81,7 +81,7 @@ def test_a_rejection_is_printed_with_its_reason(live_cluster: LocalCluster) -> N
     assert result.exit_code == 1
     assert "job too-wide rejected" in result.stderr
     assert "needs 100 CPUs" in result.stderr
-    assert "the cluster has 6" in result.stderr
+    assert "the cluster as configured has 6" in result.stderr
     assert result.stdout == ""
 
 
@@ -180,7 +180,7 @@ def test_metrics_endpoints_serve_prometheus_text(live_cluster: LocalCluster) -> 
         "accordion_scheduler_time_scale",
         "accordion_scheduler_submissions",
         "accordion_scheduler_jobs_finished",
-        "accordion_scheduler_decision_seconds",
+        "accordion_scheduler_decision_wall_seconds",
     } <= scheduler
     for url in live_cluster.agent_metrics.values():
         assert {

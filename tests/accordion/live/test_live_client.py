@@ -79,7 +79,7 @@ async def test_submit_status_cancel(cluster: Cluster, client: LiveClient) -> Non
     assert "different job" in (other.results[0].reason or "")
     wide = await client.submit([job_spec(job_id="wide", procs=7, walltime=60.0)])
     assert not wide.results[0].accepted
-    assert "the cluster has 6" in (wide.results[0].reason or "")
+    assert "the cluster as configured has 6" in (wide.results[0].reason or "")
 
     status = await client.status()
     assert [(m.id, m.cpus, m.online) for m in status.machines] == [

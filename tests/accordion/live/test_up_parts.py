@@ -71,15 +71,15 @@ def test_broker_choice() -> None:
 
 
 SCRAPE = """\
-# HELP accordion_scheduler_decision_seconds Wall seconds of one policy decision.
-# TYPE accordion_scheduler_decision_seconds histogram
-accordion_scheduler_decision_seconds_bucket{le="0.0001"} 50.0
-accordion_scheduler_decision_seconds_bucket{le="0.00025"} 90.0
-accordion_scheduler_decision_seconds_bucket{le="0.0005"} 99.0
-accordion_scheduler_decision_seconds_bucket{le="0.001"} 100.0
-accordion_scheduler_decision_seconds_bucket{le="+Inf"} 100.0
-accordion_scheduler_decision_seconds_count 100.0
-accordion_scheduler_decision_seconds_sum 0.012
+# HELP accordion_scheduler_decision_wall_seconds Wall seconds of one policy decision.
+# TYPE accordion_scheduler_decision_wall_seconds histogram
+accordion_scheduler_decision_wall_seconds_bucket{le="0.0001"} 50.0
+accordion_scheduler_decision_wall_seconds_bucket{le="0.00025"} 90.0
+accordion_scheduler_decision_wall_seconds_bucket{le="0.0005"} 99.0
+accordion_scheduler_decision_wall_seconds_bucket{le="0.001"} 100.0
+accordion_scheduler_decision_wall_seconds_bucket{le="+Inf"} 100.0
+accordion_scheduler_decision_wall_seconds_count 100.0
+accordion_scheduler_decision_wall_seconds_sum 0.012
 """
 
 

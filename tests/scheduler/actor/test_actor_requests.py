@@ -159,7 +159,7 @@ async def test_a_job_wider_than_the_cluster_is_rejected_with_the_reason(cluster:
     assert not wide.accepted
     assert wide.reason is not None
     assert "9 processes" in wide.reason
-    assert "the cluster has 8" in wide.reason
+    assert "the cluster as configured has 8" in wide.reason
     assert fits.accepted
     assert "wide" not in journal_rows(cluster.path)
     sample = cluster.actor.metrics.registry.get_sample_value  # type: ignore[union-attr]

@@ -34,7 +34,7 @@ def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
     assert sample("accordion_scheduler_cpus_free") == 3
     assert sample("accordion_scheduler_machines_online") == 2
     assert sample("accordion_scheduler_machines_offline") == 1
-    assert sample("accordion_scheduler_cluster_time_seconds") == 500.0
+    assert sample("accordion_scheduler_cluster_time_cluster_seconds") == 500.0
     assert sample("accordion_scheduler_time_scale") == 10.0
     assert sample("accordion_scheduler_reconciling") == 1.0
     # Every known label value is there from the start, at zero.
@@ -57,7 +57,7 @@ def test_metrics_are_served_as_prometheus_text() -> None:
             text = r.read().decode()
     finally:
         server.close()
-    assert "accordion_scheduler_decision_seconds_count 1.0" in text
+    assert "accordion_scheduler_decision_wall_seconds_count 1.0" in text
     assert "cluster seconds (= wall seconds x time_scale)" in text
     assert 'accordion_scheduler_submissions_total{result="accepted"} 0.0' in text
 
@@ -85,8 +85,52 @@ async def test_actor_metrics_follow_the_cluster(cluster: Cluster) -> None:
     assert sample("accordion_scheduler_cpus_free") == 1
     assert sample("accordion_scheduler_running_jobs") == 1
     assert sample("accordion_scheduler_queued_jobs") == 2  # s (requeued) and q
-    assert sample("accordion_scheduler_cluster_time_seconds") == 1000.0
+    assert sample("accordion_scheduler_cluster_time_cluster_seconds") == 1000.0
     assert sample("accordion_scheduler_time_scale") == 1.0
-    decisions = sample("accordion_scheduler_decision_seconds_count")
+    decisions = sample("accordion_scheduler_decision_wall_seconds_count")
     assert decisions is not None
     assert decisions >= 2
+
+
+def test_no_created_samples_and_run_info() -> None:
+    from prometheus_client import generate_latest
+
+    registry = CollectorRegistry()
+    metrics = SchedulerMetrics(registry, process=True)
+    metrics.policy = "easy"
+    metrics.job_finished(procs=4, submit=0.0, start=30.0, end=35.0)
+    text = generate_latest(registry).decode()
+    assert "_created" not in text
+    sample = registry.get_sample_value
+    assert sample("accordion_scheduler_policy_info", {"policy": "easy"}) == 1
+    assert "accordion_build_info{" in text
+    assert "process_cpu_seconds_total" in text or "process_" not in text  # Linux only
+    labels = {"policy": "easy", "size": "small"}
+    assert sample("accordion_job_wait_cluster_seconds_sum", labels) == 30.0
+    assert sample("accordion_job_response_cluster_seconds_sum", labels) == 35.0
+    # Bounded slowdown: 35 / max(5, tau = 10).
+    assert sample("accordion_job_bounded_slowdown_sum", labels) == 3.5
+
+
+def test_decision_buckets_start_below_the_measured_p50() -> None:
+    from scheduler.exporter import DECISION_BUCKETS
+
+    assert DECISION_BUCKETS[0] <= 0.00001  # measured p50 was 53-175 us
+    assert list(DECISION_BUCKETS) == sorted(DECISION_BUCKETS)
+
+
+async def test_totals_survive_a_scheduler_restart(cluster: Cluster) -> None:
+    a1 = await cluster.agent("a1", 4)
+    await cluster.client.submit(spec("j1", 2), spec("j2", 1))
+    await eventually(lambda: a1.started("j1") and a1.started("j2"))
+    cluster.clock.advance(20.0)
+    await a1.finish("j1")
+    await eventually(lambda: cluster.state("j1") == "finished")
+    await cluster.kill_scheduler()
+    actor = await cluster.start()
+    sample = actor.metrics.registry.get_sample_value
+    assert sample("accordion_scheduler_jobs_finished_total", {"state": "finished"}) == 1
+    assert sample("accordion_scheduler_submissions_total", {"result": "accepted"}) == 2
+    labels = {"policy": "fcfs", "size": "small"}
+    assert sample("accordion_job_response_cluster_seconds_count", labels) == 1
+    assert sample("accordion_job_response_cluster_seconds_sum", labels) == 20.0
