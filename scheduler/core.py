@@ -422,9 +422,12 @@ class SchedulerCore:
 
     # -- internals --------------------------------------------------------
 
-    def _floor(self, job: Job) -> int:
-        """Fewest CPUs ``job`` may hold under this policy."""
+    def cpus_needed(self, job: Job) -> int:
+        """Fewest CPUs ``job`` may hold under this policy (its processes, or half of
+        them, rounded up, under a policy that folds malleable jobs to MPL 2)."""
         return job.min_cpus if self._folds else job.procs
+
+    _floor = cpus_needed
 
     def _check_new(self, job: Job) -> None:
         if job.id in self._known:

@@ -168,11 +168,12 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> tuple[SubmitResult, 
         except JobError as exc:
             return SubmitResult(spec.id, False, str(exc)), "invalid"
         configured = ctx.configured_cpus()
-        if job.min_cpus > configured:
+        needed = core.cpus_needed(job)
+        if needed > configured:
             return SubmitResult(
                 spec.id,
                 False,
-                f"job needs {job.min_cpus} CPUs for its {job.procs} processes, the cluster "
+                f"job needs {needed} CPUs for its {job.procs} processes, the cluster "
                 f"as configured has {configured} (every machine registered and not retired)",
             ), "too_wide"
         answer = core.submit(job, capacity=configured)

@@ -261,7 +261,9 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
     ):
         # 4 ranks, 2 per agent; each rank checks the allreduce's sum is 4, so a part
         # that reduced only its own ranks (or an iteration's frames crossed) fails.
-        spec = mpi_job("x1", procs=4, iterations=40, compute=0.01, message_bytes=64)
+        # Long enough (about 1 CPU-second a rank) that the resize and its re-pinning
+        # land while the ranks still run, however idle the machine.
+        spec = mpi_job("x1", procs=4, iterations=200, compute=0.005, message_bytes=64)
         # Hostile and stale frames waiting on the job's topics (retained): an earlier
         # attempt's, a truncated one, one of the wrong size, one of no such part. All
         # are dropped by the leaders; a frame that got in would break the ranks' sums.
@@ -288,7 +290,7 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
             done = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "x1")
             assert (done.reason, done.exit_code, done.detail) == ("done", 0, None)
             last = run.scheduler.all(PartProgress, lambda p: p.job_id == "x1")[-1]
-            assert last.iteration == 40
+            assert last.iteration == 200
         # Each part cleared its retained frame (the forged ones of no part stay).
         retained = broker._retained
         assert not retained.get(TOPICS.job_ranks("x1", 0))
