@@ -402,9 +402,10 @@ class SchedulerCore:
             started: set[str] = set()
             for start in decisions.starts:
                 self._apply_start(start.job, start.parts, now, started)
-            self._queue = [j for j in self._queue if j.id not in started]
-            for start in decisions.starts:
-                self._index.remove(start.job)
+            jobs = [start.job for start in decisions.starts]
+            self._unqueue(jobs)
+            for job in jobs:
+                self._index.remove(job)
         self._reservations = {r.job.id: r for r in decisions.reservations}
         for key, value in decisions.counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
@@ -423,6 +424,18 @@ class SchedulerCore:
         self._widest = max(self._widest, job.min_cpus)
         self._queue.append(job)
         self._index.add(job)
+
+    def _unqueue(self, started: Sequence[Job]) -> None:
+        """Take the started jobs out of the queue, each found by bisection: the
+        queue is always in arrival order, so this costs a few list moves, not a
+        rebuilt queue at every event."""
+        queue = self._queue
+        order = self._order
+        for job in started:
+            at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
+            if queue[at].id != job.id:
+                raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
+            del queue[at]
 
     def _lose_running(self, run: RunningJob, now: float) -> Left:
         del self._running[run.job.id]
@@ -473,7 +486,7 @@ class SchedulerCore:
                 )
             self._free[part.machine] = have - part.cpus
             cpus += part.cpus
-        if len({p.machine for p in parts}) != len(parts):
+        if len(parts) > 1 and len({p.machine for p in parts}) != len(parts):
             raise PolicyError(f"job {job.id!r} has two parts on one machine")
         if not job.min_cpus <= cpus <= job.procs:
             raise PolicyError(

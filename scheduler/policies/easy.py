@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from model.allocation import pace
+from model.machine import Part
 from scheduler.alloc import start_while_fit, take
 from scheduler.easy_shadow import head_shadow
 from scheduler.placement import Placement
@@ -32,6 +33,8 @@ class EasyBackfill:
     name: str = "easy"
 
     def decide(self, snapshot: Snapshot) -> Decisions:
+        if len(snapshot.machines) == 1:
+            return self._decide_one(snapshot)
         now = snapshot.now
         machines = snapshot.machines
         speeds = snapshot.speeds
@@ -72,7 +75,8 @@ class EasyBackfill:
                 extra_cap = _cap(free, extra)
             # Cheap test first: a job that cannot end by the shadow time even on the
             # fastest machine, and is wider than the left-over CPUs, cannot backfill.
-            if procs > extra_cap and now + job.estimate_on(fastest) > shadow_time:
+            # (``Job.estimate_on`` written out: this line runs for most of a long queue.)
+            if procs > extra_cap and now + job.walltime / (fastest / job.ref_speed) > shadow_time:
                 continue
             parts = self.placement.place(procs, free, machines)
             if parts is None:
@@ -94,6 +98,67 @@ class EasyBackfill:
             shadow = head_shadow(snapshot, head, free=free, starts=starts, placement=self.placement)
             if shadow is not None:
                 reservations.append(shadow.reservation)
+        return Decisions(starts=starts, reservations=reservations)
+
+    def _decide_one(self, snapshot: Snapshot) -> Decisions:
+        """:meth:`decide` on one machine, where every placement rule fits a job
+        exactly when enough CPUs are free: the same rule on integers instead of
+        per-machine maps (a homogeneous trace replays through here, at every event)."""
+        now = snapshot.now
+        (machine,) = snapshot.machines
+        only = machine.id
+        free = snapshot.free[only]
+        order = self.priority.order(snapshot)
+        starts: list[Start] = []
+        n = len(order)
+        i = 0
+        while i < n:
+            procs = order[i].procs
+            if procs > free:
+                break
+            free -= procs
+            starts.append(Start(order[i], (Part(only, procs),)))
+            i += 1
+        if i == n:
+            return Decisions(starts=starts)
+        head = order[i]
+        reservations: list[Reservation] = []
+        computed = False
+        if free > 0:
+            shadow_time = float("inf")
+            extra = 0
+            speed = machine.speed
+            for k in range(i + 1, n):
+                job = order[k]
+                procs = job.procs
+                if procs > free:
+                    continue
+                if not computed:
+                    computed = True
+                    shadow = head_shadow(
+                        snapshot, head, free={only: free}, starts=starts, placement=self.placement
+                    )
+                    if shadow is None:
+                        extra = free  # the head never runs (see decide): no reservation
+                    else:
+                        shadow_time = shadow.reservation.start
+                        extra = shadow.extra[only]
+                        reservations.append(shadow.reservation)
+                # (``Job.estimate_on`` written out, as in ``decide``.)
+                if now + job.walltime / (speed / job.ref_speed) > shadow_time:
+                    if procs > extra:
+                        continue
+                    extra -= procs
+                free -= procs
+                starts.append(Start(job, (Part(only, procs),)))
+                if free == 0:
+                    break
+        if not computed:
+            last = head_shadow(
+                snapshot, head, free={only: free}, starts=starts, placement=self.placement
+            )
+            if last is not None:
+                reservations.append(last.reservation)
         return Decisions(starts=starts, reservations=reservations)
 
 
