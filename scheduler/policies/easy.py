@@ -20,7 +20,7 @@ from model.allocation import pace
 from model.machine import Part
 from scheduler.alloc import start_while_fit, take
 from scheduler.easy_shadow import head_shadow
-from scheduler.placement import Placement
+from scheduler.placement import Placement, PlacementRule
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
@@ -44,6 +44,12 @@ class EasyBackfill:
         if i == len(order):
             return Decisions(starts=starts)
         total_free = sum(free.values())
+        # The widest job a placement can still fit now: under ``single`` one machine's
+        # free CPUs, otherwise all of them (the placement rules span machines). A job
+        # wider is skipped without a placement search over every machine (the EG-EDF
+        # grid has 150 machines and a long queue of jobs that fit none of them).
+        single = self.placement.rule is PlacementRule.SINGLE
+        room = max(free.values(), default=0) if single else total_free
         head = order[i]
         # The reservation is only worked out once some job could backfill at all: at
         # most events of a busy trace no waiting job fits the free CPUs.
@@ -57,7 +63,7 @@ class EasyBackfill:
             if total_free == 0:
                 break
             procs = job.procs
-            if procs > total_free:
+            if procs > room:
                 continue
             if not computed:
                 computed = True
@@ -72,7 +78,7 @@ class EasyBackfill:
                     shadow_time = shadow.reservation.start
                     extra = shadow.extra
                     reservations.append(shadow.reservation)
-                extra_cap = _cap(free, extra)
+                extra_cap = _cap(free, extra, single=single)
             # Cheap test first: a job that cannot end by the shadow time even on the
             # fastest machine, and is wider than the left-over CPUs, cannot backfill.
             # (``Job.estimate_on`` written out: this line runs for most of a long queue.)
@@ -92,7 +98,8 @@ class EasyBackfill:
                 take(extra, parts)
             take(free, parts)
             total_free -= procs
-            extra_cap = _cap(free, extra)
+            room = max(free.values()) if single else total_free
+            extra_cap = _cap(free, extra, single=single)
             starts.append(Start(job, parts))
         if not computed:
             shadow = head_shadow(snapshot, head, free=free, starts=starts, placement=self.placement)
@@ -162,6 +169,9 @@ class EasyBackfill:
         return Decisions(starts=starts, reservations=reservations)
 
 
-def _cap(free: dict[str, int], extra: dict[str, int]) -> int:
-    """CPUs a job running past the shadow time may take: free now and left over then."""
+def _cap(free: dict[str, int], extra: dict[str, int], *, single: bool) -> int:
+    """CPUs a job running past the shadow time may take: free now and left over then,
+    on one machine under the ``single`` rule, over all of them otherwise."""
+    if single:
+        return max((min(f, extra[m]) for m, f in free.items()), default=0)
     return sum(min(f, extra[m]) for m, f in free.items())

@@ -285,7 +285,8 @@ class Plan:
         # Arrival order for the newcomers, and for any job whose reservation was unusable.
         fresh = [j for j in snapshot.queue if j.id in queued] if queued else []
 
-        releases: dict[str, list[tuple[float, int]]] = {m.id: [] for m in machines}
+        # Releases of the machines that run something; most of a grid's are idle.
+        releases: dict[str, list[tuple[float, int]]] = {}
         if len(machines) == 1:
             # One machine, the usual trace cluster: every running job is on it.
             releases[machines[0].id] = [
@@ -295,7 +296,7 @@ class Plan:
             for run in snapshot.running:
                 t = run.est_end if run.est_end > now else now
                 for p in run.parts:
-                    releases[p.machine].append((t, p.cpus))
+                    releases.setdefault(p.machine, []).append((t, p.cpus))
 
         free = snapshot.free
         plan = cls(now=now, machines=[])
@@ -303,24 +304,33 @@ class Plan:
         for m in machines:
             mid = m.id
             slots = slots_of[mid]
+            released = releases.get(mid, ())
+            if not slots:
+                # Nothing booked here: the timeline is the releases alone (an idle
+                # machine's is one step, built without the general pass).
+                timeline = (
+                    Timeline(now, free[mid], released)
+                    if released
+                    else Timeline.constant(now, free[mid])
+                )
+                mp = MachinePlan(m, now, speeds[mid], slots, timeline)
+                plan.machines.append(mp)
+                plan.by_id[mid] = mp
+                continue
             slots.sort(key=_start_of)
             mp = MachinePlan(
                 m,
                 now,
                 speeds[mid],
                 slots,
-                Timeline(
-                    now, free[mid], releases[mid], [(x.start, x.end, x.job.procs) for x in slots]
-                ),
+                Timeline(now, free[mid], released, [(x.start, x.end, x.job.procs) for x in slots]),
             )
             plan.machines.append(mp)
             plan.by_id[mid] = mp
-            if not slots:
-                continue
             if mp.timeline.feasible():
                 plan._compact(mp, keep_order=keep_order)
             else:
-                mp.timeline = Timeline(now, free[mid], releases[mid])
+                mp.timeline = Timeline(now, free[mid], released)
                 plan._replan(mp, keep_order=keep_order)
             for s in slots:
                 d = s.job.deadline
