@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 
 from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
@@ -51,6 +52,34 @@ from scheduler.queue_index import QueueIndex
 from scheduler.running_set import RunningSet
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
+
+_SNAPSHOT_FIELDS = (
+    "now",
+    "machines",
+    "free",
+    "running",
+    "queue",
+    "usage",
+    "total_cpus",
+    "speeds",
+    "reservations",
+    "by_account",
+)
+if tuple(f.name for f in fields(Snapshot)) != _SNAPSHOT_FIELDS:
+    raise RuntimeError("SchedulerCore.snapshot sets Snapshot's fields one by one: they changed")
+_new = object.__new__
+(
+    _set_now,
+    _set_machines,
+    _set_free,
+    _set_running,
+    _set_queue,
+    _set_usage,
+    _set_total_cpus,
+    _set_speeds,
+    _set_reservations,
+    _set_by_account,
+) = (getattr(Snapshot, name).__set__ for name in _SNAPSHOT_FIELDS)
 
 __all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
@@ -325,18 +354,21 @@ class SchedulerCore:
             queue = [j for j in self._queue if j.min_cpus <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        return Snapshot(
-            now=now,
-            machines=self._machines,
-            free=self._free,
-            running=self._running.by_end,
-            queue=queue,
-            usage=self.usage,
-            total_cpus=self._total,
-            speeds=self._speeds,
-            reservations=self._reservations,
-            by_account=index,
-        )
+        # Snapshot's own __init__ would set its ten frozen fields through
+        # object.__setattr__, a tenth of a replay's time at one snapshot per event;
+        # the slot setters build the same immutable value (the SWF reader does so too).
+        snap: Snapshot = _new(Snapshot)
+        _set_now(snap, now)
+        _set_machines(snap, self._machines)
+        _set_free(snap, self._free)
+        _set_running(snap, self._running.by_end)
+        _set_queue(snap, queue)
+        _set_usage(snap, self.usage)
+        _set_total_cpus(snap, self._total)
+        _set_speeds(snap, self._speeds)
+        _set_reservations(snap, self._reservations)
+        _set_by_account(snap, index)
+        return snap
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""

@@ -135,8 +135,7 @@ class EasyBackfill:
             shadow_time = float("inf")
             extra = 0
             speed = machine.speed
-            for k in range(i + 1, n):
-                job = order[k]
+            for job in order[i + 1 :]:
                 procs = job.procs
                 if procs > free:
                     continue

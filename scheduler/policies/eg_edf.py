@@ -196,7 +196,12 @@ class MachinePlan:
     def gap(self, job: Job) -> float | None:
         """The earliest gap for ``job`` (module docstring), or None."""
         now = self.now
-        end = self.timeline.times[-1]
+        times = self.timeline.times
+        if len(times) == 1:
+            # Nothing running or booked (most of a grid's machines): the same CPUs are
+            # free for ever, so the gap is now or nowhere, without a search.
+            return now if self.timeline.free[0] >= job.procs else None
+        end = times[-1]
         # Idle CPUs right now are a gap even when nothing runs here (docstring).
         limit = end if end > now else math.nextafter(now, _INF)
         return self.timeline.earliest(job.procs, self.duration(job), now, before=limit)
@@ -301,6 +306,10 @@ class Plan:
         free = snapshot.free
         plan = cls(now=now, machines=[])
         nondelayed = 0
+        # Bound once: this loop runs for every machine at every event.
+        add_plan = plan.machines.append
+        by_id = plan.by_id
+        constant = Timeline.constant
         for m in machines:
             mid = m.id
             slots = slots_of[mid]
@@ -309,13 +318,11 @@ class Plan:
                 # Nothing booked here: the timeline is the releases alone (an idle
                 # machine's is one step, built without the general pass).
                 timeline = (
-                    Timeline(now, free[mid], released)
-                    if released
-                    else Timeline.constant(now, free[mid])
+                    Timeline(now, free[mid], released) if released else constant(now, free[mid])
                 )
                 mp = MachinePlan(m, now, speeds[mid], slots, timeline)
-                plan.machines.append(mp)
-                plan.by_id[mid] = mp
+                add_plan(mp)
+                by_id[mid] = mp
                 continue
             slots.sort(key=_start_of)
             mp = MachinePlan(
@@ -325,8 +332,8 @@ class Plan:
                 slots,
                 Timeline(now, free[mid], released, [(x.start, x.end, x.job.procs) for x in slots]),
             )
-            plan.machines.append(mp)
-            plan.by_id[mid] = mp
+            add_plan(mp)
+            by_id[mid] = mp
             if mp.timeline.feasible():
                 plan._compact(mp, keep_order=keep_order)
             else:
