@@ -404,7 +404,9 @@ class Plan:
 
     def insert(self, job: Job) -> MachinePlan | None:
         """Place a new job by EG-EDF; None if no machine can ever hold it."""
-        candidates = [mp for mp in self.machines if mp.holds(job)]
+        procs = job.procs
+        # ``MachinePlan.holds`` written out: this runs for every machine per new job.
+        candidates = [mp for mp in self.machines if procs <= mp.machine.cpus]
         if not candidates:
             return None
         gaps: list[tuple[MachinePlan, float]] = []
@@ -453,15 +455,18 @@ class Plan:
         now = self.now
         deadline = job.deadline
         best: tuple[float, float, MachinePlan, float] | None = None
+        # :func:`weight` written out with its denominators taken once (the same
+        # arithmetic, so the same floats): a grid has a gap on every idle machine.
+        makespan_den = max(makespan_old, MIN_MAKESPAN)
+        nondelayed_den = max(nondelayed_old, 1)
         for mp, start in gaps:
             end = start + mp.duration(job)
             # A gap moves no planned job: only J's own end and deadline count.
-            w = weight(
-                makespan_old=makespan_old,
-                makespan_new=max(makespan_old, end - now),
-                nondelayed_old=nondelayed_old,
-                nondelayed_new=nondelayed_old + (deadline is not None and end <= deadline),
-            )
+            makespan_new = max(makespan_old, end - now)
+            nondelayed_new = nondelayed_old + (deadline is not None and end <= deadline)
+            w = (makespan_old - makespan_new) / makespan_den + (
+                nondelayed_new - nondelayed_old
+            ) / nondelayed_den
             if best is None or w > best[0] or (w == best[0] and end < best[1]):
                 best = (w, end, mp, start)
         assert best is not None
