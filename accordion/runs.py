@@ -116,14 +116,25 @@ def load_workload(
     """Read ``trace`` (SWF) and the machines: a cluster file, or the trace's header.
 
     ``window`` keeps the jobs at those positions (``accordion.options``; ``jobs=N``
-    is the window ``0:N``); ``cpus`` replaces the header's machine size.
+    is the window ``0:N``); ``cpus`` replaces the header's machine size. A
+    cluster file's ``reference_speed`` (the speed the trace's run times were
+    measured at) becomes every job's ``ref_speed``, so a job takes
+    ``runtime * reference_speed / speed`` on a machine; ``rules`` that state
+    another reference speed are a user error.
     """
+    rules = rules or SwfRules()
     if cluster is not None:
         if cpus is not None:
             raise UserError("--cpus sets the size of the trace's one machine; not with --cluster")
         spec = load_cluster(cluster, auto_speed=HostSpeed())
         machines = spec.machines
         source = str(cluster)
+        if rules.ref_speed not in (SwfRules().ref_speed, spec.reference_speed):
+            raise UserError(
+                f"{cluster}: reference_speed {spec.reference_speed:g} disagrees with the "
+                f"conversion rules' {rules.ref_speed:g}"
+            )
+        rules = replace(rules, ref_speed=spec.reference_speed)
     else:
         spec = cluster_from_header(read_header(trace))
         machines = spec.machines
@@ -135,7 +146,7 @@ def load_workload(
         window = Window(0, jobs)
     total = sum(m.cpus for m in machines)
     limit = None if window is None else window.stop
-    loaded = load_jobs(trace, rules or SwfRules(), limit=limit, total_cpus=total)
+    loaded = load_jobs(trace, rules, limit=limit, total_cpus=total)
     kept = loaded.jobs if window is None else loaded.jobs[window.start :]
     if not kept:
         raise UserError(f"{trace}: no job left to replay (skipped: {dict(loaded.skipped)})")

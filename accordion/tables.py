@@ -29,7 +29,7 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("metrics.wait_mean", "mean wait (s)", "{:.1f}"),
     ("metrics.wait_p95", "p95 wait (s)", "{:.1f}"),
     ("metrics.response_mean", "mean response (s)", "{:.1f}"),
-    ("metrics.bounded_slowdown_mean", "mean bounded slowdown (tau 10 s)", "{:.3f}"),
+    ("metrics.bounded_slowdown_mean", "mean bounded slowdown (tau {tau:g} s)", "{:.3f}"),
     ("metrics.slowdown_mean", "mean slowdown", "{:.3f}"),
     ("metrics.malleable_slowdown_mean", "mean slowdown, formula (1)", "{:.3f}"),
     ("metrics.utilisation", "utilisation", "{:.2%}"),
@@ -56,13 +56,18 @@ def resize_line(counters: dict[str, int]) -> str:
     return f"resizes: {shrinks} shrinks, {expands} expands"
 
 
+def row_label(label: str, summary: dict[str, Any]) -> str:
+    """A row's label with the run's own parameters filled in (the ``--tau`` it used)."""
+    return label.format(tau=metric(summary, "metrics.tau")) if "{tau" in label else label
+
+
 def print_metrics(title: str, column: str, summary: dict[str, Any]) -> None:
     """One run's metrics (``simulate``)."""
     table = Table(title=title)
     table.add_column("metric")
     table.add_column(column, justify="right")
     for path, label, fmt in ROWS:
-        table.add_row(label, fmt.format(metric(summary, path)))
+        table.add_row(row_label(label, summary), fmt.format(metric(summary, path)))
     out_console.print(table)
 
 
@@ -130,7 +135,8 @@ def print_compare(name: str, n_jobs: int, runs: list[Run], base: Run) -> None:
         for run in runs:
             v = metric(run.summary, path)
             cells.append(fmt.format(v) + ("" if run is base else change(v, b)))
-        table.add_row(label, *cells)
+        # Every compared run is scored with the one --tau, so the baseline's labels all.
+        table.add_row(row_label(label, base.summary), *cells)
     out_console.print(table)
 
 
@@ -244,7 +250,10 @@ def print_demo(spec: ClusterSpec, plan: DemoPlan, report: DemoReport) -> None:
         a, b = metric(live, path), metric(twin, path)
         change = difference(a, b)
         table.add_row(
-            label, fmt.format(a), fmt.format(b), "" if change is None else f"{change:+.1%}"
+            row_label(label, twin),
+            fmt.format(a),
+            fmt.format(b),
+            "" if change is None else f"{change:+.1%}",
         )
     d, t = report.live_decisions, report.twin_decisions
     table.add_row("decision time mean (ms, wall)", f"{d.mean_ms:.3f}", f"{t.mean_ms:.3f}", "")

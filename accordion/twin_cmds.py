@@ -9,6 +9,7 @@ no compared policy has is an error, and so is a value one of them refuses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -36,7 +37,7 @@ from accordion.options import (
     swf_rules,
     variation,
 )
-from accordion.runs import Run, load_workload, run_policy, write_compare, write_run
+from accordion.runs import Run, Workload, load_workload, run_policy, write_compare, write_run
 from accordion.tables import print_compare, print_metrics, print_policies, resize_line
 from accordion.twin_options import (
     CpusOpt,
@@ -47,7 +48,7 @@ from accordion.twin_options import (
     WindowOpt,
     execution_model,
 )
-from model.execution import ModelKind
+from model.execution import ExecutionModel, ModelKind
 from model.metrics import DEFAULT_TAU
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import (
@@ -60,6 +61,44 @@ from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec
 from workload.synthetic import generate as generate_records
 from workload.synthetic import header as synthetic_header
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadInputs:
+    """The options ``simulate`` and ``compare`` share, turned into what they replay:
+    the workload (trace, machines, SWF rules, deadlines, window) and the execution
+    model, parsed in one place so both commands read them alike."""
+
+    cluster: Path | None
+    jobs: int | None
+    window: str | None
+    cpus: int | None
+    missing_walltime: str
+    missing_util: float
+    deadlines: float | None
+    deadline_slack: str
+    seed: int
+    rigid_fraction: float
+    model: ModelKind
+    overhead: float
+
+    def load(self, trace: Path) -> tuple[Workload, ExecutionModel]:
+        """Read ``trace`` with these options; a bad option is a user error."""
+        workload = load_workload(
+            trace,
+            cluster=self.cluster,
+            rules=swf_rules(self.missing_walltime, self.missing_util),
+            variation=variation(
+                self.deadlines, self.deadline_slack, self.seed, self.rigid_fraction
+            ),
+            window=parsed(lambda: Window.of(self.window, self.jobs), "--window"),
+            cpus=self.cpus,
+        )
+        execution = parsed(
+            lambda: execution_model(self.model, overhead=self.overhead, seed=self.seed),
+            "--execution-model",
+        )
+        return workload, execution
 
 
 def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
@@ -87,17 +126,20 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     with user_errors():
         options = policy_opts(policy_opt)
         built = build_policy_with(policy, options, placement=placement)  # fail fast on a bad name
-        workload = load_workload(
-            trace,
+        workload, execution = WorkloadInputs(
             cluster=cluster,
-            rules=swf_rules(missing_walltime, missing_util),
-            variation=variation(deadlines, deadline_slack, seed, rigid_fraction),
-            window=parsed(lambda: Window.of(window, jobs), "--window"),
+            jobs=jobs,
+            window=window,
             cpus=cpus,
-        )
-        execution = parsed(
-            lambda: execution_model(model, overhead=overhead, seed=seed), "--execution-model"
-        )
+            missing_walltime=missing_walltime,
+            missing_util=missing_util,
+            deadlines=deadlines,
+            deadline_slack=deadline_slack,
+            seed=seed,
+            rigid_fraction=rigid_fraction,
+            model=model,
+            overhead=overhead,
+        ).load(trace)
         # Only the user-input types are caught: a ValueError of a policy shows its traceback.
         with progress_bar(policy, progress and len(workload.jobs) >= 2000) as update:
             run = run_policy(
@@ -191,17 +233,20 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
         options = _compare_options(specs, policy_opts(policy_opt))
         for spec in specs:
             build_policy_with(spec, options[spec], placement=placement)
-        workload = load_workload(
-            trace,
+        workload, execution = WorkloadInputs(
             cluster=cluster,
-            rules=swf_rules(missing_walltime, missing_util),
-            variation=variation(deadlines, deadline_slack, seed, rigid_fraction),
-            window=parsed(lambda: Window.of(window, jobs), "--window"),
+            jobs=jobs,
+            window=window,
             cpus=cpus,
-        )
-        execution = parsed(
-            lambda: execution_model(model, overhead=overhead, seed=seed), "--execution-model"
-        )
+            missing_walltime=missing_walltime,
+            missing_util=missing_util,
+            deadlines=deadlines,
+            deadline_slack=deadline_slack,
+            seed=seed,
+            rigid_fraction=rigid_fraction,
+            model=model,
+            overhead=overhead,
+        ).load(trace)
         runs: list[Run] = []
         for spec in specs:
             with progress_bar(spec, progress and len(workload.jobs) >= 2000) as update:

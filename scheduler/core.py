@@ -30,68 +30,58 @@ idempotency (and the usage ledger), and running ones as *pending*: known and
 ``restore_running`` then puts a pending job on its CPUs; ``job_lost``
 applies the lost-machine rule to it.
 
-Estimates. A running job's expected end comes from the user's wall time and
-the shared execution model (``model.execution``) at the job's allocation: the
-core keeps how much of the wall time it believes done, so a resize moves the
-expected end the way the agents' progress will move. A job that outlives its
-estimate is expected to end "now" (policies see ``max(est_end, now)``).
+Estimates. The running jobs, their expected ends and how a resize moves them
+are ``scheduler.running_set``'s; what the core answers to events (``Accepted``,
+``Rejected``, ``Left``) is in ``scheduler.answers``.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import fields
 
 from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
+from scheduler.answers import Accepted, Left, PendingJob, PolicyError, Rejected
 from scheduler.lifecycle import JobState, transition
 from scheduler.placement import sort_machines
 from scheduler.queue_index import QueueIndex
+from scheduler.running_set import RunningSet
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 
+_SNAPSHOT_FIELDS = (
+    "now",
+    "machines",
+    "free",
+    "running",
+    "queue",
+    "usage",
+    "total_cpus",
+    "speeds",
+    "reservations",
+    "by_account",
+)
+if tuple(f.name for f in fields(Snapshot)) != _SNAPSHOT_FIELDS:
+    raise RuntimeError("SchedulerCore.snapshot sets Snapshot's fields one by one: they changed")
+_new = object.__new__
+(
+    _set_now,
+    _set_machines,
+    _set_free,
+    _set_running,
+    _set_queue,
+    _set_usage,
+    _set_total_cpus,
+    _set_speeds,
+    _set_reservations,
+    _set_by_account,
+) = (getattr(Snapshot, name).__set__ for name in _SNAPSHOT_FIELDS)
 
-class PolicyError(RuntimeError):
-    """A policy returned a decision that cannot be applied (a bug in the policy)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    job_id: str
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    job_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Left:
-    """A job that left the CPUs, with what the core knew of it.
-
-    ``state`` is where it went: finished, failed, cancelled, or ``QUEUED`` when
-    it was requeued after its machine was lost.
-    """
-
-    job: Job
-    start: float
-    end: float
-    parts: tuple[Part, ...]
-    state: JobState
-
-
-@dataclass(frozen=True, slots=True)
-class PendingJob:
-    """A restored running job awaiting its agents (see ``SchedulerCore.restore_pending``)."""
-
-    job: Job
-    parts: tuple[Part, ...]
-    start: float
+__all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
 
 class SchedulerCore:
@@ -121,10 +111,7 @@ class SchedulerCore:
         for m in machines:
             self.machine_joined(m)
         self._queue: list[Job] = []
-        self._running: dict[str, RunningJob] = {}
-        # The same jobs sorted by expected end: backfilling walks them in this order
-        # and usually stops after a few, so keeping them sorted beats sorting per event.
-        self._by_end: list[RunningJob] = []
+        self._running = RunningSet()
         self._known: dict[str, Job] = {}
         self._state: dict[str, JobState] = {}
         self._reservations: dict[str, Reservation] = {}
@@ -158,7 +145,7 @@ class SchedulerCore:
     @property
     def running(self) -> Sequence[RunningJob]:
         """Running jobs by expected end (ties by start order)."""
-        return self._by_end
+        return self._running.by_end
 
     @property
     def reservations(self) -> Sequence[Reservation]:
@@ -251,7 +238,7 @@ class SchedulerCore:
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
-        run = self._running.pop(job_id, None)
+        run = self._running.pop(job_id)
         if run is not None:
             self._index.remove_running(run)
         if run is None:
@@ -260,7 +247,6 @@ class SchedulerCore:
                     job_id, now, JobState.FAILED if failed else JobState.FINISHED
                 )
             raise KeyError(f"job {job_id!r} is not running")
-        self._unlist(run)
         state = JobState.FAILED if failed else JobState.FINISHED
         self._state[job_id] = transition(self._state[job_id], state)
         for part in run.parts:
@@ -281,8 +267,8 @@ class SchedulerCore:
             return self._end_pending(job_id, now, JobState.CANCELLED)
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
+            assert run is not None  # RUNNING and not pending
             self._index.remove_running(run)
-            self._unlist(run)
             self._state[job_id] = transition(state, JobState.CANCELLED)
             for part in run.parts:
                 self._free[part.machine] += part.cpus
@@ -351,22 +337,10 @@ class SchedulerCore:
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
         cpus = self._take(job, parts)
         del self._pending[job_id]
-        rate = self._rate(job, parts)
-        done = min(job.walltime, max(now - pending.start, 0.0) * rate)
-        run = RunningJob(
-            job=job,
-            parts=parts,
-            start=pending.start,
-            est_end=pending.start + job.walltime / rate,
-            cpus=cpus,
-            est_done=done,
-            changed=now,
-            rate=rate,
-            charged_from=pending.start,
+        run = self._running.start(
+            job, parts, cpus, rate=self._rate(job, parts), start=pending.start, now=now
         )
-        self._running[job_id] = run
         self._started(run)
-        bisect.insort_right(self._by_end, run, key=_end_key)
         return run
 
     def job_lost(self, job_id: str, now: float) -> Left:
@@ -390,18 +364,21 @@ class SchedulerCore:
             queue = [j for j in self._queue if self._floor(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        return Snapshot(
-            now=now,
-            machines=self._machines,
-            free=self._free,
-            running=self._by_end,
-            queue=queue,
-            usage=self.usage,
-            total_cpus=self._total,
-            speeds=self._speeds,
-            reservations=self._reservations,
-            by_account=index,
-        )
+        # Snapshot's own __init__ would set its ten frozen fields through
+        # object.__setattr__, a tenth of a replay's time at one snapshot per event;
+        # the slot setters build the same immutable value (the SWF reader does so too).
+        snap: Snapshot = _new(Snapshot)
+        _set_now(snap, now)
+        _set_machines(snap, self._machines)
+        _set_free(snap, self._free)
+        _set_running(snap, self._running.by_end)
+        _set_queue(snap, queue)
+        _set_usage(snap, self.usage)
+        _set_total_cpus(snap, self._total)
+        _set_speeds(snap, self._speeds)
+        _set_reservations(snap, self._reservations)
+        _set_by_account(snap, index)
+        return snap
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
@@ -412,9 +389,10 @@ class SchedulerCore:
             started: set[str] = set()
             for start in decisions.starts:
                 self._apply_start(start.job, start.parts, now, started)
-            self._queue = [j for j in self._queue if j.id not in started]
-            for start in decisions.starts:
-                self._index.remove(start.job)
+            jobs = [start.job for start in decisions.starts]
+            self._unqueue(jobs)
+            for job in jobs:
+                self._index.remove(job)
         self._reservations = {r.job.id: r for r in decisions.reservations}
         for key, value in decisions.counters.items():
             self.counters[key] = self.counters.get(key, 0) + value
@@ -441,10 +419,21 @@ class SchedulerCore:
         self._queue.append(job)
         self._index.add(job)
 
+    def _unqueue(self, started: Sequence[Job]) -> None:
+        """Take the started jobs out of the queue, each found by bisection: the
+        queue is always in arrival order, so this costs a few list moves, not a
+        rebuilt queue at every event."""
+        queue = self._queue
+        order = self._order
+        for job in started:
+            at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
+            if queue[at].id != job.id:
+                raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
+            del queue[at]
+
     def _lose_running(self, run: RunningJob, now: float) -> Left:
-        del self._running[run.job.id]
+        self._running.pop(run.job.id)
         self._index.remove_running(run)
-        self._unlist(run)
         for part in run.parts:
             self._free[part.machine] += part.cpus
         self._charge(run, now)
@@ -490,7 +479,7 @@ class SchedulerCore:
                 )
             self._free[part.machine] = have - part.cpus
             cpus += part.cpus
-        if len({p.machine for p in parts}) != len(parts):
+        if len(parts) > 1 and len({p.machine for p in parts}) != len(parts):
             raise PolicyError(f"job {job.id!r} has two parts on one machine")
         if not self._floor(job) <= cpus <= job.procs:
             raise PolicyError(
@@ -510,21 +499,8 @@ class SchedulerCore:
         cpus = self._take(job, parts)
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
         started.add(job.id)
-        rate = self._rate(job, parts)
-        run = RunningJob(
-            job=job,
-            parts=parts,
-            start=now,
-            est_end=now + job.walltime / rate,
-            cpus=cpus,
-            est_done=0.0,
-            changed=now,
-            rate=rate,
-            charged_from=now,
-        )
-        self._running[job.id] = run
+        run = self._running.start(job, parts, cpus, rate=self._rate(job, parts), start=now, now=now)
         self._started(run)
-        bisect.insort_right(self._by_end, run, key=_end_key)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         run = self._running.get(job.id)
@@ -542,27 +518,13 @@ class SchedulerCore:
             raise
         # Charge the old allocation before it changes, so usage follows the CPUs held.
         self._charge(run, now)
-        run.est_done = min(job.walltime, run.est_done + (now - run.changed) * run.rate)
-        run.changed = now
-        run.rate = self._rate(job, parts)
-        run.parts = parts
-        run.cpus = cpus
-        self._unlist(run)
-        run.est_end = now + (job.walltime - run.est_done) / run.rate
-        run.charged_from = now
-        bisect.insort_right(self._by_end, run, key=_end_key)
+        self._running.resize(run, parts, cpus, self._rate(job, parts), now)
 
     def _started(self, run: RunningJob) -> None:
         self._index.add_running(run)
         # The ledger knows every name that ever held CPUs from the moment it does,
         # so fair-share counts names seen without walking the running jobs.
         self.usage.note(user=run.job.user, group=run.job.group)
-
-    def _unlist(self, run: RunningJob) -> None:
-        i = bisect.bisect_left(self._by_end, run.est_end, key=_end_key)
-        while self._by_end[i] is not run:
-            i += 1
-        del self._by_end[i]
 
     def _charge(self, run: RunningJob, now: float) -> None:
         self.usage.charge(
@@ -572,7 +534,3 @@ class SchedulerCore:
             end=now,
             cpus=run.cpus,
         )
-
-
-def _end_key(run: RunningJob) -> float:
-    return run.est_end

@@ -145,19 +145,23 @@ def _one_machine(
     of placing at every release."""
     avail = free
     pending: float | None = None
-    for t, parts in merged_releases(now, running, started) if started else _plain(now, running):
+    if not started:
+        # The running jobs alone, read in place: this walk runs at most events of
+        # a busy trace, so it takes no generator and no tuple per release.
+        for r in running:
+            t = r.est_end if r.est_end > now else now
+            if pending is not None and t > pending and avail >= need:
+                return pending, avail
+            avail += r.cpus
+            pending = t
+        return (pending if avail >= need else None), avail
+    for t, parts in merged_releases(now, running, started):
         if pending is not None and t > pending and avail >= need:
             return pending, avail
         for p in parts:
             avail += p.cpus
         pending = t
     return (pending if avail >= need else None), avail
-
-
-def _plain(now: float, running: Sequence[RunningJob]) -> Iterator[Release]:
-    """:func:`merged_releases` with no starts of this decision to merge."""
-    for r in running:
-        yield (r.est_end if r.est_end > now else now), r.parts
 
 
 def _time(release: Release) -> float:

@@ -93,14 +93,15 @@ class QueueIndex:
                 self.submit_sorted = False
 
     def remove(self, job: Job) -> None:
+        order = self._order
         for kind, name in (("user", job.user), ("group", job.group)):
             lists = self._lists[kind]
             jobs = lists[name]
-            for k, queued in enumerate(jobs):
-                if queued.id == job.id:
-                    del jobs[k]
-                    break
-            else:
+            # Each list is in arrival order: find the job by bisection, not a scan
+            # (a long-queued user's list is long, and every start removes one job).
+            at = bisect.bisect_left(jobs, order[job.id], key=lambda j: order[j.id])
+            if at == len(jobs) or jobs[at].id != job.id:
                 raise KeyError(f"job {job.id!r} is not in the queue index")
+            del jobs[at]
             if not jobs:
                 del lists[name]

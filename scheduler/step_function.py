@@ -126,6 +126,16 @@ class Timeline:
         self.times = times
         self.free = list(accumulate([steps[t] for t in times]))
 
+    @classmethod
+    def constant(cls, now: float, free_now: int) -> Timeline:
+        """The timeline of a machine with nothing running or booked: ``free_now``
+        CPUs from now on (what ``Timeline(now, free_now, ())`` builds, without the
+        general pass; EG-EDF builds one per idle machine at every event)."""
+        timeline = cls.__new__(cls)
+        timeline.times = [now]
+        timeline.free = [free_now]
+        return timeline
+
     @property
     def end(self) -> float:
         """The last change: the end of everything running or booked (now if nothing)."""

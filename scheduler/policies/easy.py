@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from model.allocation import pace
+from model.machine import Part
 from scheduler.alloc import start_while_fit, take
 from scheduler.easy_shadow import head_shadow
-from scheduler.placement import Placement
+from scheduler.placement import Placement, PlacementRule
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
@@ -32,6 +33,8 @@ class EasyBackfill:
     name: str = "easy"
 
     def decide(self, snapshot: Snapshot) -> Decisions:
+        if len(snapshot.machines) == 1:
+            return self._decide_one(snapshot)
         now = snapshot.now
         machines = snapshot.machines
         speeds = snapshot.speeds
@@ -41,6 +44,12 @@ class EasyBackfill:
         if i == len(order):
             return Decisions(starts=starts)
         total_free = sum(free.values())
+        # The widest job a placement can still fit now: under ``single`` one machine's
+        # free CPUs, otherwise all of them (the placement rules span machines). A job
+        # wider is skipped without a placement search over every machine (the EG-EDF
+        # grid has 150 machines and a long queue of jobs that fit none of them).
+        single = self.placement.rule is PlacementRule.SINGLE
+        room = max(free.values(), default=0) if single else total_free
         head = order[i]
         # The reservation is only worked out once some job could backfill at all: at
         # most events of a busy trace no waiting job fits the free CPUs.
@@ -54,7 +63,7 @@ class EasyBackfill:
             if total_free == 0:
                 break
             procs = job.procs
-            if procs > total_free:
+            if procs > room:
                 continue
             if not computed:
                 computed = True
@@ -69,10 +78,11 @@ class EasyBackfill:
                     shadow_time = shadow.reservation.start
                     extra = shadow.extra
                     reservations.append(shadow.reservation)
-                extra_cap = _cap(free, extra)
+                extra_cap = _cap(free, extra, single=single)
             # Cheap test first: a job that cannot end by the shadow time even on the
             # fastest machine, and is wider than the left-over CPUs, cannot backfill.
-            if procs > extra_cap and now + job.estimate_on(fastest) > shadow_time:
+            # (``Job.estimate_on`` written out: this line runs for most of a long queue.)
+            if procs > extra_cap and now + job.walltime / (fastest / job.ref_speed) > shadow_time:
                 continue
             parts = self.placement.place(procs, free, machines)
             if parts is None:
@@ -88,7 +98,8 @@ class EasyBackfill:
                 take(extra, parts)
             take(free, parts)
             total_free -= procs
-            extra_cap = _cap(free, extra)
+            room = max(free.values()) if single else total_free
+            extra_cap = _cap(free, extra, single=single)
             starts.append(Start(job, parts))
         if not computed:
             shadow = head_shadow(snapshot, head, free=free, starts=starts, placement=self.placement)
@@ -96,7 +107,70 @@ class EasyBackfill:
                 reservations.append(shadow.reservation)
         return Decisions(starts=starts, reservations=reservations)
 
+    def _decide_one(self, snapshot: Snapshot) -> Decisions:
+        """:meth:`decide` on one machine, where every placement rule fits a job
+        exactly when enough CPUs are free: the same rule on integers instead of
+        per-machine maps (a homogeneous trace replays through here, at every event)."""
+        now = snapshot.now
+        (machine,) = snapshot.machines
+        only = machine.id
+        free = snapshot.free[only]
+        order = self.priority.order(snapshot)
+        starts: list[Start] = []
+        n = len(order)
+        i = 0
+        while i < n:
+            procs = order[i].procs
+            if procs > free:
+                break
+            free -= procs
+            starts.append(Start(order[i], (Part(only, procs),)))
+            i += 1
+        if i == n:
+            return Decisions(starts=starts)
+        head = order[i]
+        reservations: list[Reservation] = []
+        computed = False
+        if free > 0:
+            shadow_time = float("inf")
+            extra = 0
+            speed = machine.speed
+            for job in order[i + 1 :]:
+                procs = job.procs
+                if procs > free:
+                    continue
+                if not computed:
+                    computed = True
+                    shadow = head_shadow(
+                        snapshot, head, free={only: free}, starts=starts, placement=self.placement
+                    )
+                    if shadow is None:
+                        extra = free  # the head never runs (see decide): no reservation
+                    else:
+                        shadow_time = shadow.reservation.start
+                        extra = shadow.extra[only]
+                        reservations.append(shadow.reservation)
+                # (``Job.estimate_on`` written out, as in ``decide``.)
+                if now + job.walltime / (speed / job.ref_speed) > shadow_time:
+                    if procs > extra:
+                        continue
+                    extra -= procs
+                free -= procs
+                starts.append(Start(job, (Part(only, procs),)))
+                if free == 0:
+                    break
+        if not computed:
+            last = head_shadow(
+                snapshot, head, free={only: free}, starts=starts, placement=self.placement
+            )
+            if last is not None:
+                reservations.append(last.reservation)
+        return Decisions(starts=starts, reservations=reservations)
 
-def _cap(free: dict[str, int], extra: dict[str, int]) -> int:
-    """CPUs a job running past the shadow time may take: free now and left over then."""
+
+def _cap(free: dict[str, int], extra: dict[str, int], *, single: bool) -> int:
+    """CPUs a job running past the shadow time may take: free now and left over then,
+    on one machine under the ``single`` rule, over all of them otherwise."""
+    if single:
+        return max((min(f, extra[m]) for m, f in free.items()), default=0)
     return sum(min(f, extra[m]) for m, f in free.items())

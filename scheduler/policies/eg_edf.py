@@ -196,7 +196,12 @@ class MachinePlan:
     def gap(self, job: Job) -> float | None:
         """The earliest gap for ``job`` (module docstring), or None."""
         now = self.now
-        end = self.timeline.times[-1]
+        times = self.timeline.times
+        if len(times) == 1:
+            # Nothing running or booked (most of a grid's machines): the same CPUs are
+            # free for ever, so the gap is now or nowhere, without a search.
+            return now if self.timeline.free[0] >= job.procs else None
+        end = times[-1]
         # Idle CPUs right now are a gap even when nothing runs here (docstring).
         limit = end if end > now else math.nextafter(now, _INF)
         return self.timeline.earliest(job.procs, self.duration(job), now, before=limit)
@@ -285,7 +290,8 @@ class Plan:
         # Arrival order for the newcomers, and for any job whose reservation was unusable.
         fresh = [j for j in snapshot.queue if j.id in queued] if queued else []
 
-        releases: dict[str, list[tuple[float, int]]] = {m.id: [] for m in machines}
+        # Releases of the machines that run something; most of a grid's are idle.
+        releases: dict[str, list[tuple[float, int]]] = {}
         if len(machines) == 1:
             # One machine, the usual trace cluster: every running job is on it.
             releases[machines[0].id] = [
@@ -295,32 +301,43 @@ class Plan:
             for run in snapshot.running:
                 t = run.est_end if run.est_end > now else now
                 for p in run.parts:
-                    releases[p.machine].append((t, p.cpus))
+                    releases.setdefault(p.machine, []).append((t, p.cpus))
 
         free = snapshot.free
         plan = cls(now=now, machines=[])
         nondelayed = 0
+        # Bound once: this loop runs for every machine at every event.
+        add_plan = plan.machines.append
+        by_id = plan.by_id
+        constant = Timeline.constant
         for m in machines:
             mid = m.id
             slots = slots_of[mid]
+            released = releases.get(mid, ())
+            if not slots:
+                # Nothing booked here: the timeline is the releases alone (an idle
+                # machine's is one step, built without the general pass).
+                timeline = (
+                    Timeline(now, free[mid], released) if released else constant(now, free[mid])
+                )
+                mp = MachinePlan(m, now, speeds[mid], slots, timeline)
+                add_plan(mp)
+                by_id[mid] = mp
+                continue
             slots.sort(key=_start_of)
             mp = MachinePlan(
                 m,
                 now,
                 speeds[mid],
                 slots,
-                Timeline(
-                    now, free[mid], releases[mid], [(x.start, x.end, x.job.procs) for x in slots]
-                ),
+                Timeline(now, free[mid], released, [(x.start, x.end, x.job.procs) for x in slots]),
             )
-            plan.machines.append(mp)
-            plan.by_id[mid] = mp
-            if not slots:
-                continue
+            add_plan(mp)
+            by_id[mid] = mp
             if mp.timeline.feasible():
                 plan._compact(mp, keep_order=keep_order)
             else:
-                mp.timeline = Timeline(now, free[mid], releases[mid])
+                mp.timeline = Timeline(now, free[mid], released)
                 plan._replan(mp, keep_order=keep_order)
             for s in slots:
                 d = s.job.deadline
@@ -387,7 +404,9 @@ class Plan:
 
     def insert(self, job: Job) -> MachinePlan | None:
         """Place a new job by EG-EDF; None if no machine can ever hold it."""
-        candidates = [mp for mp in self.machines if mp.holds(job)]
+        procs = job.procs
+        # ``MachinePlan.holds`` written out: this runs for every machine per new job.
+        candidates = [mp for mp in self.machines if procs <= mp.machine.cpus]
         if not candidates:
             return None
         gaps: list[tuple[MachinePlan, float]] = []
@@ -436,15 +455,18 @@ class Plan:
         now = self.now
         deadline = job.deadline
         best: tuple[float, float, MachinePlan, float] | None = None
+        # :func:`weight` written out with its denominators taken once (the same
+        # arithmetic, so the same floats): a grid has a gap on every idle machine.
+        makespan_den = max(makespan_old, MIN_MAKESPAN)
+        nondelayed_den = max(nondelayed_old, 1)
         for mp, start in gaps:
             end = start + mp.duration(job)
             # A gap moves no planned job: only J's own end and deadline count.
-            w = weight(
-                makespan_old=makespan_old,
-                makespan_new=max(makespan_old, end - now),
-                nondelayed_old=nondelayed_old,
-                nondelayed_new=nondelayed_old + (deadline is not None and end <= deadline),
-            )
+            makespan_new = max(makespan_old, end - now)
+            nondelayed_new = nondelayed_old + (deadline is not None and end <= deadline)
+            w = (makespan_old - makespan_new) / makespan_den + (
+                nondelayed_new - nondelayed_old
+            ) / nondelayed_den
             if best is None or w > best[0] or (w == best[0] and end < best[1]):
                 best = (w, end, mp, start)
         assert best is not None

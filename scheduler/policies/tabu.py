@@ -49,6 +49,7 @@ Counters: ``tabu_iterations`` and ``tabu_moves`` (kept moves), summed by the cor
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -103,6 +104,9 @@ class TabuSearch:
             src, slot = picked
             iterations += 1
             tabu.append(slot.job.id)
+            # A move changes the ends of two plans only, src's and dst's: the rest's
+            # latest end is read from the two highest, not from every machine per move.
+            top = _two_latest(plan.machines, src)
             for dst in plan.machines:
                 if not dst.holds(slot.job):
                     continue
@@ -111,7 +115,7 @@ class TabuSearch:
                     continue
                 w = weight(
                     makespan_old=makespan_old,
-                    makespan_new=plan.makespan(),
+                    makespan_new=_makespan_after(plan.now, top, src, dst),
                     nondelayed_old=nondelayed_old,
                     nondelayed_new=plan.nondelayed,
                 )
@@ -131,8 +135,10 @@ def _pick(
     plan: Plan, delayed: dict[str, list[Slot]], tabu: deque[str]
 ) -> tuple[MachinePlan, Slot] | None:
     """The last delayed non-tabu job of the machine with the most delayed jobs."""
-    # A stable sort keeps the canonical machine order among equal counts.
-    for mp in sorted(plan.machines, key=lambda mp: -len(delayed[mp.machine.id])):
+    # A stable sort keeps the canonical machine order among equal counts; machines
+    # with no delayed job have nothing to pick and are left out of it.
+    holding = [mp for mp in plan.machines if delayed[mp.machine.id]]
+    for mp in sorted(holding, key=lambda mp: -len(delayed[mp.machine.id])):
         for s in reversed(delayed[mp.machine.id]):
             if s.job.id not in tabu:
                 return mp, s
@@ -157,6 +163,33 @@ def _move(plan: Plan, slot: Slot, src: MachinePlan, dst: MachinePlan) -> tuple[S
         dst.book(new)
     plan.nondelayed += new.on_time - slot.on_time
     return slot, new
+
+
+_Latest = tuple[tuple[float, MachinePlan | None], tuple[float, MachinePlan | None]]
+
+
+def _two_latest(machines: list[MachinePlan], src: MachinePlan) -> _Latest:
+    """The two latest plan ends among ``machines`` other than ``src``, with their plans
+    (``-inf`` and None where there are fewer)."""
+    first: tuple[float, MachinePlan | None] = (-math.inf, None)
+    second = first
+    for mp in machines:
+        if mp is src:
+            continue
+        end = mp.timeline.times[-1]
+        if end > first[0]:
+            first, second = (end, mp), first
+        elif end > second[0]:
+            second = (end, mp)
+    return first, second
+
+
+def _makespan_after(now: float, top: _Latest, src: MachinePlan, dst: MachinePlan) -> float:
+    """``Plan.makespan`` after a move from ``src`` to ``dst``: the same maximum over the
+    same ends (so the same number), with every other machine's end taken from ``top``."""
+    (end1, mp1), (end2, _) = top
+    rest = end2 if mp1 is dst else end1
+    return max(rest, src.timeline.times[-1], dst.timeline.times[-1]) - now
 
 
 def _move_back(plan: Plan, new: Slot, dst: MachinePlan, old: Slot, src: MachinePlan) -> None:

@@ -131,8 +131,10 @@ class MultiFactor:
         snapshot: Snapshot,
         rows: list[Factors] | None,
         keys: list[tuple[bool, int, float, int]] | None,
+        plain: list[tuple[int, float, int]] | None = None,
     ) -> None:
-        """Every queued job's factors into ``rows``, or its sort key into ``keys``.
+        """Every queued job's factors into ``rows``, or its sort key into ``keys`` (or
+        into ``plain``, without the emergency flag, when no job can be one).
 
         The hot path of :meth:`order` (a few thousand jobs at every event): plain
         arithmetic and one tuple per job, no per-job function calls. One loop
@@ -158,13 +160,14 @@ class MultiFactor:
         w_age, w_fs = self.weight_age, self.weight_fairshare
         w_size, w_qos = self.weight_size, self.weight_qos
         favor_small = self.favor_small
-        if keys is not None and emergency_qos is None and not favor_small and total > 0:
+        if plain is not None and emergency_qos is None and not favor_small and total > 0:
             # The fair-share factor clipped and weighted once per name, not per job.
             weighted = {
                 who: w_fs * (1.0 if p > 1.0 else (0.0 if p < 0.0 else p))
                 for who, (p, _) in fair.items()
             }
-            self._plain_keys(queue, keys, account, weighted, now, total, max_qos)
+            # No job is an emergency here: ``plain`` keys leave that constant out.
+            self._plain_keys(queue, plain, account, weighted, now, total, max_qos)
             return
         # Fair-share is per user (or group): clip once per name, not once per job.
         fs_of = {who: min(max(p, 0.0), 1.0) for who, (p, _) in fair.items()}
@@ -195,7 +198,7 @@ class MultiFactor:
     def _plain_keys(  # noqa: PLR0917 - the hot loop's inputs, passed once per event
         self,
         queue: Sequence[Job],
-        keys: list[tuple[bool, int, float, int]],
+        keys: list[tuple[int, float, int]],
         account: Callable[[Job], str],
         weighted_fs: dict[str, float],
         now: float,
@@ -208,6 +211,8 @@ class MultiFactor:
         max_age = self.max_age
         w_age, w_size, w_qos = self.weight_age, self.weight_size, self.weight_qos
         append = keys.append
+        scale = _TIE_SCALE
+        round_ = round
         for i, job in enumerate(queue):
             age = (now - job.submit) / max_age
             age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)
@@ -220,7 +225,7 @@ class MultiFactor:
                 + w_size * (1.0 if size > 1.0 else size)
                 + w_qos * qos
             )
-            append((True, -round(priority * _TIE_SCALE), job.submit, i))
+            append((-round_(priority * scale), job.submit, i))
 
     def priorities(self, snapshot: Snapshot) -> dict[str, float]:
         """Every queued job's weighted priority, by job id."""
@@ -232,6 +237,10 @@ class MultiFactor:
         if len(queue) < 2:
             return queue
         keys: list[tuple[bool, int, float, int]] = []
-        self._each(snapshot, None, keys)
+        plain: list[tuple[int, float, int]] = []
+        self._each(snapshot, None, keys, plain)
+        if plain:
+            plain.sort()
+            return [queue[k[2]] for k in plain]
         keys.sort()
         return [queue[k[3]] for k in keys]

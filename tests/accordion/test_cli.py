@@ -344,3 +344,16 @@ def test_the_live_scheduler_takes_policy_options_and_gives_dpsa_its_clock() -> N
     assert result.returncode == 2
     assert "dpsa-n has no option 'x'; its options: budget, time_budget" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare"])
+def test_bounded_slowdown_label_names_the_tau_used(
+    command: str, trace: Path, tmp_path: Path
+) -> None:
+    args = [command, str(trace), "--tau", "60", "--no-progress"]
+    if command == "compare":
+        args += ["--policies", "easy,fcfs", "--out", str(tmp_path / "cmp"), "--no-per-job"]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "mean bounded slowdown (tau 60 s)" in result.output
+    assert "tau 10 s" not in result.output

@@ -99,3 +99,27 @@ def test_lifecycle_table_refuses_illegal_moves() -> None:
     with pytest.raises(IllegalTransitionError):
         transition(JobState.FINISHED, JobState.RUNNING)
     assert transition(JobState.RUNNING, JobState.QUEUED) is JobState.QUEUED
+
+
+def test_snapshot_is_the_value_its_constructor_builds() -> None:
+    # The core fills Snapshot's slots itself (speed); it must be the same value.
+    c = core(cpus=4)
+    c.submit(job("a", 4, 100.0))
+    c.schedule(0.0)
+    c.submit(job("b", 4, 100.0, submit=1.0))
+    snap = c.snapshot(2.0)
+    assert snap == Snapshot(
+        now=2.0,
+        machines=c.machines,
+        free={"m": 0},
+        running=c.running,
+        queue=c.queue,
+        usage=c.usage,
+        total_cpus=4,
+        speeds=c.speeds,
+        reservations={},
+        by_account=snap.by_account,
+    )
+    assert [j.id for j in snap.queue] == ["b"]
+    with pytest.raises(AttributeError):
+        snap.now = 3.0  # type: ignore[misc]
