@@ -199,10 +199,10 @@ class SchedulerCore:
                 return Accepted(job.id, duplicate=True)
             return Rejected(job.id, f"job id {job.id!r} is already used by a different job")
         limit = self._total if capacity is None else capacity
-        if self._floor(job) > limit:
+        if self.cpus_needed(job) > limit:
             return Rejected(
                 job.id,
-                f"job needs {self._floor(job)} CPUs for its {job.procs} processes, "
+                f"job needs {self.cpus_needed(job)} CPUs for its {job.procs} processes, "
                 f"the cluster has {limit}",
             )
         self._enqueue(job)
@@ -361,7 +361,7 @@ class SchedulerCore:
         index: QueueIndex | None = self._index
         if self._widest > self._total:
             # Jobs wider than what is left of the cluster wait hidden (module docstring).
-            queue = [j for j in self._queue if self._floor(j) <= self._total]
+            queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
         # Snapshot's own __init__ would set its ten frozen fields through
@@ -405,8 +405,6 @@ class SchedulerCore:
         them, rounded up, under a policy that folds malleable jobs to MPL 2)."""
         return job.min_cpus if self._folds else job.procs
 
-    _floor = cpus_needed
-
     def _check_new(self, job: Job) -> None:
         if job.id in self._known:
             raise ValueError(f"job {job.id!r} is already known")
@@ -415,7 +413,7 @@ class SchedulerCore:
         self._known[job.id] = job
         self._state[job.id] = JobState.QUEUED
         self._order[job.id] = len(self._order)
-        self._widest = max(self._widest, self._floor(job))
+        self._widest = max(self._widest, self.cpus_needed(job))
         self._queue.append(job)
         self._index.add(job)
 
@@ -448,7 +446,7 @@ class SchedulerCore:
         self._requeues[job.id] = done + 1
         self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
         # A restored job was never queued here: it may be the widest one yet.
-        self._widest = max(self._widest, self._floor(job))
+        self._widest = max(self._widest, self.cpus_needed(job))
         order = self._order
         bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
         self._index.add(job)
@@ -481,10 +479,10 @@ class SchedulerCore:
             cpus += part.cpus
         if len(parts) > 1 and len({p.machine for p in parts}) != len(parts):
             raise PolicyError(f"job {job.id!r} has two parts on one machine")
-        if not self._floor(job) <= cpus <= job.procs:
+        if not self.cpus_needed(job) <= cpus <= job.procs:
             raise PolicyError(
                 f"job {job.id!r} ({job.procs} processes) placed on {cpus} CPUs; "
-                f"allowed {self._floor(job)}..{job.procs}"
+                f"allowed {self.cpus_needed(job)}..{job.procs}"
             )
         return cpus
 
