@@ -220,6 +220,7 @@ class LocalCluster:
         #: Machine ids given agent logins (``auth=True``) though no agent of theirs is
         #: started here: agents that join from elsewhere.
         self.extra_agents = tuple(extra_agents)
+        self._ports: set[int] = set()
         #: The generated accounts' files (``auth=True``, once started).
         self.auth_files: AuthFiles | None = None
         self._admin_turn = 0
@@ -442,7 +443,7 @@ class LocalCluster:
 
     def _start_broker(self, attempts: int = 3) -> None:
         for attempt in range(attempts):
-            port = self.broker_port or free_port()
+            port = self.broker_port or self._free_port()
             if self.broker_kind == "mosquitto":
                 binary = mosquitto_binary()
                 if binary is None:
@@ -474,6 +475,13 @@ class LocalCluster:
             if self.broker_port or attempt + 1 == attempts:
                 raise child.died()  # most likely the port was taken
 
+    def _free_port(self) -> int:
+        """A port for one of this cluster's processes, never one handed to another of
+        them: each is picked before any of them has started and bound its own."""
+        port = free_port(avoid=self._ports)
+        self._ports.add(port)
+        return port
+
     def _broker_host_port(self) -> tuple[str, int]:
         rest = self.broker_url.removeprefix("mqtt://")
         host, _, port = rest.rpartition(":")
@@ -481,7 +489,7 @@ class LocalCluster:
 
     def _start_scheduler(self) -> None:
         host, port = self._broker_host_port()
-        metrics = free_port()
+        metrics = self._free_port()
         argv = [
             self.python,
             "-m",
@@ -512,7 +520,7 @@ class LocalCluster:
 
     def _start_agent(self, machine: Machine) -> None:
         host, port = self._broker_host_port()
-        metrics = free_port()
+        metrics = self._free_port()
         argv = [
             self.python,
             "-m",

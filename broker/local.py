@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import socket
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
@@ -56,8 +57,11 @@ def mosquitto_binary() -> str | None:
     return shutil.which("mosquitto") or shutil.which("mosquitto", path="/usr/sbin:/usr/local/sbin")
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = "127.0.0.1", avoid: Collection[int] = ()) -> int:
     """A port nothing listens on now (the caller's child binds it a moment later).
+
+    ``avoid``: ports the caller handed out already whose children may not have bound
+    them yet (a cluster picks a port per process before any of them starts).
 
     Drawn below the kernel's ephemeral range: a port the kernel hands out for
     ``bind(0)`` is also the source port of the next outgoing connection (every
@@ -68,6 +72,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     low = _ephemeral_low()
     for _ in range(200):
         port = secrets.randbelow(low - _FIRST) + _FIRST
+        if port in avoid:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind((host, port))
