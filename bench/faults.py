@@ -149,7 +149,9 @@ class Sampler:
                 continue
             if state == "Z" or b"nodeagent.job" not in raw:
                 continue
-            args = [a.decode() for a in raw.split(b"\0")]
+            # A forked job process shows its command line as one title (setproctitle,
+            # space-separated), an exec'd one as NUL-separated argv: read both.
+            args = [a.decode() for a in raw.replace(b"\0", b" ").split()]
             if self._root not in args:
                 continue
             job = next((a.split("=", 1)[1] for a in args if a.startswith("--job-id=")), "")
