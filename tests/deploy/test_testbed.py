@@ -112,6 +112,10 @@ class ComposeTestbed:
             "AGENT_BIG_REPLICAS": "2",
             "AGENT_FAST_REPLICAS": "2",
             "AGENT_OLD_REPLICAS": "2",
+            # The scenario loses running jobs up to four times (a scale-down, a kill,
+            # the broker's and the scheduler's restarts): one job hit by three of them
+            # would exhaust the default budget of 2 and fail by rule, not by a loss.
+            "MAX_REQUEUES": "4",
         }
         self.env_file = workdir / "testbed.env"
         self.env_file.write_text("".join(f"{k}={v}\n" for k, v in self.env.items()))
