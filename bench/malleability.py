@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from broker.bus import Bus
 from broker.codec import decode, encode
 from broker.memory import MemoryBroker
 from broker.messages import (
@@ -81,19 +82,23 @@ class Bench:
         self.broker = MemoryBroker()
         self.events: asyncio.Queue[object] = asyncio.Queue()
 
+    def _agent(self, bus: Bus) -> NodeAgent:
+        """The bench's one agent "a1" on this bench's cores, its jobs relayed by pipe."""
+        settings = AgentSettings(heartbeat_interval=1.0, cpuset=self.cores, lease=0.0)
+        return NodeAgent(
+            bus=bus,
+            topics=TOPICS,
+            machine=Machine(id="a1", cpus=len(self.cores)),
+            spawn=PipeSpawn(self.broker.client),
+            settings=settings,
+        )
+
     async def run(self, spec: JobSpec, cpus: int) -> Run:
         async with self.broker.client("bench-scheduler") as bus:
             await bus.subscribe(TOPICS.agent_events("a1"))
             await bus.subscribe(TOPICS.agent_state("a1"))
             agent_bus = self.broker.client("agent-a1")
-            settings = AgentSettings(heartbeat_interval=1.0, cpuset=self.cores, lease=0.0)
-            agent = NodeAgent(
-                bus=agent_bus,
-                topics=TOPICS,
-                machine=Machine(id="a1", cpus=len(self.cores)),
-                spawn=PipeSpawn(self.broker.client),
-                settings=settings,
-            )
+            agent = self._agent(agent_bus)
             async with agent_bus, asyncio.TaskGroup() as tg:
                 task = tg.create_task(agent.run(), name="bench-agent")
                 deliveries = bus.deliveries()
@@ -127,14 +132,7 @@ class Bench:
             await bus.subscribe(TOPICS.agent_events("a1"))
             await bus.subscribe(TOPICS.agent_state("a1"))
             agent_bus = self.broker.client("agent-a1")
-            settings = AgentSettings(heartbeat_interval=1.0, cpuset=self.cores, lease=0.0)
-            agent = NodeAgent(
-                bus=agent_bus,
-                topics=TOPICS,
-                machine=Machine(id="a1", cpus=len(self.cores)),
-                spawn=PipeSpawn(self.broker.client),
-                settings=settings,
-            )
+            agent = self._agent(agent_bus)
             async with agent_bus, asyncio.TaskGroup() as tg:
                 task = tg.create_task(agent.run(), name="bench-agent")
                 leader = 0
