@@ -25,12 +25,20 @@ counters and histograms live in a private registry that is exported through
 :class:`WithoutCreated`, which drops those samples; no process-wide switch is
 flipped.
 
-*Totals survive a restart.* :meth:`SchedulerMetrics.restore` sets the totals
-the journal knows from the journal at start-up: accepted submissions, jobs by
-final state, requeues, and the job histograms (every finished job observed
-again). Counts the journal does not keep (rejections, duplicates, bad
-messages, agent losses, decisions) start at zero on a restart, which
-``rate``/``increase`` read as a counter reset.
+*Totals survive a restart.* :meth:`SchedulerMetrics.restore` sets every total
+from the journal at start-up, from two sources:
+
+- what the job rows tell: accepted submissions, jobs by final state,
+  requeues, and the job histograms (every finished job observed again);
+- the journal's ``totals`` table for the counters no job row can tell
+  (:data:`JOURNALED`: rejected and duplicate submissions, rejections by
+  reason, bad messages by reason, agent losses by reason, suspect agents,
+  stale reports, resizes by direction). The actor writes
+  :meth:`SchedulerMetrics.unsaved_totals` into the transaction of every batch,
+  so a count is durable with the batch that counted it.
+
+Only the decision-time histogram (wall seconds of this process) starts empty
+on a restart, which ``rate``/``increase`` read as a counter reset.
 
 Time bases: every time is named for its base. ``_wall_seconds`` are wall
 seconds (``accordion_scheduler_decision_wall_seconds``: the time
@@ -41,6 +49,7 @@ job histograms and ``accordion_scheduler_cluster_time_cluster_seconds``.
 
 from __future__ import annotations
 
+import logging
 import platform
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -61,10 +70,26 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from model.metrics import DEFAULT_TAU
-from scheduler.journal import JournalState
+from scheduler.journal import JournalState, TotalKey
 from scheduler.lifecycle import JobState
 
+log = logging.getLogger(__name__)
+
 PREFIX = "accordion_scheduler"
+
+#: The counters kept in the journal's ``totals`` table (by attribute of
+#: :class:`SchedulerMetrics`); ``submissions{result="accepted"}`` is left out,
+#: since the job rows tell it.
+JOURNALED = (
+    "submissions",
+    "rejections",
+    "bad_messages",
+    "agents_lost",
+    "agents_suspect",
+    "stale_reports",
+    "job_resizes",
+)
+_FROM_JOBS: TotalKey = (f"{PREFIX}_submissions", (("result", "accepted"),))
 
 SUBMISSION_RESULTS = ("accepted", "rejected", "duplicate")
 #: Why a submission was refused: wider than the cluster as configured; beyond the
@@ -407,6 +432,12 @@ class SchedulerMetrics:
         if process:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
+        self._journaled = {
+            family.name: counter
+            for counter in (getattr(self, attr) for attr in JOURNALED)
+            for family in counter.describe()
+        }
+        self._saved: dict[TotalKey, int] = {}
         self._state: GaugeState = GaugeState()
         self._source = state if state is not None else self.gauge_state
         registry.register(StateCollector(self._source))
@@ -441,6 +472,37 @@ class SchedulerMetrics:
                 )
         self.submissions.labels(result="accepted").inc(accepted)
         self.requeues.inc(requeues)
+        for (name, labels), value in state.totals.items():
+            counter = self._journaled.get(name)
+            if counter is None or (name, labels) == _FROM_JOBS:
+                # A family this scheduler no longer counts (or a newer one's).
+                log.warning("journal total %s%s not restored: not counted here", name, labels)
+                continue
+            try:
+                (counter.labels(**dict(labels)) if labels else counter).inc(value)
+            except ValueError:
+                # Its labels changed since it was journaled (client_python refuses them).
+                log.warning("journal total %s%s not restored: labels differ", name, labels)
+        self._saved = self.totals()
+
+    def totals(self) -> dict[TotalKey, int]:
+        """The :data:`JOURNALED` counters' values now, by family name and labels."""
+        out: dict[TotalKey, int] = {}
+        for counter in self._journaled.values():
+            for family in counter.collect():
+                for sample in family.samples:
+                    if sample.name.endswith("_total"):
+                        key = (family.name, tuple(sorted(sample.labels.items())))
+                        if key != _FROM_JOBS:
+                            out[key] = int(sample.value)
+        return out
+
+    def unsaved_totals(self) -> dict[TotalKey, int]:
+        """The totals changed since the last call (or the restore), to journal now."""
+        now = self.totals()
+        changed = {key: n for key, n in now.items() if self._saved.get(key) != n}
+        self._saved = now
+        return changed
 
 
 @dataclass(slots=True)

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.bus import Bus, Will
 from broker.codec import decode, encode
@@ -57,6 +60,19 @@ SETTINGS = ActorSettings(
     startup_grace=0.0,
     job_events="all",
 )
+
+
+def served_totals(port: int) -> dict[tuple[str, str], float]:
+    """Every accordion counter sample (``*_total``) served on ``port``'s metrics endpoint,
+    by name and labels (a process collector's CPU seconds rightly restart: left out)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.name, repr(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("accordion_") and s.name.endswith("_total")
+    }
 
 
 async def eventually(predicate: Callable[[], object], *, timeout: float = 5.0) -> None:
