@@ -263,8 +263,12 @@ def test_the_panels_show_what_happened(run: Run) -> None:
     # the kill), and Prometheus counts what the journal says.
     with Journal(run.journal) as journal:
         journalled = sum(j.requeues for j in journal.load().jobs)
+        totals = journal.totals()
     assert 1 <= journalled <= run.requeued
     assert prom.value("accordion_scheduler_requeues_total") == journalled
+    # The loss is in the journal's totals too, as served (what a restart restores).
+    lost = totals[("accordion_scheduler_agents_lost", (("reason", "will"),))]
+    assert prom.value('accordion_scheduler_agents_lost_total{reason="will"}') == lost == 1
     assert prom.value('count(up{job="agents"} == 1)') == 2  # the killed one is down
     # The machine-class labels of the agents' targets reach the per-class panel.
     classes = prom.api("query", query='count by (class) (up{job="agents"})')["result"]
