@@ -387,6 +387,24 @@ class Cluster:
         await eventually(lambda: self.online(agent_id))
         return agent
 
+    async def job_on_the_faster_of_two(self, job_id: str = "j") -> tuple[FakeAgent, FakeAgent]:
+        """Agents ``a1`` (4 CPUs, speed 2) and ``a2`` (4 CPUs, speed 1), and a 2-process
+        job started on ``a1`` (the fastest placement). Returns ``(a1, a2)``."""
+        a1 = await self.agent("a1", 4, speed=2.0)
+        a2 = await self.agent("a2", 4)
+        await self.client.submit(spec(job_id, 2))
+        await eventually(lambda: a1.started(job_id))
+        return a1, a2
+
+    async def job_across_two(self, job_id: str = "wide") -> tuple[FakeAgent, FakeAgent]:
+        """Agents ``a1`` and ``a2`` of 2 CPUs each, and a 4-process job started with a
+        part on each. Returns ``(a1, a2)``."""
+        a1 = await self.agent("a1", 2)
+        a2 = await self.agent("a2", 2)
+        await self.client.submit(spec(job_id, 4))
+        await eventually(lambda: a1.started(job_id) and a2.started(job_id))
+        return a1, a2
+
     def online(self, agent_id: str) -> bool:
         assert self.actor is not None
         return any(m.id == agent_id for m in self.actor.core.machines)
