@@ -1,4 +1,4 @@
-"""What the live CLI tests do to a running cluster: run a command, ask its status, wait.
+"""What the live CLI tests do to a running cluster: run a command, watch, ask, wait.
 
 Shared by ``test_live_cli.py`` and ``test_live_malleable.py``; the cluster
 itself comes from ``conftest.local_cluster``.
@@ -6,8 +6,11 @@ itself comes from ``conftest.local_cluster``.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from typer.testing import CliRunner, Result
 
@@ -42,3 +45,40 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {predicate}")
         time.sleep(0.05)
+
+
+@contextmanager
+def watching(
+    cluster: LocalCluster, *, events: int, seconds: float
+) -> Iterator[subprocess.Popen[str]]:
+    """``accordion watch --events N --for S`` as a child process, already subscribed
+    when this yields (its first line, the retained cluster summary, was read); killed
+    on the way out if it is still running."""
+    watcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from accordion.cli import main; main()",
+            "watch",
+            "--broker",
+            cluster.broker_url,
+            "--root",
+            cluster.root,
+            "--events",
+            str(events),
+            "--for",
+            f"{seconds:g}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert watcher.stdout is not None
+        first = watcher.stdout.readline()
+        assert f"cluster  {len(cluster.spec.machines)} machines" in first, first
+        yield watcher
+    finally:
+        if watcher.poll() is None:
+            watcher.kill()
+            watcher.wait()

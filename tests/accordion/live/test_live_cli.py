@@ -22,7 +22,7 @@ from accordion.cluster import LocalCluster
 from broker.local import free_port
 from scheduler.journal import Journal
 from scheduler.lifecycle import JobState
-from tests.accordion.live.cli_harness import cli, runner, status_of, wait_until
+from tests.accordion.live.cli_harness import cli, runner, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint
 from workload.swf import write_swf
@@ -167,36 +167,10 @@ def test_metrics_endpoints_serve_prometheus_text(live_cluster: LocalCluster) -> 
 
 
 def test_watch_prints_events_as_they_happen(live_cluster: LocalCluster) -> None:
-    watcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from accordion.cli import main; main()",
-            "watch",
-            "--broker",
-            live_cluster.broker_url,
-            "--root",
-            live_cluster.root,
-            "--events",
-            "2",
-            "--for",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watcher.stdout is not None
-        first = watcher.stdout.readline()  # the retained cluster summary: it is subscribed
-        assert "cluster  2 machines" in first, first
+    with watching(live_cluster, events=2, seconds=60) as watcher:
         submitted = cli(live_cluster, "submit", "-n", "1", "-t", "10", "--id", "watched")
         assert submitted.exit_code == 0
         out, err = watcher.communicate(timeout=30)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
     assert watcher.returncode == 0, err
     lines = [line for line in out.splitlines() if "job watched" in line]
     assert "running" in lines[0]

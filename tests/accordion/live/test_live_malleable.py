@@ -10,8 +10,6 @@ counted by the metric and journalled; R is never resized.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 
@@ -21,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from accordion.cluster import LocalCluster
 from model.machine import Part
 from scheduler.journal import Journal
-from tests.accordion.live.cli_harness import cli, status_of, wait_until
+from tests.accordion.live.cli_harness import cli, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint
 
@@ -60,29 +58,8 @@ def cluster(
 def test_a_shrink_and_an_expand_live(cluster: LocalCluster) -> None:
     slow, fast = (m.id for m in cluster.spec.machines)
     assert resizes(cluster) == {"shrink": 0.0, "expand": 0.0}
-    watcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from accordion.cli import main; main()",
-            "watch",
-            "--broker",
-            cluster.broker_url,
-            "--root",
-            cluster.root,
-            "--events",
-            "6",  # R and A running, A shrunk, B running and finished, A expanded
-            "--for",
-            "120",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watcher.stdout is not None
-        first = watcher.stdout.readline()  # the retained cluster summary: it is subscribed
-        assert "cluster  2 machines" in first, first
+    # R and A running, A shrunk, B running and finished, A expanded: 6 events.
+    with watching(cluster, events=6, seconds=120) as watcher:
         for args in (
             ("-n", "2", "-t", "3600", "--rigid", "--id", "R"),
             ("-n", "4", "-t", "3600", "--id", "A"),
@@ -108,10 +85,6 @@ def test_a_shrink_and_an_expand_live(cluster: LocalCluster) -> None:
         assert rows["B"][2:5] == ["2", "2", "1.00"], shown.stdout
         wait_until(lambda: cpus_of(cluster, "A") == 4)
         out, err = watcher.communicate(timeout=60)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
     assert watcher.returncode == 0, err
     lines = [line for line in out.splitlines() if "resized" in line]
     assert len(lines) == 2, out
