@@ -8,10 +8,11 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 
 from scheduler.exporter import SchedulerMetrics
 from scheduler.journal import SCHEMA_VERSION, Journal, JournalState
+from scheduler.journaled_counters import JournaledCounter, Tally
 from tests.scheduler.actor.test_journal_resizes import SCHEMA_2
 
 # A schema-3 journal as a scheduler of that version left it: two resizes with the
@@ -164,3 +165,33 @@ def test_a_total_this_scheduler_does_not_count_is_named_and_skipped(
     assert "labels differ" in caplog.text
     sample = metrics.registry.get_sample_value
     assert sample("accordion_scheduler_rejections_total", {"reason": "walltime"}) == 1
+
+
+def test_a_journaled_counter_is_its_counter_plus_a_tally() -> None:
+    registry = CollectorRegistry()
+    tally = Tally()
+    rejected = JournaledCounter(
+        Counter("x_rejections", "test", ["reason"], registry=registry),
+        tally,
+        untallied=[(("reason", "ignored"),)],
+    )
+    plain = JournaledCounter(Counter("x_suspect", "test", registry=registry), tally)
+    rejected.labels(reason="wide").inc(2)
+    rejected.labels(reason="ignored").inc(5)  # Prometheus only
+    plain.inc()
+    assert registry.get_sample_value("x_rejections_total", {"reason": "wide"}) == 2
+    assert registry.get_sample_value("x_rejections_total", {"reason": "ignored"}) == 5
+    assert tally.take_changed() == {
+        ("x_rejections", (("reason", "wide"),)): 2,
+        ("x_suspect", ()): 1,
+    }
+    assert tally.take_changed() == {}
+    # What client_python refuses changes neither the counter nor the tally.
+    with pytest.raises(ValueError, match="negative"):
+        rejected.labels(reason="wide").inc(-1)
+    with pytest.raises(ValueError, match="label names"):
+        rejected.labels(why="wide")
+    with pytest.raises(ValueError, match="missing label values"):
+        rejected.inc()  # it has labels
+    assert tally.take_changed() == {}
+    assert tally.totals()[("x_rejections", (("reason", "wide"),))] == 2
