@@ -31,15 +31,12 @@ journal, the broker's configuration, one log per process and
 restart for tools and tests.
 
 *With logins* (``auth=True``, Mosquitto only; ``auth=None``: on when the
-broker is a Mosquitto we start, ``accordion up``'s default): the cluster's accounts
-(``broker.auth``: the scheduler, one per agent, the ``users``, and an admin
-``admin``) are generated afresh in ``<run dir>/auth``: Mosquitto's password
-and ACL files and one secret file per login, each mode 0600. Every child gets
-its login through its environment (``ACCORDION_MQTT_USERNAME`` and
-``ACCORDION_MQTT_PASSWORD_FILE``, a path): no secret is ever on a command line
-or in a log. ``cluster.json`` names each login's ``.env`` file for clients.
-:meth:`LocalCluster.connect` is a client logged in as the admin (what
-``accordion up`` itself uses to wait for the cluster and run the demo).
+broker is a Mosquitto we start, ``accordion up``'s default) every child gets
+its login through its environment, and ``cluster.json`` names each login's
+``.env`` file for clients. :meth:`LocalCluster.connect` is a client logged in
+as the admin (what ``accordion up`` itself uses to wait for the cluster and
+run the demo). The broker, the logins, the ports and the command lines are
+``accordion.cluster_wiring``'s; this module starts, watches and stops.
 """
 
 from __future__ import annotations
@@ -49,34 +46,36 @@ import contextlib
 import json
 import math
 import os
-import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Final, Literal, Self
 
-from accordion.client import Credentials, LiveClient, NoReplyError, connect
-from accordion.errors import UserError
+from accordion.client import Credentials, LiveClient, connect
+from accordion.cluster_readiness import scrape, until_ready
+from accordion.cluster_wiring import (
+    ADMIN,
+    HOST,
+    LEASE_HEARTBEATS,
+    LOGINS_PER_USER,
+    BrokerKind,
+    Wiring,
+    resolve_broker,
+)
 from accordion.processes import Child, UpError, signals_held, spawn
-from broker.auth import AuthFiles, cluster_accounts, write_auth_files
-from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
+from broker.auth import AuthFiles
+from broker.local import accepts
 from broker.messages import StatusReply
-from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
-from broker.topics import DEFAULT_ROOT, Topics
+from broker.topics import DEFAULT_ROOT
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
 from scheduler.placement import PlacementRule
 from scheduler.policies.registry import build_policy_with
 from workload.cluster import ClusterSpec
 
-BrokerKind = Literal["auto", "mosquitto", "embedded"]
-
-HOST: Final = "127.0.0.1"
 REPO: Final = Path(__file__).resolve().parents[1]
 DEFAULT_CLUSTER: Final = REPO / "examples" / "cluster.toml"
 
@@ -93,22 +92,20 @@ STABLE: Final = 60.0
 #: The exit status of a usage error (argparse's): restarting would not help.
 USAGE_ERROR: Final = 2
 
-__all__ = ["UpError"]
-
-
-def resolve_broker(kind: BrokerKind) -> Literal["mosquitto", "embedded"]:
-    """Which broker ``kind`` means here: ``auto`` is Mosquitto when it is installed."""
-    if kind == "embedded":
-        return "embedded"
-    if mosquitto_binary() is not None:
-        return "mosquitto"
-    if kind == "mosquitto":
-        raise UserError("mosquitto is not installed (apt-get install mosquitto)")
-    return "embedded"
-
-
-def _client_suffix(root: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", root)
+# Re-exported: the cluster's users know them from here.
+__all__ = [
+    "ADMIN",
+    "HOST",
+    "LEASE_HEARTBEATS",
+    "LOGINS_PER_USER",
+    "BrokerKind",
+    "Endpoint",
+    "LocalCluster",
+    "Restart",
+    "UpError",
+    "resolve_broker",
+    "scrape",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,16 +141,6 @@ class Restart:
                 f"restart {self.count} in {self.delay:g} s"
             )
         return f"restarted {self.role} {self.name} (restart {self.count}, pid {self.pid})"
-
-
-ADMIN: Final = "admin"
-"""The admin login of a cluster with logins (``accordion up --auth``)."""
-LOGINS_PER_USER: Final = 4
-"""Logins per user and admin: one connection each at a time (``broker.auth``)."""
-
-
-LEASE_HEARTBEATS = 4
-"""The agents' lease in heartbeats: two below the scheduler's silence limit of 6."""
 
 
 class LocalCluster:
@@ -203,30 +190,17 @@ class LocalCluster:
         self.policy = policy
         self.placement = placement
         self.time_scale = time_scale
-        self.broker_kind: Literal["mosquitto", "embedded", "external"] = (
-            "external" if broker_url is not None else resolve_broker(broker)
+        kind = "external" if broker_url is not None else resolve_broker(broker)
+        self.wiring = Wiring(
+            root,
+            kind,
+            # None: logins wherever we start the broker that can check them.
+            auth=kind == "mosquitto" if auth is None else auth,
+            users=tuple(users),
+            extra_agents=tuple(extra_agents),
+            broker_url=broker_url or "",
         )
-        if auth is None:  # logins wherever we start the broker that can check them
-            auth = self.broker_kind == "mosquitto"
-        if auth and self.broker_kind != "mosquitto":
-            raise UserError(
-                "logins and ACLs (--auth) need the Mosquitto broker that accordion up starts: "
-                "the embedded broker admits everyone, and an external one has its own files"
-            )
-        if auth and ADMIN in users:
-            raise UserError(f"--user {ADMIN}: that name is the cluster's admin login")
-        self.auth = auth
-        self.users = tuple(users)
-        #: Machine ids given agent logins (``auth=True``) though no agent of theirs is
-        #: started here: agents that join from elsewhere.
-        self.extra_agents = tuple(extra_agents)
-        self._ports: set[int] = set()
-        #: The generated accounts' files (``auth=True``, once started).
-        self.auth_files: AuthFiles | None = None
-        self._admin_turn = 0
         self.broker_port = broker_port
-        self.broker_url = broker_url or ""
-        self.root = root
         self.heartbeat = heartbeat
         # The agents' lease must stay below the scheduler's silence limit (6
         # heartbeats): 4 heartbeats by default, so a requeued job never runs twice.
@@ -252,6 +226,37 @@ class LocalCluster:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
         self._env = env
 
+    # -- what the wiring knows, under the names the cluster's users know ---------------
+
+    @property
+    def broker_kind(self) -> Literal["mosquitto", "embedded", "external"]:
+        return self.wiring.broker_kind
+
+    @property
+    def broker_url(self) -> str:
+        return self.wiring.broker_url
+
+    @property
+    def root(self) -> str:
+        return self.wiring.root
+
+    @property
+    def auth(self) -> bool:
+        return self.wiring.auth
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        return self.wiring.users
+
+    @property
+    def extra_agents(self) -> tuple[str, ...]:
+        return self.wiring.extra_agents
+
+    @property
+    def auth_files(self) -> AuthFiles | None:
+        """The generated accounts' files (``auth=True``, once started)."""
+        return self.wiring.auth_files
+
     # -- life ------------------------------------------------------------------------
 
     def __enter__(self) -> Self:
@@ -273,14 +278,7 @@ class LocalCluster:
     def start(self) -> None:
         """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.auth:
-            accounts = cluster_accounts(
-                [m.id for m in self.spec.machines] + list(self.extra_agents),
-                self.users,
-                [ADMIN],
-                logins=LOGINS_PER_USER,
-            )
-            self.auth_files = write_auth_files(self.run_dir / "auth", accounts, Topics(self.root))
+        self.wiring.write_logins(self.run_dir, [m.id for m in self.spec.machines])
         if self.broker_kind != "external":
             self._start_broker()
         self._start_scheduler()
@@ -399,39 +397,25 @@ class LocalCluster:
         stdin_pipe: bool = False,
         login: str | None = None,
     ) -> Child:
-        env = self._env
-        if login is not None and self.auth_files is not None:
-            # A path in the environment, never the secret itself nor anything on argv.
-            env = {
-                **env,
-                ENV_USERNAME: login,
-                ENV_PASSWORD_FILE: str(self.auth_files.secret_of(login)),
-            }
         return spawn(
             role,
             name,
             argv,
             run_dir=self.run_dir,
-            env=env,
+            env=self.wiring.env(self._env, login),
             stdin_pipe=stdin_pipe,
             clock=self._clock,
         )
 
     def credentials(self, login: str) -> Credentials:
         """How a client logs in as ``login`` (a generated account)."""
-        if self.auth_files is None:
-            raise UpError("this cluster has no logins (it was not started with auth)")
-        return Credentials(login, self.auth_files.secret_of(login))
+        return self.wiring.credentials(login)
 
     def connect(
         self, *, timeout: float = 10.0, watch: bool = False
     ) -> contextlib.AbstractAsyncContextManager[LiveClient]:
         """A client of this cluster; with logins, as the admin (one of its logins in turn)."""
-        credentials = None
-        if self.auth_files is not None:
-            self._admin_turn += 1
-            n = self._admin_turn % LOGINS_PER_USER
-            credentials = self.credentials(ADMIN if n == 0 else f"{ADMIN}~{n + 1}")
+        credentials = self.wiring.admin_credentials()
         return connect(
             self.broker_url,
             self.root,
@@ -443,22 +427,9 @@ class LocalCluster:
 
     def _start_broker(self, attempts: int = 3) -> None:
         for attempt in range(attempts):
-            port = self.broker_port or self._free_port()
-            if self.broker_kind == "mosquitto":
-                binary = mosquitto_binary()
-                if binary is None:
-                    raise UpError("mosquitto is not installed")
-                conf = self.run_dir / "mosquitto.conf"
-                conf.write_text(
-                    "# Generated by accordion up.\n"
-                    + mosquitto_config(host=HOST, port=port, auth=self.auth_files)
-                )
-                child = self._spawn("broker", "mosquitto", [binary, "-c", str(conf)])
-            else:
-                argv = [self.python, "-m", "broker.embedded", "--host", HOST, "--port", str(port)]
-                # Its stdin is a pipe we hold: the broker also ends when we are gone.
-                argv.append("--exit-on-stdin-eof")
-                child = self._spawn("broker", "amqtt", argv, stdin_pipe=True)
+            port = self.broker_port or self.wiring.pick_port()
+            command = self.wiring.broker_command(port, self.run_dir, self.python)
+            child = self._spawn("broker", command.name, command.argv, stdin_pipe=command.stdin_pipe)
             child.address = f"mqtt://{HOST}:{port}"
             deadline = time.monotonic() + 15.0
             while child.alive() and not accepts(HOST, port):
@@ -469,82 +440,40 @@ class LocalCluster:
                 time.sleep(0.02)
             if child.alive():
                 self._broker = child
-                self.broker_url = child.address
+                self.wiring.broker_url = child.address
                 return
             child.finish(0)
             if self.broker_port or attempt + 1 == attempts:
                 raise child.died()  # most likely the port was taken
 
-    def _free_port(self) -> int:
-        """A port for one of this cluster's processes, never one handed to another of
-        them: each is picked before any of them has started and bound its own."""
-        port = free_port(avoid=self._ports)
-        self._ports.add(port)
-        return port
-
-    def _broker_host_port(self) -> tuple[str, int]:
-        rest = self.broker_url.removeprefix("mqtt://")
-        host, _, port = rest.rpartition(":")
-        return host.strip("[]"), int(port)
-
     def _start_scheduler(self) -> None:
-        host, port = self._broker_host_port()
-        metrics = self._free_port()
-        argv = [
-            self.python,
-            "-m",
-            "scheduler",
-            f"--host={host}",
-            f"--port={port}",
-            f"--root={self.root}",
-            # One scheduler per root on a broker; restarts of this cluster keep the session.
-            # With logins the broker makes the login the client id: "scheduler".
-            "--client-id=scheduler"
-            if self.auth
-            else f"--client-id=accordion-scheduler-{_client_suffix(self.root)}",
-            f"--policy={self.policy}",
-            *(f"--policy-opt={k}={v}" for k, v in self.policy_options.items()),
-            f"--placement={self.placement.value}",
-            f"--journal={self.journal}",
-            f"--metrics-port={metrics}",
-            f"--metrics-addr={HOST}",
-            f"--time-scale={self.time_scale!r}",
-            f"--heartbeat-interval={self.heartbeat!r}",
-            f"--execution-model={self.execution.kind.value}",
-            f"--overhead={self.execution.overhead!r}",
-            f"--model-seed={self.execution.seed}",
-        ]
+        metrics = self.wiring.pick_port()
+        argv = self.wiring.scheduler_command(
+            python=self.python,
+            policy=self.policy,
+            policy_options=self.policy_options,
+            placement=self.placement,
+            journal=self.journal,
+            metrics_port=metrics,
+            time_scale=self.time_scale,
+            heartbeat=self.heartbeat,
+            execution=self.execution,
+        )
         child = self._spawn("scheduler", "scheduler", argv, login="scheduler")
         self.scheduler_metrics = child.address = f"http://{HOST}:{metrics}/metrics"
         self._scheduler = child
 
     def _start_agent(self, machine: Machine) -> None:
-        host, port = self._broker_host_port()
-        metrics = self._free_port()
-        argv = [
-            self.python,
-            "-m",
-            "nodeagent",
-            f"--host={host}",
-            f"--port={port}",
-            f"--name={machine.id}",
-            f"--cpus={machine.cpus}",
-            f"--speed={machine.speed!r}",
-            f"--root={self.root}",
-            # The agent refuses parts of another compression: a misconfigured
-            # scheduler fails loudly instead of running jobs at the wrong speed.
-            f"--time-scale={self.time_scale!r}",
-            f"--metrics-port={metrics}",
-            f"--metrics-addr={HOST}",
-            f"--heartbeat={self.heartbeat!r}",
-            f"--lease={self.lease!r}",
-            # Wall seconds past a part's wall-time limit before it is killed: more than
-            # the agent's 2 s default, since on a small machine a burst of job processes
-            # starting together can take seconds to get going.
-            f"--walltime-grace={self.walltime_grace!r}",
-        ]
-        if machine.labels:
-            argv.append(f"--labels={','.join(machine.labels)}")
+        metrics = self.wiring.pick_port()
+        argv = self.wiring.agent_command(
+            machine,
+            python=self.python,
+            metrics_port=metrics,
+            time_scale=self.time_scale,
+            heartbeat=self.heartbeat,
+            lease=self.lease,
+            walltime_grace=self.walltime_grace,
+        )
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
         self._agents.append(child)
@@ -553,64 +482,11 @@ class LocalCluster:
 
     async def ready(self, client: LiveClient, *, timeout: float = 60.0) -> StatusReply:
         """Wait until every machine is online and every metrics endpoint answers."""
-        wanted = {m.id for m in self.spec.machines}
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        missing: set[str] = set(wanted)
-        status: StatusReply | None = None
-        # Short at first: a request sent before the scheduler subscribed is lost. Longer
-        # after each miss: a scheduler busy registering thousands of agents answers
-        # late, and asking again meanwhile only adds to its work.
-        wait = 1.0
-        while loop.time() < deadline:
-            self.check()
-            try:
-                status = await client.status(timeout=wait)
-            except NoReplyError:
-                wait = min(2 * wait, 8.0)
-                continue
-            missing = wanted - {m.id for m in status.machines if m.online}
-            if not missing:
-                break
-            await asyncio.sleep(0.1)
-        if status is None or missing:
-            self.check()
-            some = ", ".join(sorted(missing)[:5]) + (", ..." if len(missing) > 5 else "")
-            what = (
-                "the scheduler did not answer"
-                if status is None
-                else f"{len(missing)} of {len(wanted)} machines offline: {some}"
-            )
-            raise UpError(
-                f"the cluster was not up in {timeout:g} s ({what}); logs in {self.run_dir}"
-            )
-        down = [self.scheduler_metrics, *self.agent_metrics.values()]
-        while True:
-            # In threads (urllib blocks), all at once: hundreds of agents take no longer.
-            async with asyncio.TaskGroup() as tg:
-                probes = {
-                    url: tg.create_task(asyncio.to_thread(_get_ok, url), name=f"probe-{url}")
-                    for url in down
-                }
-            down = [url for url, probe in probes.items() if not probe.result()]
-            if not down:
-                return status
-            if loop.time() > deadline:
-                raise UpError(f"metrics endpoints not answering: {', '.join(down)}")
-            self.check()
-            await asyncio.sleep(0.1)
-
-
-def _get_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status) == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def scrape(url: str, *, timeout: float = 5.0) -> str:
-    """The Prometheus text an endpoint serves."""
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        text: bytes = response.read()
-    return text.decode()
+        return await until_ready(
+            client,
+            machines={m.id for m in self.spec.machines},
+            endpoints=[self.scheduler_metrics, *self.agent_metrics.values()],
+            check=self.check,
+            timeout=timeout,
+            where=self.run_dir,
+        )

@@ -320,6 +320,19 @@ SECTIONS: tuple[Section, ...] = (
         "Faults",
         (
             Panel(
+                "Fault totals (restored from the journal)",
+                (
+                    q(f"sum({SCHED}_agents_lost_total)", "agent losses"),
+                    q(f"sum({SCHED}_requeues_total)", "requeues"),
+                    q(f"sum({SCHED}_rejections_total)", "rejections"),
+                    q(f"sum({SCHED}_bad_messages_total)", "bad messages"),
+                ),
+                kind="stat",
+                description="Since the journal began: a scheduler restart restores "
+                "these counts instead of starting them at zero.",
+                width=6,
+            ),
+            Panel(
                 "Agent losses, by how they were noticed",
                 (
                     q(
@@ -328,6 +341,7 @@ SECTIONS: tuple[Section, ...] = (
                         "reason",
                     ),
                 ),
+                width=6,
             ),
             Panel(
                 "Requeues, suspect agents, stale reports",
@@ -336,6 +350,7 @@ SECTIONS: tuple[Section, ...] = (
                     q(f"increase({SCHED}_agents_suspect_total[{RATE}])", "suspect"),
                     q(f"increase({SCHED}_stale_reports_total[{RATE}])", "stale reports"),
                 ),
+                width=6,
             ),
             Panel(
                 "Bad messages, by reason",
@@ -346,6 +361,7 @@ SECTIONS: tuple[Section, ...] = (
                         "reason",
                     ),
                 ),
+                width=6,
             ),
         ),
     ),

@@ -49,7 +49,8 @@ from twin.report import TIME_BASE as TWIN_TIME_BASE
 from twin.report import DecisionTimes, decision_times
 from twin.simulate import simulate
 from workload.cluster import ClusterSpec
-from workload.swf_rules import SwfRules, iter_jobs
+from workload.swf_load import iter_jobs
+from workload.swf_rules import SwfRules
 from workload.synthetic import SyntheticSpec, generate
 
 

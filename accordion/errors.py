@@ -23,7 +23,7 @@ from model.machine import MachineError
 from scheduler.policies.registry import PolicyOptionError, UnknownPolicyError
 from workload.cluster import ClusterError
 from workload.swf import SwfError
-from workload.swf_rules import TraceOrderError
+from workload.swf_load import TraceOrderError
 
 T = TypeVar("T")
 

@@ -59,7 +59,7 @@ from broker.settings import (
     MqttSettings,
 )
 from broker.topics import DEFAULT_ROOT
-from workload.swf_rules import load_jobs
+from workload.swf_load import load_jobs
 
 
 class WorkloadKind(StrEnum):

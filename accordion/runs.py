@@ -32,7 +32,9 @@ from workload.deadlines import HEADER_KEY as DEADLINES_KEY
 from workload.deadlines import DeadlineRule, assign_deadlines, rule_from_text
 from workload.rigidity import RigidRule, mark_rigid
 from workload.swf import read_header, write_swf
-from workload.swf_rules import SwfRules, load_jobs, records_from_schedule
+from workload.swf_load import load_jobs
+from workload.swf_rules import SwfRules
+from workload.swf_schedule import records_from_schedule
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

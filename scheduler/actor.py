@@ -296,11 +296,14 @@ class SchedulerActor:
             if self._tick_due:
                 self._tick_due = False
                 self._on_tick(now)
+            # What the batch counted is durable with it (the exporter restores it).
+            self._journal.record_totals(self.metrics.unsaved_totals())
         await self._flush()
         if ctx.dirty and not self._reconciliation.active:
             ctx.dirty = False
             with self._journal.transaction():
                 self._schedule(now)
+                self._journal.record_totals(self.metrics.unsaved_totals())
             await self._flush()
         await self._flush_summary()
         self.metrics.publish_state(self._gauges(now))

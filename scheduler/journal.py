@@ -42,6 +42,15 @@ over all parts; the job's row holds its current parts, which is what a
 restarted scheduler reconciles its agents to. Opening a schema-2 journal adds
 the three columns (NULL in the older rows).
 
+Totals (schema 4). The scheduler's counters that no job row can tell
+(rejections by reason, bad messages, agent losses, resizes ...) are one
+``totals`` row per metric family and label set, written by
+:meth:`Journal.record_totals` in the transaction of the batch that counted
+them, and read back by :meth:`Journal.load` for the exporter to restore.
+
+The tables and their migrations are in ``scheduler.journal_schema``; the
+values a reader gets in ``scheduler.journal_records`` (re-exported here).
+
 Batches. Every ``record_*`` method is one transaction on its own, or a part of
 the enclosing :meth:`Journal.transaction` (the actor wraps a whole mailbox
 drain in one, so thousands of submissions cost one commit).
@@ -49,106 +58,48 @@ drain in one, so thousands of submissions cost one commit).
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
 from broker.messages import JobEvent, JobSpec
-from broker.storage import spec_from_json, spec_to_json
+from broker.storage import spec_to_json
 from broker.topics import PROTOCOL_VERSION
 from model.machine import Part
+from scheduler.journal_records import (
+    EVENT_KINDS,
+    JOB_COLUMNS,
+    JournalEvent,
+    JournalJob,
+    JournalState,
+    Meta,
+    TotalKey,
+    labels_of,
+    labels_text,
+    parts_text,
+    row_event,
+    row_job,
+)
+from scheduler.journal_schema import SCHEMA_VERSION, JournalError, prepare
 from scheduler.lifecycle import JobState
 
-SCHEMA_VERSION = 3
+__all__ = [
+    "EVENT_KINDS",
+    "SCHEMA_VERSION",
+    "Journal",
+    "JournalError",
+    "JournalEvent",
+    "JournalJob",
+    "JournalState",
+    "Meta",
+    "Synchronous",
+    "TotalKey",
+]
 
 Synchronous = Literal["FULL", "NORMAL"]
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    submit REAL NOT NULL,
-    state TEXT NOT NULL,
-    start_at REAL,
-    end_at REAL,
-    parts TEXT,
-    requeues INTEGER NOT NULL DEFAULT 0,
-    detail TEXT
-);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at REAL NOT NULL,
-    job_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    detail TEXT,
-    before TEXT
-);
-CREATE TABLE IF NOT EXISTS job_events (
-    job_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    at REAL NOT NULL,
-    state TEXT NOT NULL,
-    detail TEXT,
-    cpus_before INTEGER,
-    cpus_after INTEGER,
-    PRIMARY KEY (job_id, seq)
-) WITHOUT ROWID;
-"""
-
-
-class JournalError(RuntimeError):
-    """The journal cannot be used as asked (wrong time scale, no WAL, newer schema)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Meta:
-    """What a journal was created with (``policy`` is the one of the latest start)."""
-
-    epoch: float
-    time_scale: float
-    policy: str
-    protocol: int
-
-
-@dataclass(frozen=True, slots=True)
-class JournalJob:
-    """One job as the journal knows it."""
-
-    spec: JobSpec
-    submit: float
-    state: JobState
-    start: float | None
-    end: float | None
-    parts: tuple[Part, ...]
-    requeues: int
-    detail: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class JournalState:
-    """What a restarted scheduler needs: meta and every job, in submission order."""
-
-    meta: Meta | None
-    jobs: list[JournalJob]
-
-
-def _parts_text(parts: Sequence[Part]) -> str:
-    return json.dumps([[p.machine, p.cpus] for p in parts], separators=(",", ":"))
-
-
-def _parts_of(text: str | None) -> tuple[Part, ...]:
-    if not text:
-        return ()
-    return tuple(Part(str(m), int(c)) for m, c in json.loads(text))
 
 
 class Journal:
@@ -168,35 +119,7 @@ class Journal:
         self._db.execute(f"PRAGMA synchronous={synchronous}")
         self._db.execute("PRAGMA busy_timeout=5000")
         with self.transaction():
-            # Not executescript: it would commit the transaction we are in.
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self._db.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise JournalError(
-                    f"{self.path}: schema {row[0]} is newer than this scheduler's {SCHEMA_VERSION}"
-                )
-            elif int(row[0]) < SCHEMA_VERSION:
-                # Schema 2 only added the job_events table, created above; schema 3
-                # the resize columns, added to the tables an older scheduler made.
-                self._add_columns("events", [("before", "TEXT")])
-                self._add_columns(
-                    "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")]
-                )
-                self._db.execute(
-                    "UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),)
-                )
-
-    def _add_columns(self, table: str, columns: list[tuple[str, str]]) -> None:
-        have = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
-        for name, kind in columns:
-            if name not in have:
-                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+            prepare(self._db, self.path)
 
     # -- life -------------------------------------------------------------
 
@@ -311,7 +234,7 @@ class Journal:
             return self._db.total_changes - before
 
     def record_start(self, job_id: str, start: float, parts: Sequence[Part]) -> None:
-        text = _parts_text(parts)
+        text = parts_text(parts)
         with self.transaction():
             self._update(
                 job_id,
@@ -324,12 +247,12 @@ class Journal:
         self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
     ) -> None:
         """A running job was resized from ``before`` to ``parts``."""
-        text = _parts_text(parts)
+        text = parts_text(parts)
         with self.transaction():
             self._update(job_id, "UPDATE jobs SET parts=? WHERE id=?", (text, job_id))
             self._db.execute(
                 "INSERT INTO events(at, job_id, kind, detail, before) VALUES (?, ?, ?, ?, ?)",
-                (at, job_id, "resized", text, _parts_text(before) if before else None),
+                (at, job_id, "resized", text, parts_text(before) if before else None),
             )
 
     def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None:
@@ -411,26 +334,34 @@ class Journal:
             (at, job_id, kind, detail or None),
         )
 
+    def record_totals(self, totals: Mapping[TotalKey, int]) -> None:
+        """Set these totals (the counts so far, not increments; idempotent)."""
+        if not totals:
+            return
+        rows = [(name, labels_text(labels), int(n)) for (name, labels), n in totals.items()]
+        with self.transaction():
+            self._db.executemany(
+                "INSERT INTO totals(name, labels, value) VALUES (?, ?, ?) "
+                "ON CONFLICT(name, labels) DO UPDATE SET value=excluded.value",
+                rows,
+            )
+
     # -- reading ----------------------------------------------------------
 
     def load(self) -> JournalState:
         """Meta and every job in submission order (what a restarted scheduler needs)."""
-        rows = self._db.execute(
-            "SELECT spec, submit, state, start_at, end_at, parts, requeues, detail "
-            "FROM jobs ORDER BY rowid"
-        ).fetchall()
-        return JournalState(self.meta(), [_row_job(row) for row in rows])
+        rows = self._db.execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY rowid").fetchall()
+        return JournalState(self.meta(), [row_job(row) for row in rows], self.totals())
 
     def job(self, job_id: str) -> JournalJob | None:
         """One job's row (tests and tools)."""
         row = self._db.execute(
-            "SELECT spec, submit, state, start_at, end_at, parts, requeues, detail "
-            "FROM jobs WHERE id=?",
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?",
             (job_id,),
         ).fetchone()
         if row is None:
             return None
-        return _row_job(row)
+        return row_job(row)
 
     def history(self, job_id: str | None = None) -> list[JournalEvent]:
         """The audit history (every job's, or ``job_id``'s), oldest first.
@@ -444,61 +375,9 @@ class Journal:
             sql += " WHERE job_id=?"
             args = (job_id,)
         rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
-        return [_row_event(row) for row in rows]
+        return [row_event(row) for row in rows]
 
-
-_Row = tuple[str, float, str, float | None, float | None, str | None, int, str | None]
-
-
-def _row_job(row: _Row) -> JournalJob:
-    spec, submit, state, start, end, parts, requeues, detail = row
-    return JournalJob(
-        spec=spec_from_json(spec),
-        submit=float(submit),
-        state=JobState(state),
-        start=start,
-        end=end,
-        parts=_parts_of(parts),
-        requeues=int(requeues),
-        detail=detail,
-    )
-
-
-#: The kinds of history entries this journal writes: a start or a resize (with the
-#: parts), a requeue, or an end in a final state. A reader keeps any other kind it
-#: finds (a newer scheduler's) as it is, with no parts.
-EVENT_KINDS: frozenset[str] = frozenset(
-    ("started", "resized", "requeued", "finished", "failed", "cancelled")
-)
-_PLACED = frozenset(("started", "resized"))
-
-
-@dataclass(frozen=True, slots=True)
-class JournalEvent:
-    """One entry of the journal's history, at cluster time ``at``.
-
-    ``kind`` is one of :data:`EVENT_KINDS`; ``parts`` are the job's parts from
-    then on for ``started`` and ``resized`` (empty otherwise); ``before`` the
-    parts a ``resized`` job held until then (empty otherwise, and in a journal
-    older than schema 3); ``detail`` is the reason of a requeue or an end.
-    """
-
-    at: float
-    job_id: str
-    kind: str
-    parts: tuple[Part, ...]
-    detail: str | None
-    before: tuple[Part, ...] = ()
-
-
-def _row_event(row: tuple[float, str, str, str | None, str | None]) -> JournalEvent:
-    at, job_id, kind, detail, before = row
-    placed = kind in _PLACED
-    return JournalEvent(
-        at=float(at),
-        job_id=str(job_id),
-        kind=str(kind),
-        parts=_parts_of(detail) if placed else (),
-        detail=None if placed else detail,
-        before=_parts_of(before),
-    )
+    def totals(self) -> dict[TotalKey, int]:
+        """Every journaled total (what :meth:`record_totals` last set for each)."""
+        rows = self._db.execute("SELECT name, labels, value FROM totals ORDER BY name, labels")
+        return {(str(name), labels_of(labels)): int(n) for name, labels, n in rows.fetchall()}

@@ -2,7 +2,8 @@
 
 ``workload.swf`` reads and writes the Standard Workload Format of the Parallel
 Workloads Archive, ``workload.swf_rules`` turns its records into ``model.Job``
-(and a schedule back into records) by stated rules, and ``workload.cluster``
+by stated rules (``workload.swf_load`` a whole trace, ``workload.swf_schedule``
+a schedule back into records), and ``workload.cluster``
 reads machine descriptions (a TOML file, or an SWF header). Nothing here
 imports the scheduler, the twin, the agents or the CLI.
 """
@@ -24,19 +25,9 @@ from workload.swf import (
     read_swf,
     write_swf,
 )
-from workload.swf_rules import (
-    DEFAULT_RULES,
-    AdjustReason,
-    LoadResult,
-    ScheduleRow,
-    SkipReason,
-    SwfRules,
-    TraceOrderError,
-    iter_jobs,
-    load_jobs,
-    record_to_job,
-    records_from_schedule,
-)
+from workload.swf_load import LoadResult, TraceOrderError, iter_jobs, load_jobs
+from workload.swf_rules import DEFAULT_RULES, AdjustReason, SkipReason, SwfRules, record_to_job
+from workload.swf_schedule import ScheduleRow, records_from_schedule
 
 __all__ = [
     "DEFAULT_RULES",

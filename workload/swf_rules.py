@@ -10,46 +10,36 @@ of ``SwfRules``, each default stated in its docstring.
 
 Theory of operation
 -------------------
-``record_to_job`` judges one record. ``iter_jobs`` streams a trace that is
-already in submit order and raises ``TraceOrderError`` when it is not.
-``load_jobs`` reads a whole file in one pass whatever its order: it keeps the
-replayable jobs, sorts them by ``(submit, job number)`` (stable) only when the
-file was not already in that order, and with ``limit=N`` keeps only the N
-earliest in a bounded heap, so that only the jobs returned are ever built. Its
-skip counts always cover the whole file.
+``record_to_job`` judges one record: :func:`judge` decides whether it is
+replayable and on how many processors, :func:`build` makes the job (its
+walltime, CPU utilisation, names). Reading a whole trace by these rules is
+``workload.swf_load`` (``iter_jobs``, ``load_jobs``); the way back, a
+schedule to SWF records, is ``workload.swf_schedule``.
 
 Submit times are kept as they are: SWF times are already relative to the log
 start (``UnixStartTime`` in the header).
-
-``records_from_schedule`` goes the other way, for the simulator's SWF output.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, Literal
 
 from model import Job
-from workload.swf import MISSING, SwfHeader, SwfRecord, open_swf
+from workload.swf import SwfRecord
 
 __all__ = [
     "DEFAULT_RULES",
     "AdjustReason",
-    "LoadResult",
-    "ScheduleRow",
     "SkipReason",
     "SwfRules",
-    "TraceOrderError",
-    "iter_jobs",
-    "load_jobs",
+    "build",
+    "check_total",
+    "judge",
     "record_to_job",
-    "records_from_schedule",
 ]
 
 
@@ -83,15 +73,6 @@ class AdjustReason(StrEnum):
     """Walltime below ``SwfRules.min_walltime`` (e.g. a zero run time), raised to it."""
     CLIPPED = "clipped"
     """More processors than the cluster, cut to its size (``oversize="clip"``)."""
-
-
-class TraceOrderError(ValueError):
-    """A trace streamed with ``iter_jobs`` is not in ``(submit, job number)`` order."""
-
-    def __init__(self, message: str, *, job_number: int, previous: int):
-        super().__init__(message)
-        self.job_number = job_number
-        self.previous = previous
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,12 +203,13 @@ def _name(prefix: str, number: int) -> str:
     return f"{prefix}{number}" if number >= 0 else "unknown"
 
 
-def _check_total(total_cpus: int | None) -> None:
+def check_total(total_cpus: int | None) -> None:
+    """Refuse a cluster size below 1 (``None``: no size check)."""
     if total_cpus is not None and total_cpus < 1:
         raise ValueError(f"total_cpus must be >= 1, got {total_cpus!r}")
 
 
-def _judge(
+def judge(
     rec: SwfRecord, rules: SwfRules, total_cpus: int | None
 ) -> tuple[int, tuple[AdjustReason, ...]] | SkipReason:
     """The processor count and adjustments of a replayable record, or why it is not."""
@@ -275,7 +257,9 @@ def _walltime(rec: SwfRecord, rules: SwfRules) -> tuple[float, tuple[AdjustReaso
     return estimate, adjusted
 
 
-def _build(rec: SwfRecord, procs: int, rules: SwfRules) -> tuple[Job, tuple[AdjustReason, ...]]:
+def build(rec: SwfRecord, procs: int, rules: SwfRules) -> tuple[Job, tuple[AdjustReason, ...]]:
+    """The job of a record :func:`judge` found replayable on ``procs``, and what was
+    adjusted to make it."""
     walltime, adjusted = _walltime(rec, rules)
     run = rec.run_time
     util = rules.missing_cpu_util
@@ -310,219 +294,14 @@ def record_to_job(
     missing); ``runtime`` is the run time; processors, walltime and
     ``cpu_util`` follow ``rules``. ``total_cpus`` (the cluster size) enables
     the oversize rule. Adjustments are added to ``adjusted`` when given.
-    Duplicate job numbers are not detected here (see ``iter_jobs``).
+    Duplicate job numbers are not detected here (see ``workload.swf_load``).
     """
-    _check_total(total_cpus)
-    judged = _judge(record, rules, total_cpus)
+    check_total(total_cpus)
+    judged = judge(record, rules, total_cpus)
     if isinstance(judged, SkipReason):
         return judged
     procs, clip = judged
-    job, more = _build(record, procs, rules)
+    job, more = build(record, procs, rules)
     if adjusted is not None:
         adjusted.update(clip + more)
     return job
-
-
-def iter_jobs(
-    records: Iterable[SwfRecord],
-    rules: SwfRules = DEFAULT_RULES,
-    *,
-    total_cpus: int | None = None,
-    skipped: Counter[str] | None = None,
-    adjusted: Counter[str] | None = None,
-) -> Iterator[Job]:
-    """Stream the replayable jobs of records already in submit order.
-
-    Skips are counted into ``skipped`` (and adjustments into ``adjusted``)
-    when given. Raises ``TraceOrderError`` at the first replayable record
-    whose ``(submit, job number)`` is below its predecessor's: use
-    ``load_jobs`` for traces that may be unsorted.
-    """
-    _check_total(total_cpus)
-    seen: set[int] = set()
-    prev_key = (-math.inf, -1)
-    prev_number = -1
-    for rec in records:
-        judged = _judge(rec, rules, total_cpus)
-        if not isinstance(judged, SkipReason) and rec.job_number in seen:
-            judged = SkipReason.DUPLICATE
-        if isinstance(judged, SkipReason):
-            if skipped is not None:
-                skipped[judged] += 1
-            continue
-        seen.add(rec.job_number)
-        key = (rec.submit_time, rec.job_number)
-        if key < prev_key:
-            raise TraceOrderError(
-                f"job {rec.job_number} (submit {rec.submit_time:g}) comes after job "
-                f"{prev_number} (submit {prev_key[0]:g}): the trace is not in submit order",
-                job_number=rec.job_number,
-                previous=prev_number,
-            )
-        prev_key = key
-        prev_number = rec.job_number
-        procs, clip = judged
-        job, more = _build(rec, procs, rules)
-        if adjusted is not None and (clip or more):
-            adjusted.update(clip + more)
-        yield job
-
-
-@dataclass(frozen=True, slots=True)
-class LoadResult:
-    """What ``load_jobs`` made of a trace.
-
-    Attributes:
-        jobs: the jobs, in ``(submit, job number)`` order (at most ``limit``).
-        skipped: records not replayable, by ``SkipReason``, over the whole file.
-        header: the file's header.
-        sorted_input: whether the replayable records were already in order.
-        records: job lines read (the whole file).
-        replayable: records that were not skipped (>= ``len(jobs)``).
-        adjusted: changes made to the returned jobs, by ``AdjustReason``.
-    """
-
-    jobs: list[Job]
-    skipped: Counter[str]
-    header: SwfHeader
-    sorted_input: bool
-    records: int = 0
-    replayable: int = 0
-    adjusted: Counter[str] = field(default_factory=Counter)
-
-
-def load_jobs(
-    path: str | os.PathLike[str],
-    rules: SwfRules = DEFAULT_RULES,
-    *,
-    limit: int | None = None,
-    total_cpus: int | None = None,
-) -> LoadResult:
-    """Read an SWF file into jobs in submit order; ``limit=N`` keeps the first N.
-
-    The whole file is read once (so that skip counts and order are known for
-    all of it) but only the jobs returned are built. An unsorted file is
-    sorted stably by ``(submit, job number)``; ``sorted_input`` says which
-    case it was. ``total_cpus`` is the cluster size for the oversize rule
-    (``None``: no size check). Raises ``SwfError`` on an unreadable file or
-    malformed line.
-    """
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0, got {limit!r}")
-    _check_total(total_cpus)
-    skipped: Counter[str] = Counter()
-    seen: set[int] = set()
-    in_order = True
-    prev_key = (-math.inf, -1)
-    records = 0
-    # Unlimited: every kept job, in file order. Limited: a max-heap (keys
-    # negated) of the `limit` smallest keys seen so far; a sorted file never
-    # replaces its top, so past the first `limit` jobs nothing more is built.
-    kept: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
-    heap: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
-    judge = _judge
-    build = _build
-    with open_swf(path) as reader:
-        header = reader.header
-        for rec in reader:
-            records += 1
-            judged = judge(rec, rules, total_cpus)
-            number = rec.job_number
-            if not isinstance(judged, SkipReason) and number in seen:
-                judged = SkipReason.DUPLICATE
-            if isinstance(judged, SkipReason):
-                skipped[judged] += 1
-                continue
-            seen.add(number)
-            submit = rec.submit_time
-            key = (submit, number)
-            if key < prev_key:
-                in_order = False
-            prev_key = key
-            procs, clip = judged
-            if limit is None:
-                job, more = build(rec, procs, rules)
-                kept.append((submit, number, job, clip + more))
-            elif len(heap) < limit:
-                job, more = build(rec, procs, rules)
-                heapq.heappush(heap, (-submit, -number, job, clip + more))
-            elif limit and key < (-heap[0][0], -heap[0][1]):
-                job, more = build(rec, procs, rules)
-                heapq.heapreplace(heap, (-submit, -number, job, clip + more))
-    replayable = len(seen)
-    if limit is not None:
-        # Keys are unique (job numbers are), so the Job in the tuple is never compared.
-        kept = sorted((-s, -n, job, adj) for s, n, job, adj in heap)
-    elif not in_order:
-        kept.sort(key=lambda item: (item[0], item[1]))
-    adjusted: Counter[str] = Counter()
-    for *_, adj in kept:
-        if adj:
-            adjusted.update(adj)
-    return LoadResult(
-        jobs=[job for _, _, job, _ in kept],
-        skipped=skipped,
-        header=header,
-        sorted_input=in_order,
-        records=records,
-        replayable=replayable,
-        adjusted=adjusted,
-    )
-
-
-# ---------------------------------------------------------------------------
-# schedule -> SWF
-
-ScheduleRow = tuple[Job, float, float, int, int]
-"""``(job, start, end, cpus, status)`` of one finished job, as the simulator reports it."""
-
-
-def _id_back(name: str, prefix: str) -> int:
-    digits = name[len(prefix) :]
-    if name.startswith(prefix) and digits.isascii() and digits.isdecimal():
-        return int(digits)
-    return MISSING
-
-
-def records_from_schedule(rows: Iterable[ScheduleRow]) -> Iterator[SwfRecord]:
-    """SWF records of a schedule, one per row, in the order given.
-
-    Per row ``(job, start, end, cpus, status)``: submit = ``job.submit``, wait
-    = start - submit, run time = end - start, allocated processors = ``cpus``,
-    requested processors = ``job.procs``, requested time = ``job.walltime``,
-    status as given (1 completed, 0 failed, 5 cancelled), queue = ``job.qos``,
-    user and group ids read back from ``u<n>``/``g<n>`` names (else -1). The
-    job number is the job id when that is a decimal number, else the row's
-    position (1-based). Average CPU time, memory, executable, partition,
-    preceding job and think time are written as missing (-1). Raises
-    ``ValueError`` naming the job when start precedes submit or end precedes
-    start.
-    """
-    for position, (job, start, end, cpus, status) in enumerate(rows, start=1):
-        if not (math.isfinite(start) and math.isfinite(end)):
-            raise ValueError(f"job {job.id!r}: start {start!r} and end {end!r} must be finite")
-        if start < job.submit:
-            raise ValueError(f"job {job.id!r}: start {start!r} is before submit {job.submit!r}")
-        if end < start:
-            raise ValueError(f"job {job.id!r}: end {end!r} is before start {start!r}")
-        number = int(job.id) if job.id.isascii() and job.id.isdecimal() else position
-        yield SwfRecord(
-            job_number=number,
-            submit_time=job.submit,
-            wait_time=start - job.submit,
-            run_time=end - start,
-            allocated_procs=cpus,
-            avg_cpu_time=MISSING,
-            used_memory=MISSING,
-            requested_procs=job.procs,
-            requested_time=job.walltime,
-            requested_memory=MISSING,
-            status=status,
-            user_id=_id_back(job.user, "u"),
-            group_id=_id_back(job.group, "g"),
-            executable=MISSING,
-            queue=job.qos,
-            partition=MISSING,
-            preceding_job=MISSING,
-            think_time=MISSING,
-        )

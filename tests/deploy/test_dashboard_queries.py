@@ -21,7 +21,6 @@ import asyncio
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -41,6 +40,7 @@ from broker.local import free_port
 from broker.messages import JobSpec
 from model.machine import Machine
 from scheduler.journal import Journal
+from tests.deploy.prometheus_tools import prometheus_tool
 from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec
 
@@ -50,16 +50,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 BOUND = 120.0  # wall seconds any one wait may take before it is a failure
 JOBS = 12
-
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        reason = "prometheus is not installed (apt-get install prometheus; scripts/setup does it)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}: CI must have it", pytrace=False)
-        pytest.skip(reason)
-    return found
 
 
 @dataclass
@@ -111,7 +101,7 @@ def start_prometheus(cluster: LocalCluster, workdir: Path) -> Prometheus:
     with (workdir / "prometheus.log").open("wb") as log:
         process = subprocess.Popen(
             [
-                prometheus_binary(),
+                prometheus_tool("prometheus"),
                 f"--config.file={workdir / 'prometheus.yml'}",
                 f"--storage.tsdb.path={workdir / 'tsdb'}",
                 f"--web.listen-address=127.0.0.1:{port}",
@@ -263,8 +253,12 @@ def test_the_panels_show_what_happened(run: Run) -> None:
     # the kill), and Prometheus counts what the journal says.
     with Journal(run.journal) as journal:
         journalled = sum(j.requeues for j in journal.load().jobs)
+        totals = journal.totals()
     assert 1 <= journalled <= run.requeued
     assert prom.value("accordion_scheduler_requeues_total") == journalled
+    # The loss is in the journal's totals too, as served (what a restart restores).
+    lost = totals[("accordion_scheduler_agents_lost", (("reason", "will"),))]
+    assert prom.value('accordion_scheduler_agents_lost_total{reason="will"}') == lost == 1
     assert prom.value('count(up{job="agents"} == 1)') == 2  # the killed one is down
     # The machine-class labels of the agents' targets reach the per-class panel.
     classes = prom.api("query", query='count by (class) (up{job="agents"})')["result"]

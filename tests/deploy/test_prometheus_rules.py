@@ -7,25 +7,19 @@ series that should fire it and a healthy cluster's that should not.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.deploy.prometheus_tools import prometheus_tool
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        reason = "promtool is not installed (apt-get install prometheus; scripts/setup does it)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason}: CI must have it", pytrace=False)
-        pytest.skip(reason)
-    return found
+    return prometheus_tool("promtool")
 
 
 def run(promtool: str, *args: str) -> str:

@@ -17,7 +17,9 @@ One scenario, in order, on its own compose project and host ports:
 4. the submit client must end with status 0: every accepted job finished and
    the live-against-twin table printed;
 5. Prometheus's totals equal the journal's, read in the scheduler's
-   container, and every agent container that ever ran was scraped.
+   container (the agent loss of step 3 included: counted before the
+   scheduler's restart, still counted after it), and every agent container
+   that ever ran was scraped.
 
 Waits are testcontainers' wait strategies on the containers' published
 endpoints (Prometheus's query API, the scheduler's /metrics), never sleeps.
@@ -251,7 +253,9 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
             "print(json.dumps({'states': Counter(j.state.value for j in s.jobs),"
             " 'requeues': sum(j.requeues for j in s.jobs), 'jobs': len(s.jobs),"
             " 'not_finished': {j.spec.id: [j.state.value, j.requeues, j.detail]"
-            " for j in s.jobs if j.state.value != 'finished'}}))",
+            " for j in s.jobs if j.state.value != 'finished'},"
+            " 'will': s.totals.get("
+            "('accordion_scheduler_agents_lost', (('reason', 'will'),)), 0)}))",
         ).stdout
     )
     assert demo.returncode == 0, (journal["not_finished"], out)
@@ -268,6 +272,12 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
     assert list(bed.query('accordion_scheduler_submissions_total{result="accepted"}').values()) == [
         float(journal["jobs"])
     ]
+    # The agent lost before the scheduler's restart is still counted after it.
+    assert journal["will"] >= 1, journal
+    bed.wait_prometheus(
+        'accordion_scheduler_agents_lost_total{reason="will"}',
+        lambda v: list(v.values()) == [float(journal["will"])],
+    )
     # Every agent container that ran was scraped at least once.
     scraped = {
         json.loads(k)["instance"]

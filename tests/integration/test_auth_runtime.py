@@ -60,23 +60,30 @@ MACHINE = f"fa-{TAG}"
 USERS = ("alice", "bob", "mallory")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def cluster_with_logins(
+    run_dir: Path, name: str, machine: str, *, start_agents: bool
+) -> LocalCluster:
+    """A cluster on its own Mosquitto with logins for ``USERS``, one 1-CPU ``machine``
+    (its agent started here or not), root ``<name>/v1``."""
     if mosquitto_binary() is None:
         _no_mosquitto()
-    spec = ClusterSpec(
-        name=f"auth-{TAG}", reference_speed=1.0, machines=(Machine(id=MACHINE, cpus=1),)
-    )
-    local = LocalCluster(
+    spec = ClusterSpec(name=name, reference_speed=1.0, machines=(Machine(id=machine, cpus=1),))
+    return LocalCluster(
         spec,
-        tmp_path_factory.mktemp("auth-up"),
+        run_dir,
         broker="mosquitto",
-        root=f"auth-{TAG}/v1",
+        root=f"{name}/v1",
         auth=True,
         users=USERS,
-        start_agents=False,
+        start_agents=start_agents,
     )
-    with local:
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster with logins whose one machine's agent is the test's own (fake_agent)."""
+    run_dir = tmp_path_factory.mktemp("auth-up")
+    with cluster_with_logins(run_dir, f"auth-{TAG}", MACHINE, start_agents=False) as local:
         yield local
 
 
@@ -306,21 +313,10 @@ async def test_secrets_are_in_no_command_line_and_no_log(cluster: LocalCluster) 
 @pytest.fixture(scope="module")
 def with_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster with logins and one real agent (no job is ever submitted to it)."""
-    if mosquitto_binary() is None:
-        _no_mosquitto()
-    machine = f"real-{TAG}"
-    spec = ClusterSpec(
-        name=f"auth-real-{TAG}", reference_speed=1.0, machines=(Machine(id=machine, cpus=1),)
-    )
-    local = LocalCluster(
-        spec,
-        tmp_path_factory.mktemp("auth-real"),
-        broker="mosquitto",
-        root=f"auth-real-{TAG}/v1",
-        auth=True,
-        users=USERS,
-    )
-    with local:
+    run_dir = tmp_path_factory.mktemp("auth-real")
+    with cluster_with_logins(
+        run_dir, f"auth-real-{TAG}", f"real-{TAG}", start_agents=True
+    ) as local:
         yield local
 
 

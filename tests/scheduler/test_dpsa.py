@@ -5,7 +5,7 @@ is checked against an independent brute force on hand-made snapshots (one
 machine, where "does not delay the reservation" is plain arithmetic); the
 variants' tie-breaks and the time bound have table cases; and the queue
 policies' invariants hold for DPSA too (hypothesis, reusing
-``test_backfill_properties``' instances and recorder).
+``test_backfill_properties``' instances, ``properties``' recorder and invariants).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from scheduler.policies.easy import EasyBackfill
 from scheduler.snapshot import Decisions, Policy, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 from tests.helpers import job
-from tests.scheduler.test_backfill_properties import Recorder, instances
+from tests.scheduler.properties import Recorder, assert_promises_kept, assert_within_the_machines
+from tests.scheduler.test_backfill_properties import instances
 from twin.simulate import simulate
 
 VARIANTS: tuple[Variant, ...] = ("p", "n", "w")
@@ -426,27 +427,12 @@ def test_a_time_budget_without_a_clock_is_not_used() -> None:
 def test_no_double_booking_no_early_start_all_finish_reservation_kept(
     instance: tuple[list[Machine], list[Job]], variant: Variant, rule: PlacementRule, budget: int
 ) -> None:
-    machines, jobs = instance
+    cluster, jobs = instance
     recorder = Recorder(Dpsa(variant=variant, placement=Placement(rule=rule), budget=budget))
-    result = simulate(jobs, machines=machines, policy=recorder)
+    result = simulate(jobs, machines=cluster, policy=recorder)
     assert len(result.outcomes) == len(jobs)
-    for o in result.outcomes:
-        assert o.start >= o.job.submit
-    for m in machines:
-        for t in sorted({o.start for o in result.outcomes}):
-            used = sum(
-                p.cpus
-                for o in result.outcomes
-                if o.start <= t < o.end
-                for p in o.parts
-                if p.machine == m.id
-            )
-            assert used <= m.cpus
+    assert_within_the_machines(result.outcomes, cluster)
     # Estimates are exact, so the head's reservation is a promise DPSA must keep.
-    began = {o.job.id: o.start for o in result.outcomes}
-    for job_id, promises in recorder.promises.items():
-        assert began[job_id] <= promises[0][1] + 1e-9, (job_id, promises, began[job_id])
-        for (_, earlier), (_, later) in itertools.pairwise(promises):
-            assert later <= earlier + 1e-9, (job_id, promises)
+    assert_promises_kept(recorder.promises, {o.job.id: o.start for o in result.outcomes})
     searches = result.counters.get("dpsa_searches", 0)
     assert 0 <= result.counters.get("dpsa_budget_hits", 0) <= searches

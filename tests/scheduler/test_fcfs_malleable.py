@@ -25,6 +25,7 @@ from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fcfs_malleable import FcfsMalleable
 from scheduler.snapshot import Decisions, Policy, Resize, Snapshot, Start
+from tests.scheduler.properties import assert_books_balance, clusters
 from twin.simulate import simulate
 
 TEN = [Machine(id="m", cpus=10)]
@@ -292,16 +293,8 @@ def test_expansion_never_adds_a_machine() -> None:
 
 @st.composite
 def instances(draw: st.DrawFn, *, malleable: bool) -> tuple[list[Machine], list[Job]]:
-    n_machines = draw(st.integers(1, 3))
-    machines = [
-        Machine(
-            id=f"m{i}",
-            cpus=draw(st.integers(1, 8)),
-            speed=draw(st.sampled_from([0.5, 1.0, 2.0])),
-        )
-        for i in range(n_machines)
-    ]
-    total = sum(m.cpus for m in machines)
+    cluster = draw(clusters())
+    total = sum(m.cpus for m in cluster)
     n_jobs = draw(st.integers(1, 14))
     submits = sorted(draw(st.lists(st.integers(0, 40), min_size=n_jobs, max_size=n_jobs)))
     jobs = []
@@ -322,7 +315,7 @@ def instances(draw: st.DrawFn, *, malleable: bool) -> tuple[list[Machine], list[
                 cpu_util=draw(st.sampled_from([0.25, 0.5, 1.0])),
             )
         )
-    return machines, jobs
+    return cluster, jobs
 
 
 RULES = st.sampled_from([PlacementRule.FASTEST, PlacementRule.BEST_FIT])
@@ -358,12 +351,7 @@ class Checker:
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         self.snapshots += 1
-        cpus_of = {m.id: m.cpus for m in snapshot.machines}
-        # No CPU lost or double-booked.
-        assert all(f >= 0 for f in snapshot.free.values())
-        for m, cpus in cpus_of.items():
-            held = sum(p.cpus for r in snapshot.running for p in r.parts if p.machine == m)
-            assert held + snapshot.free[m] == cpus, "CPUs lost or double-booked"
+        assert_books_balance(snapshot)
         for r in snapshot.running:
             assert r.cpus == sum(p.cpus for p in r.parts)
             # MPL in [1, 2]; rigid jobs always at 1.

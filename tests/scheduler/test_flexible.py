@@ -28,6 +28,12 @@ from scheduler.priority.flexible_score import (
 )
 from scheduler.snapshot import Decisions, Policy, Reservation, Snapshot
 from scheduler.usage import UsageLedger
+from tests.scheduler.properties import (
+    Recorder,
+    assert_promises_kept,
+    assert_within_the_machines,
+    clusters,
+)
 from twin.simulate import simulate
 
 FAST_SLOW = [Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4, speed=1.0)]
@@ -423,28 +429,10 @@ def test_order_is_a_permutation_of_the_queue_sorted_by_priority(snap: Snapshot) 
         )
 
 
-@dataclass
-class PromiseRecorder:
-    """Wraps a policy and records every reservation it gives, by job."""
-
-    inner: Policy
-    promises: dict[str, list[float]] = field(default_factory=dict)
-    name: str = "promises"
-
-    def decide(self, snapshot: Snapshot) -> Decisions:
-        decisions = self.inner.decide(snapshot)
-        for r in decisions.reservations:
-            self.promises.setdefault(r.job.id, []).append(r.start)
-        return decisions
-
-
 @st.composite
 def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
-    machines = [
-        Machine(id=f"m{i}", cpus=draw(st.integers(1, 6)), speed=draw(st.sampled_from([1.0, 2.0])))
-        for i in range(draw(st.integers(1, 3)))
-    ]
-    total = sum(m.cpus for m in machines)
+    cluster = draw(clusters(cpus=6, speeds=(1.0, 2.0)))
+    total = sum(m.cpus for m in cluster)
     n = draw(st.integers(1, 12))
     submits = sorted(draw(st.lists(st.integers(0, 40), min_size=n, max_size=n)))
     jobs = []
@@ -461,7 +449,7 @@ def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
                 deadline=None if slack is None else float(submit + slack),
             )
         )
-    return machines, jobs
+    return cluster, jobs
 
 
 @settings(max_examples=150, deadline=None)
@@ -469,15 +457,10 @@ def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
 def test_flexible_runs_every_job_and_never_delays_a_kept_reservation(
     instance: tuple[list[Machine], list[Job]],
 ) -> None:
-    machines, jobs = instance
-    recorder = PromiseRecorder(FlexibleBackfill())
-    result = simulate(jobs, machines=machines, policy=recorder)
+    cluster, jobs = instance
+    recorder = Recorder(FlexibleBackfill())
+    result = simulate(jobs, machines=cluster, policy=recorder)
     assert len(result.outcomes) == len(jobs)
-    started = {o.job.id: o.start for o in result.outcomes}
-    for o in result.outcomes:
-        assert o.start >= o.job.submit
+    assert_within_the_machines(result.outcomes, cluster)
     # Estimates are exact, so a reservation kept through events is a promise kept.
-    for job_id, promises in recorder.promises.items():
-        assert started[job_id] <= promises[0] + 1e-9, (job_id, promises, started[job_id])
-        for earlier, later in itertools.pairwise(promises):
-            assert later <= earlier + 1e-9, (job_id, promises)
+    assert_promises_kept(recorder.promises, {o.job.id: o.start for o in result.outcomes})

@@ -273,6 +273,28 @@ def test_move_earlier_one_machine_matches_release_and_search(
         assert p.breakpoints() == check.breakpoints()
 
 
+SPEEDS = st.lists(st.sampled_from([1.0, 1.5, 2.0]), min_size=2, max_size=3)
+#: ``(machine index, start, length, cpus)`` bookings.
+BOOKINGS = st.lists(
+    st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 15), st.integers(1, 4)),
+    max_size=10,
+)
+
+
+def booked_machines(
+    speeds: list[float], bookings: list[tuple[int, int, int, int]]
+) -> tuple[list[Machine], dict[str, float], Profile]:
+    """Machines ``m0``.. of 4 CPUs at ``speeds`` (sorted as the core sorts them), their
+    speeds by id, and a profile holding every booking that fits (the rest dropped)."""
+    machines = sort_machines([Machine(id=f"m{k}", cpus=4, speed=s) for k, s in enumerate(speeds)])
+    p = Profile(now=0.0, machines=machines, free={m.id: 4 for m in machines}, ends=[])
+    for k, start, length, cpus in bookings:
+        b = (float(start), float(start + length), (Part(f"m{k % len(speeds)}", cpus),))
+        if p.fits(*b):
+            p.reserve(*b)
+    return machines, {m.id: m.speed for m in machines}, p
+
+
 def reference_fit(
     p: Profile, j: Job, machines: list[Machine], speeds: dict[str, float], placement: Placement
 ) -> tuple[float, tuple[Part, ...]] | None:
@@ -293,11 +315,8 @@ def reference_fit(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    speeds=st.lists(st.sampled_from([1.0, 1.5, 2.0]), min_size=2, max_size=3),
-    bookings=st.lists(
-        st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 15), st.integers(1, 4)),
-        max_size=10,
-    ),
+    speeds=SPEEDS,
+    bookings=BOOKINGS,
     procs=st.integers(1, 12),
     walltime=st.integers(1, 20),
     rule=st.sampled_from(list(PlacementRule)),
@@ -309,13 +328,7 @@ def test_earliest_fit_several_machines_matches_the_plain_search(
     walltime: int,
     rule: PlacementRule,
 ) -> None:
-    machines = sort_machines([Machine(id=f"m{k}", cpus=4, speed=s) for k, s in enumerate(speeds)])
-    by_id = {m.id: m.speed for m in machines}
-    p = Profile(now=0.0, machines=machines, free={m.id: 4 for m in machines}, ends=[])
-    for k, start, length, cpus in bookings:
-        b = (float(start), float(start + length), (Part(f"m{k % len(speeds)}", cpus),))
-        if p.fits(*b):
-            p.reserve(*b)
+    machines, by_id, p = booked_machines(speeds, bookings)
     j = job(procs, float(walltime))
     placement = Placement(rule=rule)
     fit = fit_of(p, j, machines, by_id, placement=placement)
@@ -327,11 +340,8 @@ def test_earliest_fit_several_machines_matches_the_plain_search(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    speeds=st.lists(st.sampled_from([1.0, 1.5, 2.0]), min_size=2, max_size=3),
-    bookings=st.lists(
-        st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(1, 15), st.integers(1, 4)),
-        max_size=10,
-    ),
+    speeds=SPEEDS,
+    bookings=BOOKINGS,
     procs=st.integers(1, 8),
     walltime=st.integers(1, 20),
     rule=st.sampled_from(list(PlacementRule)),
@@ -344,14 +354,8 @@ def test_move_earlier_several_machines_matches_release_and_search(
     rule: PlacementRule,
 ) -> None:
     """The totals shortcut only skips what the full search would reject."""
-    machines = sort_machines([Machine(id=f"m{k}", cpus=4, speed=s) for k, s in enumerate(speeds)])
-    by_id = {m.id: m.speed for m in machines}
+    machines, by_id, p = booked_machines(speeds, bookings)
     placement = Placement(rule=rule)
-    p = Profile(now=0.0, machines=machines, free={m.id: 4 for m in machines}, ends=[])
-    for k, start, length, cpus in bookings:
-        b = (float(start), float(start + length), (Part(f"m{k % len(speeds)}", cpus),))
-        if p.fits(*b):
-            p.reserve(*b)
     j = job(procs, float(walltime))
     # The job's own booking: its latest possible slot, after everything else.
     last = max([0.0, *(float(s + n) for _, s, n, _ in bookings)])

@@ -13,16 +13,9 @@ from hypothesis import strategies as st
 
 from model import Job
 from workload.swf import FIELD_NAMES, SwfRecord, read_swf, write_swf
-from workload.swf_rules import (
-    AdjustReason,
-    SkipReason,
-    SwfRules,
-    TraceOrderError,
-    iter_jobs,
-    load_jobs,
-    record_to_job,
-    records_from_schedule,
-)
+from workload.swf_load import TraceOrderError, iter_jobs, load_jobs
+from workload.swf_rules import AdjustReason, SkipReason, SwfRules, record_to_job
+from workload.swf_schedule import records_from_schedule
 
 PWA = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "pwa"
 

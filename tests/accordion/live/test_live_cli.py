@@ -6,55 +6,29 @@ whole module; every test leaves it idle (nothing queued or running).
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner, Result
 
 from accordion.cli import app
-from accordion.client import connect, run_async
 from accordion.cluster import LocalCluster
 from broker.local import free_port
-from broker.messages import StatusReply
+from scheduler.journal import Journal
+from scheduler.lifecycle import JobState
+from tests.accordion.live.cli_harness import cli, runner, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header
 
 pytestmark = pytest.mark.integration
-
-runner = CliRunner()
-
-
-def cli(cluster: LocalCluster, *args: str) -> Result:
-    return runner.invoke(
-        app, [args[0], "--broker", cluster.broker_url, "--root", cluster.root, *args[1:]]
-    )
-
-
-def status_of(cluster: LocalCluster) -> StatusReply:
-    async def ask() -> StatusReply:
-        async with connect(cluster.broker_url, cluster.root) as client:
-            return await client.status()
-
-    return run_async(ask())
-
-
-def wait_until(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)
@@ -131,15 +105,14 @@ def test_cancel(live_cluster: LocalCluster) -> None:
 
 
 def _journal_times(cluster: LocalCluster, job_id: str) -> tuple[float, float]:
-    # Read-only: the scheduler is still writing (WAL lets readers in meanwhile).
-    with closing(sqlite3.connect(f"file:{cluster.journal}?mode=ro", uri=True)) as db:
-        row = db.execute(
-            "SELECT state, start_at, end_at FROM jobs WHERE id = ?", (job_id,)
-        ).fetchone()
+    # Through its reader API, while the scheduler is still writing (WAL lets readers in).
+    with Journal(cluster.journal) as journal:
+        row = journal.job(job_id)
     assert row is not None
-    state, start, end = row
-    assert state == "finished"
-    return float(start), float(end)
+    assert row.state is JobState.FINISHED
+    assert row.start is not None
+    assert row.end is not None
+    return row.start, row.end
 
 
 def test_run_times_follow_the_execution_model(live_cluster: LocalCluster) -> None:
@@ -194,36 +167,10 @@ def test_metrics_endpoints_serve_prometheus_text(live_cluster: LocalCluster) -> 
 
 
 def test_watch_prints_events_as_they_happen(live_cluster: LocalCluster) -> None:
-    watcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from accordion.cli import main; main()",
-            "watch",
-            "--broker",
-            live_cluster.broker_url,
-            "--root",
-            live_cluster.root,
-            "--events",
-            "2",
-            "--for",
-            "60",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watcher.stdout is not None
-        first = watcher.stdout.readline()  # the retained cluster summary: it is subscribed
-        assert "cluster  2 machines" in first, first
+    with watching(live_cluster, events=2, seconds=60) as watcher:
         submitted = cli(live_cluster, "submit", "-n", "1", "-t", "10", "--id", "watched")
         assert submitted.exit_code == 0
         out, err = watcher.communicate(timeout=30)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
     assert watcher.returncode == 0, err
     lines = [line for line in out.splitlines() if "job watched" in line]
     assert "running" in lines[0]
@@ -255,8 +202,8 @@ def test_replay_finishes_every_job(mosquitto: BrokerEndpoint, tmp_path: Path) ->
         assert not status.queue
         assert not status.running
         # Every one of them really finished, as the journal says.
-        with closing(sqlite3.connect(f"file:{cluster.journal}?mode=ro", uri=True)) as db:
-            states = dict(db.execute("SELECT state, count(*) FROM jobs GROUP BY state"))
+        with Journal(cluster.journal) as journal:
+            states = Counter(job.state.value for job in journal.load().jobs)
         assert states == {"finished": 20}
         # Replaying again with the same prefix is idempotent.
         again = cli(cluster, "replay", str(trace), "--time-scale", "1000", "--id-prefix", "t1-")

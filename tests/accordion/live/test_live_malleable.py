@@ -10,50 +10,20 @@ counted by the metric and journalled; R is never resized.
 
 from __future__ import annotations
 
-import sqlite3
-import subprocess
-import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import closing
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner, Result
 
-from accordion.cli import app
-from accordion.client import connect, run_async
 from accordion.cluster import LocalCluster
-from broker.messages import StatusReply
+from model.machine import Part
+from scheduler.journal import Journal
+from tests.accordion.live.cli_harness import cli, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint
 
 pytestmark = pytest.mark.integration
-
-runner = CliRunner()
-
-
-def cli(cluster: LocalCluster, *args: str) -> Result:
-    return runner.invoke(
-        app, [args[0], "--broker", cluster.broker_url, "--root", cluster.root, *args[1:]]
-    )
-
-
-def status_of(cluster: LocalCluster) -> StatusReply:
-    async def ask() -> StatusReply:
-        async with connect(cluster.broker_url, cluster.root) as client:
-            return await client.status()
-
-    return run_async(ask())
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {predicate}")
-        time.sleep(0.05)
 
 
 def cpus_of(cluster: LocalCluster, job_id: str) -> int | None:
@@ -88,29 +58,8 @@ def cluster(
 def test_a_shrink_and_an_expand_live(cluster: LocalCluster) -> None:
     slow, fast = (m.id for m in cluster.spec.machines)
     assert resizes(cluster) == {"shrink": 0.0, "expand": 0.0}
-    watcher = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from accordion.cli import main; main()",
-            "watch",
-            "--broker",
-            cluster.broker_url,
-            "--root",
-            cluster.root,
-            "--events",
-            "6",  # R and A running, A shrunk, B running and finished, A expanded
-            "--for",
-            "120",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert watcher.stdout is not None
-        first = watcher.stdout.readline()  # the retained cluster summary: it is subscribed
-        assert "cluster  2 machines" in first, first
+    # R and A running, A shrunk, B running and finished, A expanded: 6 events.
+    with watching(cluster, events=6, seconds=120) as watcher:
         for args in (
             ("-n", "2", "-t", "3600", "--rigid", "--id", "R"),
             ("-n", "4", "-t", "3600", "--id", "A"),
@@ -136,29 +85,21 @@ def test_a_shrink_and_an_expand_live(cluster: LocalCluster) -> None:
         assert rows["B"][2:5] == ["2", "2", "1.00"], shown.stdout
         wait_until(lambda: cpus_of(cluster, "A") == 4)
         out, err = watcher.communicate(timeout=60)
-    finally:
-        if watcher.poll() is None:
-            watcher.kill()
-            watcher.wait()
     assert watcher.returncode == 0, err
     lines = [line for line in out.splitlines() if "resized" in line]
     assert len(lines) == 2, out
     assert "job A  resized  shrunk 4 -> 2 CPUs, MPL 2.00" in lines[0]
     assert "job A  resized  expanded 2 -> 4 CPUs, MPL 1.00" in lines[1]
     assert resizes(cluster) == {"shrink": 1.0, "expand": 1.0}
-    with closing(sqlite3.connect(f"file:{cluster.journal}?mode=ro", uri=True)) as db:
-        rows_j = db.execute(
-            "SELECT job_id, before, detail FROM events WHERE kind = 'resized' ORDER BY seq"
-        ).fetchall()
-        seqs = [
-            s for (s,) in db.execute("SELECT seq FROM job_events WHERE job_id = 'A' ORDER BY seq")
-        ]
-    assert rows_j == [
-        ("A", f'[["{slow}",4]]', f'[["{slow}",2]]'),
-        ("A", f'[["{slow}",2]]', f'[["{slow}",4]]'),
+    with Journal(cluster.journal) as journal:
+        resized = [e for e in journal.history() if e.kind == "resized"]
+        seqs = [e.seq for e in journal.job_events(["A"])]
+    assert [(e.job_id, e.before, e.parts) for e in resized] == [
+        ("A", (Part(slow, 4),), (Part(slow, 2),)),
+        ("A", (Part(slow, 2),), (Part(slow, 4),)),
     ]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert fast not in {r[2] for r in rows_j}
+    assert fast not in {p.machine for e in resized for p in e.parts}
     for job in ("A", "R"):
         assert cli(cluster, "cancel", job).exit_code == 0
     wait_until(lambda: not status_of(cluster).running)

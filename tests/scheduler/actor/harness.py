@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from broker.bus import Bus, Will
 from broker.codec import decode, encode
@@ -57,6 +60,19 @@ SETTINGS = ActorSettings(
     startup_grace=0.0,
     job_events="all",
 )
+
+
+def served_totals(port: int) -> dict[tuple[str, str], float]:
+    """Every accordion counter sample (``*_total``) served on ``port``'s metrics endpoint,
+    by name and labels (a process collector's CPU seconds rightly restart: left out)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {
+        (s.name, repr(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("accordion_") and s.name.endswith("_total")
+    }
 
 
 async def eventually(predicate: Callable[[], object], *, timeout: float = 5.0) -> None:
@@ -370,6 +386,24 @@ class Cluster:
         await agent.start()
         await eventually(lambda: self.online(agent_id))
         return agent
+
+    async def job_on_the_faster_of_two(self, job_id: str = "j") -> tuple[FakeAgent, FakeAgent]:
+        """Agents ``a1`` (4 CPUs, speed 2) and ``a2`` (4 CPUs, speed 1), and a 2-process
+        job started on ``a1`` (the fastest placement). Returns ``(a1, a2)``."""
+        a1 = await self.agent("a1", 4, speed=2.0)
+        a2 = await self.agent("a2", 4)
+        await self.client.submit(spec(job_id, 2))
+        await eventually(lambda: a1.started(job_id))
+        return a1, a2
+
+    async def job_across_two(self, job_id: str = "wide") -> tuple[FakeAgent, FakeAgent]:
+        """Agents ``a1`` and ``a2`` of 2 CPUs each, and a 4-process job started with a
+        part on each. Returns ``(a1, a2)``."""
+        a1 = await self.agent("a1", 2)
+        a2 = await self.agent("a2", 2)
+        await self.client.submit(spec(job_id, 4))
+        await eventually(lambda: a1.started(job_id) and a2.started(job_id))
+        return a1, a2
 
     def online(self, agent_id: str) -> bool:
         assert self.actor is not None

@@ -64,10 +64,7 @@ async def test_requeued_twice_then_failed(cluster: Cluster) -> None:
 
 
 async def test_a_lost_part_cancels_the_others_and_a_too_wide_job_waits(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 2)
-    a2 = await cluster.agent("a2", 2)
-    await cluster.client.submit(spec("wide", 4))
-    await eventually(lambda: a1.started("wide") and a2.started("wide"))
+    a1, a2 = await cluster.job_across_two()
     await a1.kill()
     await eventually(lambda: a2.cancels("wide") == 1)
     assert cluster.state("wide") == "queued"
@@ -200,10 +197,7 @@ async def test_a_goodbye_without_parts_is_not_a_loss(cluster: Cluster) -> None:
 
 
 async def test_a_part_that_vanishes_from_heartbeats_is_lost(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 4, speed=2.0)
-    a2 = await cluster.agent("a2", 4)
-    await cluster.client.submit(spec("j", 2))
-    await eventually(lambda: a1.started("j"))
+    a1, a2 = await cluster.job_on_the_faster_of_two()
     await a1.heartbeat()  # lists j
     await a1.heartbeat(running=[])
     await cluster.client.submit(spec("probe", 1))

@@ -60,10 +60,7 @@ async def silence(cluster: Cluster, quiet: FakeAgent, chatty: FakeAgent) -> None
 async def test_every_start_carries_its_attempt_and_a_stale_end_changes_nothing(
     cluster: Cluster,
 ) -> None:
-    a1 = await cluster.agent("a1", 4, speed=2.0)
-    a2 = await cluster.agent("a2", 4)
-    await cluster.client.submit(spec("j", 2))
-    await eventually(lambda: a1.started("j"))
+    a1, a2 = await cluster.job_on_the_faster_of_two()
     assert attempts(a1, "j") == [1]
     await silence(cluster, a1, a2)
     await eventually(lambda: a2.started("j"))
@@ -78,10 +75,7 @@ async def test_every_start_carries_its_attempt_and_a_stale_end_changes_nothing(
 
 
 async def test_a_rejoining_agent_is_told_to_kill_its_stale_attempt(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 4, speed=2.0)
-    a2 = await cluster.agent("a2", 4)
-    await cluster.client.submit(spec("j", 2))
-    await eventually(lambda: a1.started("j"))
+    a1, a2 = await cluster.job_on_the_faster_of_two()
     await silence(cluster, a1, a2)
     await eventually(lambda: a2.started("j"))
     before = stale(cluster) or 0.0
@@ -100,10 +94,7 @@ async def test_a_rejoining_agent_is_told_to_kill_its_stale_attempt(cluster: Clus
 async def test_a_forged_will_costs_at_most_one_heartbeat_of_double_running(
     cluster: Cluster,
 ) -> None:
-    a1 = await cluster.agent("a1", 4, speed=2.0)
-    a2 = await cluster.agent("a2", 4)
-    await cluster.client.submit(spec("j", 2))
-    await eventually(lambda: a1.started("j"))
+    a1, a2 = await cluster.job_on_the_faster_of_two()
     forged = AgentOffline(agent_id="a1", incarnation="i1", reason="lost")
     await cluster.client.send_raw(encode(forged), TOPICS.agent_state("a1"))
     await eventually(lambda: a2.started("j"))
@@ -116,10 +107,7 @@ async def test_a_forged_will_costs_at_most_one_heartbeat_of_double_running(
 
 
 async def test_progress_is_not_liveness(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 4, speed=2.0)
-    a2 = await cluster.agent("a2", 4)
-    await cluster.client.submit(spec("j", 2))
-    await eventually(lambda: a1.started("j"))
+    a1, a2 = await cluster.job_on_the_faster_of_two()
     step = SETTINGS.heartbeat_interval
     for _ in range(int(SETTINGS.silence_factor) + 1):
         # The job process publishes progress on a1's topic; a1 itself is frozen.

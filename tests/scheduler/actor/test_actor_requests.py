@@ -310,10 +310,7 @@ async def test_a_finished_job_is_journalled_and_counted(cluster: Cluster) -> Non
 
 
 async def test_a_failed_part_fails_the_job_and_cancels_its_other_parts(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 2)
-    a2 = await cluster.agent("a2", 2)
-    await cluster.client.submit(spec("wide", 4))
-    await eventually(lambda: a1.started("wide") and a2.started("wide"))
+    a1, a2 = await cluster.job_across_two()
     starts = {a.id: a.starts()[0] for a in (a1, a2)}
     assert {s.part for s in starts.values()} == {0, 1}
     assert all(s.parts == 2 for s in starts.values())

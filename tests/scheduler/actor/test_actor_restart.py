@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker.messages import ResizePart, RunningPart
+from broker.messages import JobSpec, ResizePart, RunningPart
 from scheduler.journal import Journal
-from tests.scheduler.actor.harness import Cluster, eventually, spec
+from tests.scheduler.actor.harness import Cluster, FakeAgent, eventually, spec
 
 
 async def started_cluster(path: Path) -> Cluster:
@@ -16,15 +18,27 @@ async def started_cluster(path: Path) -> Cluster:
     return c
 
 
-async def test_killed_scheduler_restarts_without_losing_an_accepted_job(tmp_path: Path) -> None:
-    c = await started_cluster(tmp_path / "j.sqlite")
+@asynccontextmanager
+async def killed_while_running(
+    path: Path, *jobs: JobSpec
+) -> AsyncIterator[tuple[Cluster, FakeAgent]]:
+    """A scheduler killed once agent ``a1`` (4 CPUs) runs the first of ``jobs`` (all
+    accepted, the others queued); not restarted yet. Everything stops on exit."""
+    c = await started_cluster(path)
     try:
         a1 = await c.agent("a1", 4)
-        reply = await c.client.submit(spec("run", 4), spec("q1", 2), spec("q2", 4), spec("q3", 1))
+        reply = await c.client.submit(*jobs)
         assert all(r.accepted for r in reply.results)
-        await eventually(lambda: a1.started("run"))
+        await eventually(lambda: a1.started(jobs[0].id))
         await c.kill_scheduler()
+        yield c, a1
+    finally:
+        await c.stop()
 
+
+async def test_killed_scheduler_restarts_without_losing_an_accepted_job(tmp_path: Path) -> None:
+    jobs = (spec("run", 4), spec("q1", 2), spec("q2", 4), spec("q3", 1))
+    async with killed_while_running(tmp_path / "j.sqlite", *jobs) as (c, a1):
         c.clock.advance(3.0)
         actor = await c.start()
         # Everything accepted is back: the queue in its order, the running job pending.
@@ -55,19 +69,12 @@ async def test_killed_scheduler_restarts_without_losing_an_accepted_job(tmp_path
         await eventually(lambda: a1.started("q1"))
         assert c.state("run") == "finished"
         assert not a1.started("q2")
-    finally:
-        await c.stop()
 
 
 async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
     tmp_path: Path,
 ) -> None:
-    c = await started_cluster(tmp_path / "j.sqlite")
-    try:
-        a1 = await c.agent("a1", 4)
-        await c.client.submit(spec("run", 4))
-        await eventually(lambda: a1.started("run"))
-        await c.kill_scheduler()
+    async with killed_while_running(tmp_path / "j.sqlite", spec("run", 4)) as (c, a1):
         await a1.kill()  # its will is retained: the restarted scheduler ignores it
         actor = await c.start()
         a2 = await c.agent("a2", 4)
@@ -85,19 +92,12 @@ async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
             row = journal.job("run")
         assert row is not None
         assert row.requeues == 1
-    finally:
-        await c.stop()
 
 
 async def test_an_agent_whose_heartbeat_omits_the_job_makes_it_requeue_at_once(
     tmp_path: Path,
 ) -> None:
-    c = await started_cluster(tmp_path / "j.sqlite")
-    try:
-        a1 = await c.agent("a1", 4)
-        await c.client.submit(spec("run", 2))
-        await eventually(lambda: a1.started("run"))
-        await c.kill_scheduler()
+    async with killed_while_running(tmp_path / "j.sqlite", spec("run", 2)) as (c, a1):
         a1.running.clear()  # the part ended while no scheduler was listening
         actor = await c.start()
         await eventually(lambda: c.online("a1"))
@@ -105,19 +105,13 @@ async def test_an_agent_whose_heartbeat_omits_the_job_makes_it_requeue_at_once(
         await eventually(lambda: not actor.reconciling)
         await eventually(lambda: len(a1.starts()) == 2)
         assert actor.core.requeues("run") == 1
-    finally:
-        await c.stop()
 
 
 async def test_a_part_reannounced_with_other_cpus_is_resized_to_the_journal(
     tmp_path: Path,
 ) -> None:
-    c = await started_cluster(tmp_path / "j.sqlite")
-    try:
-        a1 = await c.agent("a1", 4)
-        await c.client.submit(spec("run", 4, malleable=True))
-        await eventually(lambda: a1.started("run"))
-        await c.kill_scheduler()
+    job = spec("run", 4, malleable=True)
+    async with killed_while_running(tmp_path / "j.sqlite", job) as (c, a1):
         # An agent that keeps its retained state current re-announces its parts.
         await a1.announce([RunningPart(job_id="run", cpus=2, started=0.0)])
         actor = await c.start()
@@ -126,26 +120,17 @@ async def test_a_part_reannounced_with_other_cpus_is_resized_to_the_journal(
         await eventually(lambda: any(isinstance(cmd, ResizePart) for cmd in a1.commands))
         resizes = [cmd for cmd in a1.commands if isinstance(cmd, ResizePart)]
         assert [(r.job_id, r.cpus) for r in resizes] == [("run", 4)]
-    finally:
-        await c.stop()
 
 
 async def test_a_part_end_queued_for_the_restarting_scheduler_still_counts(
     tmp_path: Path,
 ) -> None:
-    c = await started_cluster(tmp_path / "j.sqlite")
-    try:
-        a1 = await c.agent("a1", 4)
-        await c.client.submit(spec("run", 2))
-        await eventually(lambda: a1.started("run"))
-        await c.kill_scheduler()
+    async with killed_while_running(tmp_path / "j.sqlite", spec("run", 2)) as (c, a1):
         actor = await c.start()
         # The end arrives before the agent is heard of again (MQTT queued it).
         await a1.finish("run")
         await eventually(lambda: c.state("run") == "finished")
         assert not actor.reconciling
-    finally:
-        await c.stop()
 
 
 async def test_a_clean_stop_and_restart_keeps_the_clock_base(tmp_path: Path) -> None:

@@ -6,8 +6,10 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry
 
+from broker.codec import encode
+from broker.messages import StatusReply
 from scheduler.exporter import GaugeState, SchedulerMetrics, serve
-from tests.scheduler.actor.harness import Cluster, eventually, spec
+from tests.scheduler.actor.harness import Cluster, eventually, served_totals, spec
 
 
 def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
@@ -119,18 +121,54 @@ def test_decision_buckets_start_below_the_measured_p50() -> None:
     assert list(DECISION_BUCKETS) == sorted(DECISION_BUCKETS)
 
 
+def totals_of(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+    """The counter totals ``registry`` serves on a metrics endpoint."""
+    server = serve(registry, 0, "127.0.0.1")
+    try:
+        return served_totals(server.port)
+    finally:
+        server.close()
+
+
 async def test_totals_survive_a_scheduler_restart(cluster: Cluster) -> None:
     a1 = await cluster.agent("a1", 4)
-    await cluster.client.submit(spec("j1", 2), spec("j2", 1))
-    await eventually(lambda: a1.started("j1") and a1.started("j2"))
+    a2 = await cluster.agent("a2", 2)
+    await cluster.client.submit(spec("j1", 2), spec("j2", 1), spec("j3", 2))
+    await eventually(lambda: a1.started("j1") and a1.started("j2") and a2.started("j3"))
+    # Counted only in the totals table: rejections, a duplicate, bad messages, a loss.
+    await cluster.client.submit(spec("wide", 9), spec("wider", 12), spec("j1", 2))
+    await cluster.client.send_raw(b"\xc1")  # a byte msgpack never uses
+    await cluster.client.send_raw(encode(StatusReply(request_id="x", now=0.0)))
+    await a2.kill()
+    await eventually(lambda: not cluster.online("a2"))
     cluster.clock.advance(20.0)
     await a1.finish("j1")
     await eventually(lambda: cluster.state("j1") == "finished")
+    await cluster.settle()
+    actor = cluster.actor
+    assert actor is not None
+    before = totals_of(actor.metrics.registry)
     await cluster.kill_scheduler()
     actor = await cluster.start()
+    after = totals_of(actor.metrics.registry)
+    assert after == before
     sample = actor.metrics.registry.get_sample_value
     assert sample("accordion_scheduler_jobs_finished_total", {"state": "finished"}) == 1
-    assert sample("accordion_scheduler_submissions_total", {"result": "accepted"}) == 2
+    assert sample("accordion_scheduler_submissions_total", {"result": "accepted"}) == 3
+    assert sample("accordion_scheduler_submissions_total", {"result": "rejected"}) == 2
+    assert sample("accordion_scheduler_submissions_total", {"result": "duplicate"}) == 1
+    assert sample("accordion_scheduler_rejections_total", {"reason": "too_wide"}) == 2
+    assert sample("accordion_scheduler_bad_messages_total", {"reason": "not_msgpack"}) == 1
+    assert sample("accordion_scheduler_bad_messages_total", {"reason": "unexpected"}) == 1
+    assert sample("accordion_scheduler_agents_lost_total", {"reason": "will"}) == 1
+    assert sample("accordion_scheduler_requeues_total") == 1
     labels = {"policy": "fcfs", "size": "small"}
     assert sample("accordion_job_response_cluster_seconds_count", labels) == 1
     assert sample("accordion_job_response_cluster_seconds_sum", labels) == 20.0
+    # Counting goes on from the restored totals, and is journaled again.
+    await cluster.client.submit(spec("widest", 16))
+    assert sample("accordion_scheduler_rejections_total", {"reason": "too_wide"}) == 3
+    await cluster.kill_scheduler()
+    actor = await cluster.start()
+    sample = actor.metrics.registry.get_sample_value
+    assert sample("accordion_scheduler_rejections_total", {"reason": "too_wide"}) == 3

@@ -37,7 +37,7 @@ from broker.topics import Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.journal import Journal
 from tests.integration.conftest import BrokerEndpoint
-from tests.scheduler.actor.harness import spec
+from tests.scheduler.actor.harness import served_totals, spec
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPICS = Topics("itest/v1")
@@ -174,6 +174,74 @@ async def status(client: Peer, rid: str, timeout: float = 1.0) -> StatusReply:
     return reply
 
 
+async def answering(client: Peer, timeout: float = 20.0) -> StatusReply:
+    """The first status reply of a scheduler that may still be connecting (asks until then)."""
+    async with asyncio.timeout(timeout):
+        n = 0
+        while True:
+            n += 1
+            try:
+                return await status(client, f"ping-{n}-{len(client.seen)}")
+            except TimeoutError:
+                continue
+
+
+async def test_a_killed_scheduler_process_serves_the_same_totals_again(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    journal = tmp_path / "j.sqlite"
+    port = free_port()
+    proc = await start_scheduler(mosquitto, journal, port)
+    try:
+        async with (
+            peer(mosquitto, "cli", TOPICS.replies("cli")) as client,
+            peer(mosquitto, "agent-n1", TOPICS.agent_commands("n1")) as agent,
+        ):
+            online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1")
+            await agent.bus.publish(TOPICS.agent_state("n1"), encode(online), retain=True)
+            await answering(client)
+            request = SubmitJobs(
+                request_id="s1", reply_to="cli", jobs=(spec("a", 1), spec("wide", 3))
+            )
+            await client.bus.publish(TOPICS.requests, encode(request))
+            await client.expect(SubmitReply)
+            await client.bus.publish(TOPICS.requests, encode(request))  # a duplicate, a rejection
+            await client.expect(SubmitReply, lambda r: r.results[0].duplicate)
+            await client.bus.publish(TOPICS.requests, b"\xc1")
+            await client.bus.publish(TOPICS.agent_state("n1"), encode(StatusRequest()))
+            # The agent's Last Will, as the broker would publish it.
+            will = AgentOffline(agent_id="n1", incarnation="i1", reason="lost")
+            await agent.bus.publish(TOPICS.agent_state("n1"), encode(will), retain=True)
+            # Handled (and committed) before this reply is published: MQTT keeps order.
+            await status(client, "sync", timeout=15.0)
+            before = served_totals(port)
+            assert (
+                before[("accordion_scheduler_bad_messages_total", "[('reason', 'not_msgpack')]")]
+                == 1
+            )
+            assert (
+                before[("accordion_scheduler_bad_messages_total", "[('reason', 'unexpected')]")]
+                == 1
+            )
+            assert before[("accordion_scheduler_rejections_total", "[('reason', 'too_wide')]")] == 2
+            assert (
+                before[("accordion_scheduler_submissions_total", "[('result', 'duplicate')]")] == 1
+            )
+            assert before[("accordion_scheduler_agents_lost_total", "[('reason', 'will')]")] == 1
+
+            proc.send_signal(signal.SIGKILL)
+            assert await proc.wait() == -signal.SIGKILL
+            proc = await start_scheduler(mosquitto, journal, port)
+            await answering(client)
+            assert served_totals(port) == before
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 15) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
 async def test_the_scheduler_process_on_mosquitto(
     mosquitto: BrokerEndpoint, tmp_path: Path
 ) -> None:
@@ -194,16 +262,7 @@ async def test_the_scheduler_process_on_mosquitto(
             await agent.bus.publish(TOPICS.agent_state("n1"), encode(online), retain=True)
             running: dict[str, int] = {}
             beating = asyncio.create_task(heartbeats(agent, running), name="test-heartbeats")
-            # The scheduler may still be connecting: ask until it answers.
-            async with asyncio.timeout(20):
-                n = 0
-                while True:
-                    n += 1
-                    try:
-                        reply = await status(client, f"ping{n}")
-                        break
-                    except TimeoutError:
-                        continue
+            reply = await answering(client)
             assert [m.id for m in reply.machines] == ["n1"]
 
             request = SubmitJobs(

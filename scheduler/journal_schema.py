@@ -1,0 +1,134 @@
+"""The journal's tables and how an older journal file is brought up to date.
+
+Schema versions, each migrated in place when a newer scheduler opens the file
+(:func:`prepare`); a file of a newer schema than this code's is refused:
+
+1. ``meta``, ``jobs`` and ``events``;
+2. ``job_events``: every ``JobEvent`` published to watchers;
+3. resizes: ``events.before`` (the parts a resized job held until then) and
+   ``job_events.cpus_before``/``cpus_after``, NULL in older rows;
+4. ``totals``: the scheduler's counters that no job row can tell (rejections by
+   reason, bad messages, agent losses, resizes ...), one row per metric family
+   and label set, written with the batch that counted them. Migrating seeds
+   the resize totals from the schema-3 ``resized`` events; the other totals of
+   an older journal were never kept and start at zero.
+
+All of it runs in the caller's transaction, so a migration that fails leaves
+the file as it was.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from scheduler.journal_records import labels_text, parts_of
+
+SCHEMA_VERSION = 4
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    submit REAL NOT NULL,
+    state TEXT NOT NULL,
+    start_at REAL,
+    end_at REAL,
+    parts TEXT,
+    requeues INTEGER NOT NULL DEFAULT 0,
+    detail TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    job_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT,
+    before TEXT
+);
+CREATE TABLE IF NOT EXISTS job_events (
+    job_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    state TEXT NOT NULL,
+    detail TEXT,
+    cpus_before INTEGER,
+    cpus_after INTEGER,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS totals (
+    name TEXT NOT NULL,
+    labels TEXT NOT NULL,
+    value INTEGER NOT NULL,
+    PRIMARY KEY (name, labels)
+) WITHOUT ROWID;
+"""
+
+#: The metric family that counts resizes (``scheduler.exporter``'s name for it),
+#: seeded from the history when a schema-3 journal is migrated.
+RESIZES_FAMILY = "accordion_job_resizes"
+
+
+class JournalError(RuntimeError):
+    """The journal cannot be used as asked (wrong time scale, no WAL, newer schema)."""
+
+
+def prepare(db: sqlite3.Connection, path: Path) -> None:
+    """Create what is missing and migrate an older schema (inside a transaction)."""
+    # Not executescript: it would commit the transaction we are in.
+    for statement in _TABLES.split(";"):
+        if statement.strip():
+            db.execute(statement)
+    row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    if row is None:
+        db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        return
+    found = int(row[0])
+    if found > SCHEMA_VERSION:
+        raise JournalError(
+            f"{path}: schema {found} is newer than this scheduler's {SCHEMA_VERSION}"
+        )
+    if found == SCHEMA_VERSION:
+        return
+    # Schema 2 only added the job_events table, created above; schema 3 the resize
+    # columns, added to the tables an older scheduler made.
+    _add_columns(db, "events", [("before", "TEXT")])
+    _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
+    if found < 4:
+        _seed_resize_totals(db)
+    db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+
+
+def _add_columns(db: sqlite3.Connection, table: str, columns: list[tuple[str, str]]) -> None:
+    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    for name, kind in columns:
+        if name not in have:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+
+
+def _seed_resize_totals(db: sqlite3.Connection) -> None:
+    """Count the history's resizes by direction, as the scheduler counted them.
+
+    A schema-2 journal's resizes have no ``before`` (NULL): their direction is
+    unknown, so they are not counted rather than guessed.
+    """
+    counts = {"shrink": 0, "expand": 0}
+    rows = db.execute(
+        "SELECT detail, before FROM events WHERE kind='resized' AND before IS NOT NULL"
+    )
+    for after, before in rows:
+        was = sum(p.cpus for p in parts_of(before))
+        now = sum(p.cpus for p in parts_of(after))
+        counts["shrink" if now < was else "expand"] += 1
+    db.executemany(
+        "INSERT OR REPLACE INTO totals(name, labels, value) VALUES (?, ?, ?)",
+        [
+            (RESIZES_FAMILY, labels_text((("direction", direction),)), n)
+            for direction, n in counts.items()
+            if n
+        ],
+    )
