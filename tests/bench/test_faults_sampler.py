@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from bench.faults import Sampler
+from bench.fault_sampler import Sampler
 
 ROOT = "sampler-test/v1"
 ARGS = ["-m", "nodeagent.job", "--job-id=j1", "--attempt=2", f"--root={ROOT}"]
