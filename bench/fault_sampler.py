@@ -8,10 +8,13 @@ bound (nodeagent/lease.py) allows exactly one kind: the old attempt's process
 found its lease lapsed and is leaving while the new one starts, "up to the
 exit of a process". So an overlap is classified:
 
-- **within the bound** when both were seen together for at most
-  ``allowance`` seconds (default 0.25 s: the job's lease check step, 0.1 s,
-  plus the exit and two sampler periods, with room for a loaded host);
-- **beyond the bound** otherwise: a job really ran twice at once.
+- **within the bound** when the old attempt's process was there first and
+  both were seen together for at most ``allowance`` seconds (default 0.25 s:
+  the job's lease check step, 0.1 s, plus the exit and two sampler periods,
+  with room for a loaded host);
+- **beyond the bound** otherwise: a job really ran twice at once. An old
+  attempt whose process appeared *after* the new one's is a stale start,
+  beyond the bound however briefly it lived.
 
 Each overlap keeps what explains it: the pids, how long it lasted, and the
 age of the old attempt's lease file when the overlap was first seen (past the
@@ -58,6 +61,8 @@ class Overlap:
     #: The old attempt's lease file age when first seen together (inf: no file or no lease).
     old_lease_age: float
     lease: float
+    #: The old attempt's process appeared after the new one's: a stale attempt started.
+    stale_start: bool = False
 
     @property
     def seconds(self) -> float:
@@ -65,12 +70,13 @@ class Overlap:
         return self.last - self.first + PERIOD
 
     def within(self, allowance: float) -> bool:
-        return self.seconds <= allowance
+        return not self.stale_start and self.seconds <= allowance
 
     def describe(self) -> str:
         age = "no lease" if math.isinf(self.old_lease_age) else f"{self.old_lease_age:.2f} s"
+        stale = " (stale start: old one forked after the new)" if self.stale_start else ""
         return (
-            f"{self.job} attempts {self.old[0]}(pid {self.old[1]})+{self.new[0]}"
+            f"{self.job}{stale} attempts {self.old[0]}(pid {self.old[1]})+{self.new[0]}"
             f"(pid {self.new[1]}) for {self.seconds:.2f} s, old lease age {age}"
             f" of {self.lease:g} s"
         )
@@ -112,6 +118,8 @@ class OverlapLog:
 
     def __init__(self) -> None:
         self.overlaps: dict[tuple[str, int, int], Overlap] = {}
+        #: Monotonic time each pid was first seen.
+        self.born: dict[int, float] = {}
 
     def sample(
         self,
@@ -122,6 +130,7 @@ class OverlapLog:
         """One sample at monotonic time ``at``: ``pid -> process`` of every live job process."""
         by_job: dict[str, dict[int, int]] = {}
         for pid, process in alive.items():
+            self.born.setdefault(pid, at)
             by_job.setdefault(process.job, {})[pid] = process.attempt
         for job, pids in by_job.items():
             if len(set(pids.values())) < 2:
@@ -143,6 +152,7 @@ class OverlapLog:
                         at,
                         age_of(old),
                         old.lease,
+                        stale_start=self.born[old_pid] > self.born[new_pid],
                     )
                 else:
                     seen.last = at
