@@ -249,7 +249,10 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
     topics = Topics()
     forged = [
         (topics.agent_commands(victim), encode(StartPart(job=None))),
-        (topics.agent_state(victim), encode(AgentOnline(machine=MachineSpec(id=victim)))),
+        (
+            topics.agent_state(victim),
+            encode(AgentOnline(machine=MachineSpec(id=victim, cpus=1_048_576, speed=1.0))),
+        ),
         (topics.agent_events(victim), b"forged"),
     ]
     alice, admin = bed.broker("alice"), bed.broker("admin")
@@ -280,7 +283,9 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
     victim = json.loads(
         subprocess.run(["docker", "inspect", fast.ID], capture_output=True, check=True).stdout
     )[0]["Config"]["Hostname"]
-    asyncio.run(asyncio.wait_for(hostile_checks(bed, f"fast-{victim}"), STARTUP))
+    victim = f"fast-{victim}"
+    bed.wait_scheduler(rf'^accordion_scheduler_machine_cpus\{{machine="{victim}"')  # a real one
+    asyncio.run(asyncio.wait_for(hostile_checks(bed, victim), STARTUP))
     # The victim agent kept its connection through all of it.
     got = subprocess.run(["docker", "logs", fast.ID], capture_output=True, text=True, check=True)
     logs = got.stdout + got.stderr
