@@ -133,16 +133,16 @@ def not_running(ctx: Context, job_id: str, agent: str, now: float) -> None:
     """A heartbeat of ``agent`` does not list its part of the pending ``job_id``.
 
     Never heard of since the restart: its start was in flight, so it is sent
-    again (once) instead of costing the job a requeue. Otherwise (the agent
-    listed it before, or was sent it again and still does not run it) the
-    lost-agent rule applies.
+    again (once) instead of costing the job a requeue; while that one is on its
+    way, later heartbeats change nothing (the reconcile grace bounds the wait).
+    Heard of since (listed, or started) and now gone: the lost-agent rule.
     """
     live = ctx.placements[job_id]
     part = live.parts[agent]
-    if part.state is not PartState.PENDING or agent in live.resent:
-        if agent in live.resent and part.state is PartState.PENDING:
-            return  # the start sent again is on its way; the grace bounds the wait
+    if part.state is not PartState.PENDING:
         ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
+        return
+    if agent in live.resent:
         return
     live.resent.add(agent)
     parts = live.layout()
