@@ -12,6 +12,13 @@ command lists which file belongs to which login. Mosquitto also needs the
 lines of ``mosquitto.conf`` that :func:`broker.auth.mosquitto_auth_config`
 writes (``--conf`` prints them to a file); the password and ACL paths in them
 are the ones the broker sees, ``--mount`` when it runs in a container.
+
+``--compose`` writes the compose testbed's layout instead
+(:func:`broker.auth.write_compose_auth`): one shared agent login whose ACL is
+by client id, the scheduler's, and the users' and admins' logins for the
+user-facing listener, each file in the directory of the one container that
+reads it (``broker/``, ``scheduler/``, ``agent/``, ``users/``). It keeps
+files that exist, so the testbed's init step generates them once.
 """
 
 from __future__ import annotations
@@ -24,7 +31,13 @@ import typer
 from accordion.display import out_console
 from accordion.errors import UserError, user_errors
 from accordion.options import RootOpt
-from broker.auth import AuthError, cluster_accounts, write_auth_files
+from broker.auth import (
+    AuthError,
+    cluster_accounts,
+    compose_accounts,
+    write_auth_files,
+    write_compose_auth,
+)
 from broker.topics import DEFAULT_ROOT, TopicError, Topics
 
 auth_app = typer.Typer(
@@ -52,8 +65,25 @@ def init(  # noqa: PLR0917 (typer reads the options from the parameters)
         Path | None,
         typer.Option("--mount", help="where the broker sees DIRECTORY (default: DIRECTORY)"),
     ] = None,
+    compose: Annotated[
+        bool,
+        typer.Option(
+            "--compose",
+            help="the compose testbed's layout (shared agent login, two listeners); "
+            "existing files are kept",
+        ),
+    ] = False,
+    broker_uid: Annotated[
+        int, typer.Option("--broker-uid", help="--compose as root: owner of the broker's files")
+    ] = 1883,
+    client_uid: Annotated[
+        int, typer.Option("--client-uid", help="--compose as root: owner of the secrets")
+    ] = 10001,
 ) -> None:
     """Write a cluster's password, ACL and per-login files (secrets never printed)."""
+    if compose:
+        _compose(directory, users or [], admins or [], root, logins, broker_uid, client_uid)
+        return
     with user_errors():
         try:
             accounts = cluster_accounts(
@@ -81,6 +111,40 @@ def init(  # noqa: PLR0917 (typer reads the options from the parameters)
         out_console.print(
             f"{account.role:9} {account.identity:16} login {account.login:20} "
             f"env {files.env_files[account.login]}",
+            highlight=False,
+        )
+
+
+def _compose(  # noqa: PLR0917
+    directory: Path,
+    users: list[str],
+    admins: list[str],
+    root: str,
+    logins: int,
+    broker_uid: int,
+    client_uid: int,
+) -> None:
+    with user_errors():
+        try:
+            accounts = compose_accounts(users, admins, logins=logins)
+            files = write_compose_auth(
+                directory,
+                accounts,
+                Topics(root),
+                broker_owner=broker_uid,
+                client_owner=client_uid,
+            )
+        except (AuthError, TopicError) as exc:
+            raise UserError(str(exc)) from None
+        except OSError as exc:
+            raise UserError(f"cannot write {directory}: {exc.strerror}") from None
+    if not files.created:
+        out_console.print(f"kept the logins already in {directory}", highlight=False)
+        return
+    for account in accounts:
+        out_console.print(
+            f"{account.role:9} {account.identity:16} login {account.login:20} "
+            f"secret {files.secret_of(account.login)}",
             highlight=False,
         )
 

@@ -33,7 +33,7 @@ from typing import Annotated
 
 import typer
 
-from accordion.client import DEFAULT_BROKER, connect, run_async
+from accordion.client import DEFAULT_BROKER, LiveClient, connect, run_async
 from accordion.cluster import scrape
 from accordion.demo import (
     DecisionStats,
@@ -86,23 +86,24 @@ async def _cluster(broker: str, root: str, timeout: float) -> ClusterSpec:
 MACHINE_POLL = 1.0
 
 
-async def _watch_machines(broker: str, root: str, speeds: dict[str, float]) -> None:
+async def _watch_machines(client: LiveClient, speeds: dict[str, float]) -> None:
     """Record the speed of every machine online, until cancelled.
 
     The journal names the machines each job ran on, but machines come and go
     during a demo (a testbed scaled up and down, an agent killed) and a
     restarted scheduler forgets the ones that said goodbye, so their speeds are
     collected while they are online. A status request that gets no answer (the
-    scheduler restarting) is simply asked again.
+    scheduler restarting) is simply asked again. It shares the replay's
+    connection: with logins, a login is one connection at a time (the broker
+    makes the login the client id), and the testbed's user has one.
     """
-    async with connect(broker, root, timeout=MACHINE_POLL * 5) as client:
-        while True:
-            try:
-                status = await client.status()
-            except LiveError:
-                continue
-            speeds.update((m.id, m.speed) for m in status.machines)
-            await asyncio.sleep(MACHINE_POLL)
+    while True:
+        try:
+            status = await client.status(timeout=MACHINE_POLL * 5)
+        except LiveError:
+            continue
+        speeds.update((m.id, m.speed) for m in status.machines)
+        await asyncio.sleep(MACHINE_POLL)
 
 
 async def _replay(
@@ -120,9 +121,7 @@ async def _replay(
             asyncio.timeout(timeout),
             asyncio.TaskGroup() as tg,
         ):
-            watcher = tg.create_task(
-                _watch_machines(broker, root, speeds), name="demo-machine-watcher"
-            )
+            watcher = tg.create_task(_watch_machines(client, speeds), name="demo-machine-watcher")
             try:
                 state = await replay_and_follow(
                     client, plan.arrivals, time_scale=plan.time_scale, on_change=show

@@ -8,19 +8,19 @@ feature and runs on brokers that speak only 3.1.1 (amqtt, the embedded
 broker).
 
 Reconnection. The first connection is made in ``__aenter__`` and its failure
-raises :class:`~broker.bus.BusError` (nobody listens: the user's mistake, said
-at once). After that a lost connection is an ordinary event: a named
-background task reconnects with capped exponential backoff and jitter
-(``reconnect_min`` doubling up to ``reconnect_max`` seconds, each wait drawn
-in [0.5, 1] of it; a connection that lived less than ``reconnect_max`` does
-not reset the step, so two clients fighting over one client id slow down),
-subscribes again to every filter subscribed so far, and ``deliveries()`` goes
-on iterating across the gap. ``publish`` and
-``subscribe`` wait for a connection, for at most ``publish_timeout`` seconds,
-then raise ``BusError``. The owner can watch the link: :attr:`MqttBus.connected`,
-:attr:`MqttBus.disconnected_since` (monotonic seconds), :meth:`MqttBus.wait_connected`,
-:meth:`MqttBus.wait_disconnected` and :attr:`MqttBus.reconnects` (an agent's
-lease reads them).
+raises :class:`~broker.bus.BusError` (the user's mistake, said at once). After
+that a lost connection is an ordinary event: a named background task
+reconnects with capped exponential backoff and jitter (``reconnect_min``
+doubling up to ``reconnect_max`` seconds, each wait drawn in [0.5, 1] of it; a
+connection that lived less than ``reconnect_max`` does not reset the step, so
+two clients fighting over one client id slow down), subscribes again to every
+filter, and ``deliveries()`` goes on across the gap. ``publish`` and
+``subscribe`` wait for a connection for at most ``publish_timeout`` seconds,
+then raise ``BusError``. The owner can watch the link (``connected``,
+``disconnected_since``, ``wait_connected``, ``wait_disconnected``,
+``reconnects``: an agent's lease reads them). Why the broker dropped a
+connection is read and discarded (:func:`_settle`), never left for asyncio to
+log as "Future exception was never retrieved".
 
 What a reconnection guarantees. ``publish`` returns once the broker has the
 message (QoS 1: its PUBACK). A publish whose connection drops before the
@@ -43,16 +43,12 @@ new connection has subscribed again, and dropping that would lose it.
 
 Four settings matter more than they look:
 
-- ``TCP_NODELAY`` on the client socket. Without it Nagle's algorithm holds a
-  small publish back until the previous segment is acknowledged, and Linux
-  delays that acknowledgement by up to 40 ms: a QoS 1 request/response costs
-  tens of milliseconds instead of about one. (The broker's side needs the same:
-  Mosquitto's ``set_tcp_nodelay true``.)
-- The incoming queue is unbounded. aiomqtt discards a message when a bounded
-  queue is full, and by then paho has already acknowledged it to the broker,
-  so a bound would lose QoS 1 messages silently. MQTT gives no way to push
-  back on the broker short of not reading the socket, so the queue absorbs
-  bursts and the consumer (one actor's drain loop) is what must keep up.
+- ``TCP_NODELAY`` on the client socket: without it Nagle's algorithm and
+  Linux's delayed ACK make a QoS 1 request/response cost tens of milliseconds
+  instead of about one (Mosquitto's ``set_tcp_nodelay true`` is the broker's).
+- The incoming queue is unbounded: aiomqtt discards a message when a bounded
+  queue is full, after paho acknowledged it, so a bound would lose QoS 1
+  messages silently. The consumer (one actor's drain loop) must keep up.
 - A subscription whose SUBACK times out is sent again (up to
   ``subscribe_attempts`` times): the embedded broker sometimes misses one
   under load.
@@ -80,36 +76,10 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from broker.bus import BusError, Delivery, Will
-from broker.settings import (
-    ENV_CA,
-    ENV_CERT,
-    ENV_KEY,
-    ENV_PASSWORD,
-    ENV_PASSWORD_FILE,
-    ENV_USERNAME,
-    MqttProtocol,
-    MqttSettings,
-    read_secret,
-    redact_url,
-)
+from broker.settings import MqttSettings
 from broker.topics import matches
 
-# The settings live in broker.settings; they are importable from here as before.
-__all__ = [
-    "ENV_CA",
-    "ENV_CERT",
-    "ENV_KEY",
-    "ENV_PASSWORD",
-    "ENV_PASSWORD_FILE",
-    "ENV_USERNAME",
-    "MqttBus",
-    "MqttProtocol",
-    "MqttSettings",
-    "read_secret",
-    "redact_url",
-    "tls_parameters",
-]
-
+__all__ = ["MqttBus", "MqttSettings", "tls_parameters"]  # MqttSettings: broker.settings's
 _PROTOCOLS: dict[str, aiomqtt.ProtocolVersion] = {
     "3.1.1": aiomqtt.ProtocolVersion.V311,
     "5": aiomqtt.ProtocolVersion.V5,
@@ -235,9 +205,8 @@ class MqttBus:
             max_concurrent_outgoing_calls=_MAX_PENDING,  # backpressure on publishers
             socket_options=[_NODELAY],
         )
-        # aiomqtt logs a warning per call past this many awaiting their ack (10 by
-        # default; an actor fanning commands out has more). Calls are bounded to
-        # _MAX_PENDING by a semaphore, so this never fires.
+        # aiomqtt warns per call past this many awaiting their ack (default 10); calls
+        # are bounded to _MAX_PENDING by a semaphore, so this never fires.
         client.pending_calls_threshold = _MAX_PENDING
         return client
 
@@ -291,6 +260,8 @@ class MqttBus:
             await client.__aexit__(exc_type, exc, tb)
         except aiomqtt.MqttError as err:
             raise BusError(f"unclean disconnect from {self._where()}: {err}") from err
+        finally:
+            _settle(client)
 
     def _attach(self, client: aiomqtt.Client) -> None:
         self._client = client
@@ -329,6 +300,7 @@ class MqttBus:
             _fail_pending(client)
             with contextlib.suppress(aiomqtt.MqttError):
                 await client.__aexit__(None, None, None)
+            _settle(client)
             client = await self._reconnect()
 
     async def _read(self, client: aiomqtt.Client) -> None:
@@ -374,6 +346,7 @@ class MqttBus:
                 _fail_pending(client)
                 with contextlib.suppress(aiomqtt.MqttError):
                     await client.__aexit__(None, None, None)
+                _settle(client)
                 continue
             self.reconnects += 1
             self._attach(client)
@@ -515,3 +488,12 @@ def _fail_pending(client: aiomqtt.Client) -> None:
     for future in client._pending_subscribes.values():
         if not future.done():
             future.set_exception(aiomqtt.MqttError("connection lost"))
+
+
+def _settle(client: aiomqtt.Client) -> None:
+    """Read why a closed connection ended (aiomqtt keeps it in a future only its message
+    iterator reads): a client closed before the iterator saw the drop (Mosquitto closes a
+    client whose publish its ACL denied) left it unread, and asyncio logged it."""
+    disconnected = client._disconnected
+    if disconnected.done() and not disconnected.cancelled():
+        disconnected.exception()

@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
         help="wall s parts run on without the broker acknowledging a heartbeat; keep it "
         "below the scheduler's silence limit (0: no lease; default %(default)s)",
     )
+    p.add_argument(
+        "--client-id",
+        default="agent-{name}",
+        help="MQTT client id; {name} is the machine id (default %(default)s). A broker whose "
+        "ACL grants each agent its own topics by client id (the compose testbed's "
+        "pattern rules on %%c) needs --client-id={name}",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -106,9 +113,10 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     except ValueError as exc:
         log.error("agent %s: %s", machine.id, exc)
         return 2
+    client_id = args.client_id.replace("{name}", machine.id)
     try:
         async with (
-            MqttBus(mqtt, f"agent-{machine.id}", will=will, on_reconnect=reconnected) as bus,
+            MqttBus(mqtt, client_id, will=will, on_reconnect=reconnected) as bus,
             ForkServer() as launcher,
             asyncio.TaskGroup() as tg,
         ):

@@ -32,7 +32,7 @@ from broker.messages import (
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.cpuset import SlotPool, find_ranks, format_cpuset, pin_part
-from nodeagent.lease import LeaseFile
+from nodeagent.lease import LeaseFile, start_fenced
 from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound
 from nodeagent.ranks import MpiParams, ParamsError
 from nodeagent.registration import execution_model
@@ -192,18 +192,13 @@ class Admission:
         if self._stopping:
             await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
             return
-        age = self._clock() - command.issued
-        if command.issued and self.settings.lease and age > self.settings.lease:
-            # Delayed past the lease (this agent was frozen or cut off, or the queue
-            # held it): the scheduler may have requeued the job meanwhile. Fencing.
-            why = f"the command is {age:.1f} s old, beyond the {self.settings.lease:g} s lease"
+        # Delayed past the lease (this agent was frozen or cut off, or the queue held
+        # it), or sent while the lease has lapsed: the scheduler may have given the job
+        # to another agent since. Fencing (nodeagent.lease): refuse, and the scheduler
+        # requeues it.
+        why = start_fenced(command.issued, self._clock(), self.settings.lease, self.lease_lapsed())
+        if why is not None:
             await self._refuse(job.id, attempt, "fenced", why)
-            return
-        if self.lease_lapsed():
-            # Sent while this agent was cut off or frozen: the scheduler may have given
-            # the job to another agent since. Fencing: refuse until a heartbeat renews
-            # the lease (a current part is then requeued by the scheduler, not run twice).
-            await self._refuse(job.id, attempt, "fenced", "the agent's lease has lapsed")
             return
         free = self.machine.cpus - self._busy
         scale = self.settings.time_scale
@@ -225,6 +220,12 @@ class Admission:
         # A resize retained for an earlier run of this job id (another agent's,
         # which died before clearing it) must not reach this process.
         await self._bus.publish(self._topics.job_control(job.id), b"", retain=True)
+        # That publish waited for the broker: frozen or cut off meanwhile, this agent
+        # may wake after the job was requeued, its lease renewed on waking. Fence again.
+        why = start_fenced(command.issued, self._clock(), self.settings.lease, self.lease_lapsed())
+        if why is not None:
+            await self._refuse(job.id, attempt, "fenced", why)
+            return
         # The part's clock starts here, for the job process (its work counts from
         # ``at``), the wall-time limit and the scheduler (PartStarted.at) alike.
         at, now = self._clock(), self._monotonic()

@@ -14,6 +14,17 @@ whatever the agent is doing: a job runs at most ``lease`` seconds after its
 agent was last heard by the broker. With a lease below the scheduler's
 silence limit, a job requeued for silence is never running twice at once
 (up to the process's exit, milliseconds).
+
+The agent's side of the same bound is :func:`start_fenced`: a start is
+refused when its command is older than the lease or the lease has lapsed,
+and the agent asks it twice, on admission and again at the last moment
+before the fork. Between the two the agent waits for the broker (it clears
+the job's retained control topic); an agent frozen or cut off during that
+wait wakes after the scheduler may have requeued the job, with its lease
+perhaps renewed by a heartbeat acknowledged on waking. Checked only on
+admission, that start ran the old attempt beside the new one until the
+scheduler's "stale attempt" kill (seen once in bench/faults.py's agent-freeze
+row: attempt 1 forked 20 ms after attempt 2 elsewhere).
 """
 
 from __future__ import annotations
@@ -48,6 +59,23 @@ class LeaseFile:
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+
+
+def start_fenced(issued: float, now: float, lease: float, lapsed: bool) -> str | None:
+    """Why a start issued at ``issued`` (wall s; 0: unknown) must not run at ``now``, if so.
+
+    ``lease`` 0 is no lease (nothing is fenced); ``lapsed``: the agent's lease has
+    lapsed now (:class:`LeaseFile`). With a lease below the scheduler's silence
+    limit, a start that passes this at the fork cannot have been requeued yet.
+    """
+    if not lease:
+        return None
+    age = now - issued
+    if issued and age > lease:
+        return f"the command is {age:.1f} s old, beyond the {lease:g} s lease"
+    if lapsed:
+        return "the agent's lease has lapsed"
+    return None
 
 
 def lease_expired(path: str, lease: float, now: float | None = None) -> bool:

@@ -48,6 +48,7 @@ from broker.messages import (
     RunningPart,
 )
 from model.machine import Machine
+from scheduler import reconcile
 from scheduler.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.context import Agent, Context
 from scheduler.lifecycle import JobState
@@ -295,7 +296,7 @@ def _reported(ctx: Context, agent: str, running: Reported, now: float, *, comple
         if part.final:
             continue
         if job_id in core.pending:
-            ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
+            reconcile.not_running(ctx, job_id, agent, now)
         elif part.state is PartState.RUNNING and ctx.settings.vanish_misses:
             part.misses += 1
             if part.misses >= ctx.settings.vanish_misses:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from broker.messages import ExecutionSpec, ResizePart, StartPart
 from model.allocation import Allocation
+from model.machine import Part
 from scheduler.context import Context
 from scheduler.core import PolicyError
 from scheduler.lifecycle import JobState
@@ -67,7 +68,27 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             resize_detail(direction, was, alloc.cpus, resize.job.procs),
             cpus=(was, alloc.cpus),
         )
-    model = core.execution
+    for start in decisions.starts:
+        job_id = start.job.id
+        attempt = ctx.attempt(job_id)
+        ctx.journal.record_start(job_id, now, start.parts)
+        ctx.placements.track(job_id, start.parts, attempt)
+        for machine, command in start_commands(ctx, job_id, start.parts, attempt, issued):
+            ctx.command(machine, command)
+        ctx.event(
+            job_id,
+            JobState.RUNNING.value,
+            now,
+            ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
+        )
+
+
+def start_commands(
+    ctx: Context, job_id: str, parts: tuple[Part, ...], attempt: int, issued: float
+) -> list[tuple[str, StartPart]]:
+    """``(machine, StartPart)`` of each part of a start of ``job_id`` (also the
+    reconciliation's, which sends a start again that an agent never received)."""
+    model = ctx.core.execution
     execution = ExecutionSpec(
         kind=model.kind.value,
         overhead=model.overhead,
@@ -75,36 +96,25 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         ov_max=model.ov_max,
         seed=model.seed,
     )
-    for start in decisions.starts:
-        job_id = start.job.id
-        spec = ctx.specs[job_id]
-        attempt = ctx.attempt(job_id)
-        ctx.journal.record_start(job_id, now, start.parts)
-        ctx.placements.track(job_id, start.parts, attempt)
-        alloc = Allocation.of(start.parts, speeds)
-        n = len(start.parts)
-        for i, p in enumerate(start.parts):
-            ctx.command(
-                p.machine,
-                StartPart(
-                    job=spec,
-                    cpus=p.cpus,
-                    pace=alloc.pace,
-                    part=i,
-                    parts=n,
-                    time_scale=ctx.time_scale,
-                    job_cpus=alloc.cpus,
-                    attempt=attempt,
-                    issued=issued,
-                    execution=execution,
-                ),
-            )
-        ctx.event(
-            job_id,
-            JobState.RUNNING.value,
-            now,
-            ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
+    alloc = Allocation.of(parts, ctx.core.speeds)
+    return [
+        (
+            p.machine,
+            StartPart(
+                job=ctx.specs[job_id],
+                cpus=p.cpus,
+                pace=alloc.pace,
+                part=i,
+                parts=len(parts),
+                time_scale=ctx.time_scale,
+                job_cpus=alloc.cpus,
+                attempt=attempt,
+                issued=issued,
+                execution=execution,
+            ),
         )
+        for i, p in enumerate(parts)
+    ]
 
 
 def resize_detail(direction: str, before: int, after: int, procs: int) -> str:

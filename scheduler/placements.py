@@ -17,7 +17,7 @@ from scheduler.part_lifecycle import PartInput, PartLifecycle, PartState
 class LiveJob:
     """A job on CPUs (or pending after a restart) in its current attempt."""
 
-    __slots__ = ("announced", "attempt", "job_id", "parts")
+    __slots__ = ("announced", "attempt", "job_id", "parts", "resent")
 
     def __init__(
         self, job_id: str, parts: tuple[Part, ...], attempt: int, *, pending: bool
@@ -29,6 +29,8 @@ class LiveJob:
         }
         #: CPUs an agent re-announced for a pending job's part, by machine.
         self.announced: dict[str, int] = {}
+        #: Machines a pending part's start was sent to again (``scheduler.reconcile``).
+        self.resent: set[str] = set()
 
     def part(self, machine: str) -> PartLifecycle | None:
         return self.parts.get(machine)

@@ -12,6 +12,22 @@ told to resize to the journal's. Starts are journalled before ``StartPart``
 is sent, so a scheduler killed between the two finds the job pending on
 restart, and the rule requeues it.
 
+*A start in flight.* A start is journalled before its ``StartPart`` is
+published, so a scheduler killed in between restores a job whose agent never
+heard of it. The requeue budget (``--max-requeues``) is for jobs lost while
+running (DESIGN.md, "Trust and faults"), and this one never ran, so it is
+not requeued: when an agent's heartbeat does not list a pending part and
+nothing of that attempt was heard from it since the restart (the part is
+still PENDING: no ``PartStarted``, no listing, no ``PartFinished``), the
+same start (same attempt, parts and pace) is sent to it again, once
+(:func:`not_running`). The agent ignores it if it had the start after all
+(it keeps the attempts it ended); what it did with it then arrived before
+its heartbeat (one publisher's messages keep their order), and that settled
+the part already. The job keeps its journalled start, so its run is dated
+from the decision before the restart. What this cannot tell apart: an agent
+that was itself restarted while the scheduler was down, whose old process
+ran the part; that part is started again here, not charged.
+
 Each job's event sequence goes on from the journal's last ``seq``.
 """
 
@@ -23,8 +39,10 @@ from dataclasses import dataclass
 from broker.messages import ResizePart
 from model.allocation import Allocation
 from scheduler.context import Context
+from scheduler.dispatch import start_commands
 from scheduler.journal import JournalState
 from scheduler.lifecycle import JobState
+from scheduler.part_lifecycle import PartState
 from scheduler.specs import job_from_spec
 
 log = logging.getLogger("scheduler.actor")
@@ -109,3 +127,31 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
         rec.active = False
         ctx.dirty = True
         log.info("reconciliation done")
+
+
+def not_running(ctx: Context, job_id: str, agent: str, now: float) -> None:
+    """A heartbeat of ``agent`` does not list its part of the pending ``job_id``.
+
+    Never heard of since the restart: its start was in flight, so it is sent
+    again (once) instead of costing the job a requeue; while that one is on its
+    way, later heartbeats change nothing (the reconcile grace bounds the wait).
+    Heard of since (listed, or started) and now gone: the lost-agent rule.
+    """
+    live = ctx.placements[job_id]
+    part = live.parts[agent]
+    if part.state is not PartState.PENDING:
+        ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
+        return
+    if agent in live.resent:
+        return
+    live.resent.add(agent)
+    parts = live.layout()
+    for machine, command in start_commands(ctx, job_id, parts, live.attempt, ctx.wall()):
+        if machine == agent:
+            ctx.command(machine, command)
+    log.info(
+        "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
+        job_id,
+        agent,
+        live.attempt,
+    )

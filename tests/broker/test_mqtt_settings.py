@@ -6,15 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.mqtt import (
+from broker.mqtt import MqttBus, tls_parameters
+from broker.settings import (
     ENV_CA,
     ENV_PASSWORD,
     ENV_PASSWORD_FILE,
     ENV_USERNAME,
-    MqttBus,
     MqttSettings,
     redact_url,
-    tls_parameters,
 )
 
 SECRET = "s3cr3t-Pa55"

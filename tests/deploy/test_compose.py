@@ -132,6 +132,8 @@ def test_the_agent_classes_at_their_default_replicas_are_the_example_cluster(
         machine_class = name.removeprefix("agent-")
         # Every replica names itself from its container's hostname: never a duplicate.
         assert args.name == f"{machine_class}-{{hostname}}", name
+        # Its client id is its machine id: the ACL's %c patterns give it its own topics.
+        assert args.client_id == "{name}", name
         assert args.labels == machine_class, name
         assert args.time_scale == 40.0, name
         assert service["deploy"]["endpoint_mode"] == "dnsrr", name  # Swarm DNS discovery
@@ -176,20 +178,91 @@ def test_grafana_is_pinned_by_version(services: dict[str, Any]) -> None:
     assert not services["prometheus"]["image"].endswith(":latest")
 
 
-def test_mosquitto_is_configured_as_accordion_up_does() -> None:
-    lines = {
-        line.strip()
-        for line in (DEPLOY / "mosquitto.conf").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    }
+def listeners() -> dict[str, set[str]]:
+    """deploy/mosquitto.conf's settings: the global ones under "", then per listener."""
+    sections: dict[str, set[str]] = {"": set()}
+    current = ""
+    for raw in (DEPLOY / "mosquitto.conf").read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("listener "):
+            current = line
+            sections[current] = set()
+        else:
+            sections[current].add(line)
+    return sections
+
+
+def test_mosquitto_is_configured_as_accordion_up_does_with_logins() -> None:
+    sections = listeners()
     for wanted in (
-        "listener 1883",
-        "allow_anonymous true",
+        "per_listener_settings true",
         "set_tcp_nodelay true",
         "max_queued_messages 0",
         "persistence false",
     ):
-        assert wanted in lines
+        assert wanted in sections[""]
+    assert set(sections) == {"", "listener 1883", "listener 1884", "listener 1880 127.0.0.1"}
+    internal, users = sections["listener 1883"], sections["listener 1884"]
+    for section in (internal, users):
+        assert "allow_anonymous false" in section
+    assert "password_file /run/secrets/mosquitto-internal.passwd" in internal
+    assert "acl_file /run/secrets/mosquitto-internal.acl" in internal
+    assert "password_file /run/secrets/mosquitto-users.passwd" in users
+    assert "use_username_as_clientid true" in users  # no user takes over a client id
+    # Only the health check's loopback listener is anonymous, and it may read one topic.
+    health = sections["listener 1880 127.0.0.1"]
+    assert "allow_anonymous true" in health
+    acl = (DEPLOY / "mosquitto-health.acl").read_text().split("\n")
+    assert [line for line in acl if line and not line.startswith("#")] == [
+        "topic read $SYS/broker/uptime"
+    ]
+
+
+def test_every_login_file_is_where_its_reader_looks(
+    base: dict[str, Any], services: dict[str, Any], tmp_path: Path
+) -> None:
+    """The files `accordion auth init --compose` writes, the paths the services and the
+    broker read, the volumes compose mounts and the secrets a Swarm mounts agree."""
+    from broker.auth import compose_accounts, write_compose_auth
+    from broker.topics import Topics
+
+    write_compose_auth(tmp_path, compose_accounts(["alice"], ["admin"], logins=2), Topics())
+    swarm = yaml.safe_load((ROOT / "compose.swarm.yaml").read_text())
+    volume_of = {"broker": "auth-broker", "scheduler": "auth-scheduler", "submit": "auth-users"}
+    readers = {
+        "scheduler": "scheduler",
+        "submit": "alice",
+        **dict.fromkeys(agents(services), "agent"),
+    }
+    for name, login in readers.items():
+        env = services[name]["environment"]
+        assert interpolate(env["ACCORDION_MQTT_USERNAME"]) == login, name
+        path = interpolate(env["ACCORDION_MQTT_PASSWORD_FILE"])
+        assert path == f"/run/secrets/{login}", name
+        folder = {"scheduler": "scheduler", "alice": "users"}.get(login, "agent")
+        assert (tmp_path / folder / login).is_file(), name
+        volume = volume_of.get(name, "auth-agent")
+        assert f"{volume}:/run/secrets:ro" in services[name]["volumes"], name
+        if name != "submit":
+            assert swarm["services"][name]["secrets"] == [login], name
+    wanted = {
+        line.split()[1].removeprefix("/run/secrets/")
+        for section in listeners().values()
+        for line in section
+        if line.startswith(("password_file", "acl_file")) and "/run/secrets/" in line
+    }
+    assert wanted == {p.name for p in (tmp_path / "broker").iterdir()}
+    assert set(swarm["services"]["broker"]["secrets"]) == wanted
+    assert "auth-broker:/run/secrets:ro" in services["broker"]["volumes"]
+    init = services["auth-init"]
+    assert init["user"] == "root"
+    assert command(init)[:5] == ["accordion", "auth", "init", "/auth", "--compose"]
+    assert services["broker"]["depends_on"]["auth-init"]["condition"] == (
+        "service_completed_successfully"
+    )
+    assert "auth-init" not in base["services"]  # compose only; a Swarm uses secrets
 
 
 def test_the_submit_command_parses(services: dict[str, Any]) -> None:
@@ -205,7 +278,8 @@ def test_the_submit_command_parses(services: dict[str, Any]) -> None:
         sub = group.get_command(ctx, args[0])  # type: ignore[attr-defined]
         assert sub is not None
         sub.make_context(args[0], args[1:], parent=ctx)
-    assert services["submit"]["environment"]["ACCORDION_BROKER"] == "mqtt://broker:1883"
+    # The user listener, as the user the init step made.
+    assert services["submit"]["environment"]["ACCORDION_BROKER"] == "mqtt://broker:1884"
     assert "scheduler-data:/data" in services["submit"]["volumes"]  # the journal it reads
 
 

@@ -11,7 +11,9 @@ received, so by the time the sentinel arrives anything forged would have too.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack
 from uuid import uuid4
@@ -30,7 +32,8 @@ from broker.auth import (
 )
 from broker.bus import BusError
 from broker.local import mosquitto_config
-from broker.mqtt import ENV_PASSWORD_FILE, MqttBus, MqttSettings
+from broker.mqtt import MqttBus
+from broker.settings import ENV_PASSWORD_FILE, MqttSettings
 from broker.topics import Topics
 from tests.broker.scenarios import Inbox
 from tests.brokers import MosquittoProcess, start_private_mosquitto
@@ -308,3 +311,25 @@ async def test_a_client_id_cannot_be_taken_over_by_another_login(
         assert victim_bus.connected
         assert victim_bus.reconnects == 0
     assert victim_bus.disconnected_since is None
+
+
+async def test_a_denied_forgers_dropped_connection_leaves_no_unread_error(
+    secured: tuple[MosquittoProcess, AuthFiles],
+) -> None:
+    """Mosquitto closes the connection of a client whose publish it denied. A client
+    closed right after must leave no "Future exception was never retrieved" behind
+    (issue 9: aiomqtt kept why the broker dropped it in a future nobody read)."""
+    broker, _ = secured
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(str(context.get("message"))))
+    try:
+        for _ in range(10):
+            async with login(broker, MALLORY) as forger:
+                await forger.publish(TOPICS.agent_commands("n1"), b"forged")
+            del forger
+            gc.collect()  # the aiomqtt client's cycles: collected here, not later
+    finally:
+        loop.set_exception_handler(previous)
+    assert reported == []

@@ -22,7 +22,8 @@ import pytest
 from broker.auth import user_accounts, write_auth_files
 from broker.bus import BusError
 from broker.local import mosquitto_config
-from broker.mqtt import ENV_PASSWORD_FILE, MqttBus, MqttSettings
+from broker.mqtt import MqttBus
+from broker.settings import ENV_PASSWORD_FILE, MqttSettings
 from broker.topics import Topics
 from tests.broker.scenarios import Inbox
 from tests.brokers import MosquittoProcess, start_private_mosquitto

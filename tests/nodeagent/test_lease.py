@@ -3,17 +3,21 @@ itself when its agent can no longer renew it (fencing)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from broker.bus import Will
 from broker.codec import encode
-from broker.memory import MemoryBroker
-from broker.messages import CancelPart, ResizePart
+from broker.memory import MemoryBroker, MemoryBus
+from broker.messages import CancelPart, Message, PartFinished, PartStarted, ResizePart, StartPart
 from nodeagent.job import EXIT_CANCELLED, EXIT_LOST, SleepJob
-from nodeagent.lease import LeaseFile, lease_expired
+from nodeagent.lease import LeaseFile, lease_expired, start_fenced
+from nodeagent.settings import AgentSettings
 from nodeagent.spawn import Launch, LaunchError
-from tests.nodeagent.harness import TOPICS
+from tests.nodeagent.clock import ManualClock
+from tests.nodeagent.harness import HANG, TOPICS, command_spawn, job, running_agent
 
 
 def launch(lease_file: Path | None, lease: float = 10.0, attempt: int = 2) -> Launch:
@@ -81,3 +85,68 @@ async def test_a_job_ignores_commands_of_another_attempt(tmp_path: Path) -> None
     assert code == EXIT_CANCELLED
     assert job.bad_messages == 0
     assert job.cpus == 2
+
+
+class HeldBroker(MemoryBroker):
+    """A memory broker that holds the agent's clearing of one job's control topic.
+
+    The agent's start path waits for that publish (a broker round trip on MQTT);
+    holding it here is the agent frozen or cut off at that instant.
+    """
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        self.topic = topic
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def client(self, client_id: str, *, will: Will | None = None) -> MemoryBus:
+        bus = super().client(client_id, will=will)
+        publish = bus.publish
+
+        async def held(topic: str, payload: bytes, *, qos: int = 1, retain: bool = False) -> None:
+            if client_id.startswith("agent-") and topic == self.topic and not payload:
+                self.held.set()
+                await self.release.wait()
+            await publish(topic, payload, qos=qos, retain=retain)
+
+        bus.publish = held  # type: ignore[method-assign]
+        return bus
+
+
+async def test_a_start_delayed_inside_the_agent_past_the_lease_is_fenced() -> None:
+    """Issue 9's agent-freeze duplicate: admitted, then frozen before the fork.
+
+    The start passes the fence on admission; the agent then waits for the broker
+    (clearing the control topic) while its clock jumps past the lease, as a
+    SIGSTOP there does. It must refuse the start ``fenced`` (the scheduler has
+    requeued it meanwhile), not fork the stale attempt.
+    """
+    clock = ManualClock()
+    broker = HeldBroker(TOPICS.job_control("late"))
+    spawn = command_spawn("-c", "import time; time.sleep(60)")
+    settings = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, lease=30.0)
+    async with running_agent(spawn=spawn, settings=settings, broker=broker, clock=clock) as run:
+        spec = job("late", procs=1)
+        command = StartPart(job=spec, cpus=1, pace=1.0, time_scale=1000.0, issued=clock.wall())
+        await run.scheduler.send(command)
+        async with asyncio.timeout(HANG):
+            await broker.held.wait()
+        clock.advance(31.0)  # frozen past the lease while the publish was in flight
+        broker.release.set()
+        # Its first word on the part: started (the bug) or refused.
+        said = await run.scheduler.expect(
+            Message, lambda m: isinstance(m, PartStarted | PartFinished) and m.job_id == "late"
+        )
+    assert isinstance(said, PartFinished), f"the stale attempt ran: {said!r}"
+    assert said.reason == "fenced"
+    assert not spawn.started, "the stale attempt was forked"
+    assert not run.scheduler.all(PartStarted, lambda s: s.job_id == "late")
+
+
+def test_the_fence_rule() -> None:
+    assert start_fenced(100.0, 103.0, 4.0, lapsed=False) is None
+    assert "beyond the 4 s lease" in (start_fenced(100.0, 104.5, 4.0, lapsed=False) or "")
+    assert "lapsed" in (start_fenced(100.0, 101.0, 4.0, lapsed=True) or "")
+    assert start_fenced(0.0, 1e9, 4.0, lapsed=False) is None, "an undated command: lease only"
+    assert start_fenced(100.0, 1e9, 0.0, lapsed=True) is None, "no lease, no fence"

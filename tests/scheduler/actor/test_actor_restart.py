@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from broker.messages import JobSpec, ResizePart, RunningPart
+from broker.messages import AnyMessage, JobSpec, ResizePart, RunningPart, StartPart
 from scheduler.journal import Journal
 from tests.scheduler.actor.harness import Cluster, FakeAgent, eventually, spec
 
@@ -94,17 +94,56 @@ async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
         assert row.requeues == 1
 
 
-async def test_an_agent_whose_heartbeat_omits_the_job_makes_it_requeue_at_once(
-    tmp_path: Path,
-) -> None:
+async def test_a_start_the_agent_never_ran_is_sent_again_at_no_requeue(tmp_path: Path) -> None:
+    """Issue 9: a start in flight when the scheduler died ("does not run it after the
+    restart; already requeued 2 times"). The requeue budget is for jobs lost while
+    running; a job its agent never started costs none: the same start goes again."""
     async with killed_while_running(tmp_path / "j.sqlite", spec("run", 2)) as (c, a1):
-        a1.running.clear()  # the part ended while no scheduler was listening
+        a1.running.clear()  # the agent never had it (journalled, then the kill)
         actor = await c.start()
         await eventually(lambda: c.online("a1"))
         await a1.heartbeat()
         await eventually(lambda: not actor.reconciling)
+        first, again = a1.starts()
+        assert again.attempt == first.attempt == 1
+        assert (again.cpus, again.job) == (first.cpus, first.job)
+        assert actor.core.requeues("run") == 0
+        assert c.state("run") == "running"
+        with Journal(tmp_path / "j.sqlite") as journal:
+            row = journal.job("run")
+        assert row is not None
+        assert row.requeues == 0
+        await a1.finish("run")
+        await eventually(lambda: c.state("run") == "finished")
+
+
+async def test_a_start_sent_again_and_still_not_run_is_requeued_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    async with killed_while_running(tmp_path / "j.sqlite", spec("run", 2)) as (c, a1):
+        a1.running.clear()
+        react = a1._react
+
+        async def deaf(message: AnyMessage) -> None:
+            if not isinstance(message, StartPart):  # it ignores starts from now on
+                await react(message)
+
+        a1._react = deaf  # type: ignore[method-assign]
+        actor = await c.start()
+        await eventually(lambda: c.online("a1"))
+        await a1.heartbeat()
         await eventually(lambda: len(a1.starts()) == 2)
+        await a1.heartbeat()  # still not running it: sent once only, and it waits
+        await c.tick(4.0)
+        await a1.heartbeat()
+        assert len(a1.starts()) == 2
+        assert actor.reconciling
+        await c.tick(7.0)  # past the 10 s grace (K = 1)
+        await a1.heartbeat()
+        await eventually(lambda: not actor.reconciling)
         assert actor.core.requeues("run") == 1
+        await eventually(lambda: len(a1.starts()) == 3)
+        assert a1.starts()[-1].attempt == 2
 
 
 async def test_a_part_reannounced_with_other_cpus_is_resized_to_the_journal(
