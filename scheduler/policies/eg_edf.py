@@ -310,6 +310,7 @@ class Plan:
         add_plan = plan.machines.append
         by_id = plan.by_id
         constant = Timeline.constant
+        of_releases = Timeline.of_releases
         for m in machines:
             mid = m.id
             slots = slots_of[mid]
@@ -318,7 +319,7 @@ class Plan:
                 # Nothing booked here: the timeline is the releases alone (an idle
                 # machine's is one step, built without the general pass).
                 timeline = (
-                    Timeline(now, free[mid], released) if released else constant(now, free[mid])
+                    of_releases(now, free[mid], released) if released else constant(now, free[mid])
                 )
                 mp = MachinePlan(m, now, speeds[mid], slots, timeline)
                 add_plan(mp)
