@@ -54,7 +54,8 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
-from scheduler.policies.eg_edf import MachinePlan, Plan, Slot, _start_of, plan_for, weight
+from scheduler.policies.eg_edf import plan_for, weight
+from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot, start_of
 from scheduler.snapshot import Decisions, Snapshot
 
 DEFAULT_TABU_SIZE = 8
@@ -156,7 +157,8 @@ class TabuSearch:
                 _move_back(plan, moved[1], dst, moved[0], src)
                 trial.traced = True
             else:
-                exhausted[slot.job.id] = (len(weights), trial.traced)
+                if not trial.passed_over:
+                    exhausted[slot.job.id] = (len(weights), trial.traced)
         return TabuResult(iterations, tuple(weights))
 
 
@@ -206,6 +208,9 @@ class _Trial:
     settled: bool
     #: Some tried move was turned down (and so left its trace).
     traced: bool = False
+    #: Some machine was passed over without a search: whether a move there would
+    #: have been turned down (and left a trace) is not known.
+    passed_over: bool = False
 
     @classmethod
     def of(cls, plan: Plan, slot: Slot, src: MachinePlan, top: _Latest) -> _Trial:
@@ -221,7 +226,7 @@ class _Trial:
         slots = src.slots
         at = slots.index(slot)  # slots compare by identity
         rest = slots[:at] + slots[at + 1 :]
-        settled = bisect_right(rest, slot.start, key=_start_of) == at
+        settled = bisect_right(rest, slot.start, key=start_of) == at
         return cls(plan, slot, src, top, src_end_without, hopeless, settled)
 
     def weigh(
@@ -239,6 +244,7 @@ class _Trial:
             and deadline is not None
             and now + duration > deadline
         ):
+            self.passed_over = True
             return None
         start = dst.gap(job)
         if start is None:
@@ -271,7 +277,7 @@ def _put_back(mp: MachinePlan, slot: Slot) -> None:
     after every slot with the same start."""
     slots = mp.slots
     slots.remove(slot)  # slots compare by identity
-    slots.insert(bisect_right(slots, slot.start, key=_start_of), slot)
+    slots.insert(bisect_right(slots, slot.start, key=start_of), slot)
 
 
 def _move_to(

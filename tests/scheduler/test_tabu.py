@@ -8,58 +8,18 @@ an earlier gap of its own machine), the tabu list's bound, and the property
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Machine
 from scheduler.placement import sort_machines
-from scheduler.policies.eg_edf import Plan, Slot, plan_for, weight
+from scheduler.policies.eg_edf import plan_for, weight
+from scheduler.policies.eg_edf_plan import Plan, Slot
 from scheduler.policies.tabu import EgEdfTabu, TabuResult, TabuSearch
-from scheduler.snapshot import Reservation, RunningJob, Snapshot
-from scheduler.usage import UsageLedger
-
-
-def job(jid: str, procs: int, walltime: float, *, deadline: float | None = None) -> Job:
-    return Job(id=jid, submit=0.0, procs=procs, walltime=walltime, deadline=deadline)
-
-
-def running(j: Job, machine: str, est_end: float) -> RunningJob:
-    return RunningJob(
-        job=j, parts=(Part(machine, j.procs),), start=0.0, est_end=est_end, cpus=j.procs
-    )
-
-
-def planned(j: Job, machine: str, start: float) -> Reservation:
-    return Reservation(j, start, (Part(machine, j.procs),))
-
-
-def snapshot(
-    *,
-    machines: Sequence[Machine],
-    queue: Sequence[Job],
-    running_jobs: Sequence[RunningJob] = (),
-    reservations: Sequence[Reservation] = (),
-    now: float = 0.0,
-) -> Snapshot:
-    free = {m.id: m.cpus for m in machines}
-    for r in running_jobs:
-        for p in r.parts:
-            free[p.machine] -= p.cpus
-    return Snapshot(
-        now=now,
-        machines=sort_machines(machines),
-        free=free,
-        running=sorted(running_jobs, key=lambda r: r.est_end),
-        queue=list(queue),
-        usage=UsageLedger(),
-        total_cpus=sum(m.cpus for m in machines),
-        speeds={m.id: m.speed for m in machines},
-        reservations={r.job.id: r for r in reservations},
-    )
+from scheduler.snapshot import Snapshot
+from tests.scheduler.grid_plans import job, planned, running, snapshot
 
 
 def placed(plan: Plan) -> dict[str, tuple[str, float]]:
