@@ -45,7 +45,8 @@ per booked reservation):
   ``B M`` being at most two list inserts per column (memory moves), plus
   ``O(W)`` per part to update the window;
 * :meth:`Profile.reserve_all`: ``O((B + K) log(B + K))`` for ``K`` bookings,
-  one sort and one sweep instead of ``K`` rounds of inserts;
+  one sort and one sweep instead of ``K`` rounds of inserts
+  (``scheduler.profile_batch``);
 * :meth:`Profile.fits`: ``O(log B + W)`` per part;
 * :meth:`Profile.may_fit_before`: ``O(B)`` at C speed, a cheap necessary
   condition that lets a policy skip the search for most jobs of a busy queue.
@@ -62,10 +63,8 @@ from model.job import Job
 from model.machine import Machine, Part
 from scheduler.easy_shadow import releases_in_order
 from scheduler.placement import Placement
+from scheduler.profile_batch import Booking, sweep_many, sweep_one
 from scheduler.step_function import merge, scan, split
-
-Booking = tuple[float, float, tuple[Part, ...]]
-"""``(start, end, parts)``: ``parts`` held over ``[start, end)``."""
 
 
 class Profile:
@@ -358,104 +357,26 @@ class Profile:
         """Book every ``(start, end, parts)`` at once if together they fit; else change nothing.
 
         One sort and one sweep over the breakpoints instead of two list
-        inserts per booking: a policy that re-books every promise at every
-        event calls this first and books one by one only when it returns False.
-        The result is the same canonical profile as booking one by one.
+        inserts per booking (``scheduler.profile_batch``): a policy that
+        re-books every promise at every event calls this first and books one
+        by one only when it returns False. The result is the same canonical
+        profile as booking one by one.
         """
         if not bookings:
             return True
         if len(self._cols) == 1:
-            return self._reserve_all_one(bookings)
-        times = self._times
-        cols = self._cols
-        pos = self._pos
-        now = times[0]
-        events: list[tuple[float, int, int]] = []
-        for start, end, parts in bookings:
-            if not end > start:
-                continue
-            if start < now:
-                raise ValueError(f"booking at {start} is before the profile's start {now}")
-            for p in parts:
-                k = pos.get(p.machine)
-                if k is None:
-                    return False
-                events.append((start, k, -p.cpus))
-                events.append((end, k, p.cpus))
-        events.sort()
-        width = len(cols)
-        new_times: list[float] = []
-        new_cols: list[list[int]] = [[] for _ in cols]
-        shift = [0] * width
-        inf = math.inf
-        n = len(times)
-        ne = len(events)
-        i = j = 0
-        base = 0
-        while i < n or j < ne:
-            ta = times[i] if i < n else inf
-            tb = events[j][0] if j < ne else inf
-            t = ta if ta <= tb else tb
-            if ta == t:
-                base = i
-                i += 1
-            while j < ne and events[j][0] == t:
-                shift[events[j][1]] += events[j][2]
-                j += 1
-            values = [cols[k][base] + shift[k] for k in range(width)]
-            if min(values) < 0:
+            one = sweep_one(self._times, self._cols[0], self._ids[0], bookings)
+            if one is None:
                 return False
-            if new_times and all(new_cols[k][-1] == values[k] for k in range(width)):
-                continue  # equal neighbours merge
-            new_times.append(t)
-            for k in range(width):
-                new_cols[k].append(values[k])
-        self._times = new_times
-        self._cols = new_cols
-        self._total = self._totals(new_cols)
-        return True
-
-    def _reserve_all_one(self, bookings: Sequence[Booking]) -> bool:
-        # One machine: the profile as a dict of steps (time -> change), the
-        # bookings' steps added in, then one running sum in time order.
-        times = self._times
-        col = self._cols[0]
-        now = times[0]
-        only = self._ids[0]
-        steps: dict[float, int] = {now: col[0]}
-        prev = col[0]
-        for i in range(1, len(times)):
-            v = col[i]
-            steps[times[i]] = v - prev
-            prev = v
-        get = steps.get
-        for start, end, parts in bookings:
-            if not end > start:
-                continue
-            if start < now:
-                raise ValueError(f"booking at {start} is before the profile's start {now}")
-            c = 0
-            for p in parts:
-                if p.machine != only:
-                    return False
-                c += p.cpus
-            steps[start] = get(start, 0) - c
-            steps[end] = get(end, 0) + c
-        new_times: list[float] = []
-        new_col: list[int] = []
-        level = 0
-        for t in sorted(steps):
-            step = steps[t]
-            if step == 0 and new_times:
-                continue  # e.g. one booking's end meeting another's start: no breakpoint
-            level += step
-            if level < 0:
-                return False
-            new_times.append(t)
-            new_col.append(level)
-        self._times = new_times
-        self._cols = [new_col]
-        self._total = new_col
+            self._times, col = one
+            self._cols = [col]
+            self._total = col
+            return True
+        many = sweep_many(self._times, self._cols, self._pos, bookings)
+        if many is None:
+            return False
+        self._times, self._cols = many
+        self._total = self._totals(self._cols)
         return True
 
     def _add(self, start: float, end: float, parts: tuple[Part, ...], sign: int) -> None:

@@ -59,7 +59,8 @@ from scheduler.alloc import take
 from scheduler.placement import Placement
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.profile import Booking, Profile
+from scheduler.profile import Profile
+from scheduler.profile_batch import Booking
 from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 

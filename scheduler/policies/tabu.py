@@ -50,10 +50,12 @@ Counters: ``tabu_iterations`` and ``tabu_moves`` (kept moves), summed by the cor
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
-from scheduler.policies.eg_edf import MachinePlan, Plan, Slot, plan_for, weight
+from scheduler.policies.eg_edf import plan_for, weight
+from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot, start_of
 from scheduler.snapshot import Decisions, Snapshot
 
 DEFAULT_TABU_SIZE = 8
@@ -97,6 +99,12 @@ class TabuSearch:
         nondelayed_old = plan.nondelayed
         iterations = 0
         weights: list[float] = []
+        # Job id -> (kept moves, trace left) when all its moves were last turned down.
+        # While no move has been kept since, every timeline is the same and so is the
+        # answer: the job is picked (an iteration, a tabu entry) but not searched
+        # again; only the trace its undone moves left (``_Trial``) is left again,
+        # since other jobs' traces may have moved it in the order meanwhile.
+        exhausted: dict[str, tuple[int, bool]] = {}
         while iterations < self.max_iterations:
             picked = _pick(plan, delayed, tabu)
             if picked is None:
@@ -104,21 +112,40 @@ class TabuSearch:
             src, slot = picked
             iterations += 1
             tabu.append(slot.job.id)
+            known = exhausted.get(slot.job.id)
+            if known is not None and known[0] == len(weights):
+                if known[1]:
+                    _put_back(src, slot)
+                continue
             # A move changes the ends of two plans only, src's and dst's: the rest's
             # latest end is read from the two highest, not from every machine per move.
             top = _two_latest(plan.machines, src)
+            trial = _Trial.of(plan, slot, src, top)
             for dst in plan.machines:
                 if not dst.holds(slot.job):
                     continue
-                moved = _move(plan, slot, src, dst)
-                if moved is None:
-                    continue
-                w = weight(
-                    makespan_old=makespan_old,
-                    makespan_new=_makespan_after(plan.now, top, src, dst),
-                    nondelayed_old=nondelayed_old,
-                    nondelayed_new=plan.nondelayed,
-                )
+                if dst is src:
+                    moved = _move(plan, slot, src, dst)
+                    if moved is None:
+                        continue
+                    w = weight(
+                        makespan_old=makespan_old,
+                        makespan_new=_makespan_after(plan.now, top, src, dst),
+                        nondelayed_old=nondelayed_old,
+                        nondelayed_new=plan.nondelayed,
+                    )
+                else:
+                    # Weighed before it is made: a move to another machine that does not
+                    # improve is never booked (the same floats as booking and reading).
+                    found = trial.weigh(dst, makespan_old, nondelayed_old)
+                    if found is None:
+                        continue
+                    w, start = found
+                    if w > 0:
+                        moved = _move_to(plan, slot, src, dst, start)
+                    else:
+                        trial.turned_down()
+                        continue
                 if w > 0:
                     makespan_old = plan.makespan()
                     nondelayed_old = plan.nondelayed
@@ -128,6 +155,10 @@ class TabuSearch:
                         _insert_by_start(delayed[dst.machine.id], moved[1])
                     break
                 _move_back(plan, moved[1], dst, moved[0], src)
+                trial.traced = True
+            else:
+                if not trial.passed_over:
+                    exhausted[slot.job.id] = (len(weights), trial.traced)
         return TabuResult(iterations, tuple(weights))
 
 
@@ -143,6 +174,122 @@ def _pick(
             if s.job.id not in tabu:
                 return mp, s
     return None
+
+
+@dataclass(slots=True, eq=False)
+class _Trial:
+    """One iteration's candidate moves of ``slot`` off ``src``, weighed without booking.
+
+    A move to another machine puts the job in that machine's earliest gap, which
+    moves no planned job: the plan after it differs from the plan before in the
+    job's slot alone, so equation (1) follows from three numbers known in advance
+    (``src``'s plan end without the job, the latest end elsewhere, the deadline
+    count) and the gap's end. Only an improving move is booked; the others used
+    to be booked and undone, most of the search's time.
+
+    Undoing left one trace, which is kept: the job's slot went back into
+    ``src``'s start order after any slot with the same start (``MachinePlan.book``),
+    and that order is the plan the next event reads back. :meth:`turned_down`
+    does the same. A machine is passed over without a gap search when no gap
+    there can improve: the job cannot meet its deadline there even starting
+    now, and taking it off ``src`` cannot lower the makespan (the plan ends as
+    late elsewhere or on ``src`` without it); then the move's deadline term is
+    0 and its makespan term at most 0. That shortcut is taken only when the
+    slot already sits last among equal starts, so that skipping a search can
+    not skip the trace of an undone move either.
+    """
+
+    plan: Plan
+    slot: Slot
+    src: MachinePlan
+    top: _Latest
+    src_end_without: float
+    hopeless_makespan: bool
+    settled: bool
+    #: Some tried move was turned down (and so left its trace).
+    traced: bool = False
+    #: Some machine was passed over without a search: whether a move there would
+    #: have been turned down (and left a trace) is not known.
+    passed_over: bool = False
+
+    @classmethod
+    def of(cls, plan: Plan, slot: Slot, src: MachinePlan, top: _Latest) -> _Trial:
+        tl = src.timeline
+        src_end = tl.times[-1]
+        procs = slot.job.procs
+        tl.release(slot.start, slot.end, procs)
+        src_end_without = tl.times[-1]
+        tl.reserve(slot.start, slot.end, procs)
+        end1 = top[0][0]
+        hopeless = max(end1, src_end_without) >= max(end1, src_end)
+        # Where book() would put the slot back: the same place, or not.
+        slots = src.slots
+        at = slots.index(slot)  # slots compare by identity
+        rest = slots[:at] + slots[at + 1 :]
+        settled = bisect_right(rest, slot.start, key=start_of) == at
+        return cls(plan, slot, src, top, src_end_without, hopeless, settled)
+
+    def weigh(
+        self, dst: MachinePlan, makespan_old: float, nondelayed_old: int
+    ) -> tuple[float, float] | None:
+        """Equation (1) of moving the job to ``dst``'s earliest gap, and the gap's
+        start; None if ``dst`` has no gap (or none that can improve, docstring)."""
+        job = self.slot.job
+        now = self.plan.now
+        deadline = job.deadline
+        duration = dst.duration(job)
+        if (
+            self.settled
+            and self.hopeless_makespan
+            and deadline is not None
+            and now + duration > deadline
+        ):
+            self.passed_over = True
+            return None
+        start = dst.gap(job)
+        if start is None:
+            return None
+        end = start + duration
+        (end1, mp1), (end2, _) = self.top
+        rest = end2 if mp1 is dst else end1
+        makespan_new = max(rest, self.src_end_without, dst.timeline.times[-1], end) - now
+        on_time = deadline is not None and end <= deadline
+        nondelayed_new = nondelayed_old + on_time - self.slot.on_time
+        w = weight(
+            makespan_old=makespan_old,
+            makespan_new=makespan_new,
+            nondelayed_old=nondelayed_old,
+            nondelayed_new=nondelayed_new,
+        )
+        return w, start
+
+    def turned_down(self) -> None:
+        """A weighed move that does not improve: leave the trace booking and undoing
+        it would have left (the class docstring)."""
+        self.traced = True
+        if not self.settled:
+            _put_back(self.src, self.slot)
+            self.settled = True
+
+
+def _put_back(mp: MachinePlan, slot: Slot) -> None:
+    """Take ``slot`` out of ``mp``'s start order and put it back where ``book`` would:
+    after every slot with the same start."""
+    slots = mp.slots
+    slots.remove(slot)  # slots compare by identity
+    slots.insert(bisect_right(slots, slot.start, key=start_of), slot)
+
+
+def _move_to(
+    plan: Plan, slot: Slot, src: MachinePlan, dst: MachinePlan, start: float
+) -> tuple[Slot, Slot]:
+    """Move ``slot`` to ``dst`` at ``start`` (its earliest gap there)."""
+    job = slot.job
+    src.unbook(slot)
+    new = Slot(job, start, start + dst.duration(job), dst.parts(job))
+    dst.book(new)
+    plan.nondelayed += new.on_time - slot.on_time
+    return slot, new
 
 
 def _move(plan: Plan, slot: Slot, src: MachinePlan, dst: MachinePlan) -> tuple[Slot, Slot] | None:

@@ -7,58 +7,19 @@ an earlier gap of its own machine), the tabu list's bound, and the property
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Machine
 from scheduler.placement import sort_machines
-from scheduler.policies.eg_edf import Plan, plan_for
-from scheduler.policies.tabu import EgEdfTabu, TabuSearch
-from scheduler.snapshot import Reservation, RunningJob, Snapshot
-from scheduler.usage import UsageLedger
-
-
-def job(jid: str, procs: int, walltime: float, *, deadline: float | None = None) -> Job:
-    return Job(id=jid, submit=0.0, procs=procs, walltime=walltime, deadline=deadline)
-
-
-def running(j: Job, machine: str, est_end: float) -> RunningJob:
-    return RunningJob(
-        job=j, parts=(Part(machine, j.procs),), start=0.0, est_end=est_end, cpus=j.procs
-    )
-
-
-def planned(j: Job, machine: str, start: float) -> Reservation:
-    return Reservation(j, start, (Part(machine, j.procs),))
-
-
-def snapshot(
-    *,
-    machines: Sequence[Machine],
-    queue: Sequence[Job],
-    running_jobs: Sequence[RunningJob] = (),
-    reservations: Sequence[Reservation] = (),
-    now: float = 0.0,
-) -> Snapshot:
-    free = {m.id: m.cpus for m in machines}
-    for r in running_jobs:
-        for p in r.parts:
-            free[p.machine] -= p.cpus
-    return Snapshot(
-        now=now,
-        machines=sort_machines(machines),
-        free=free,
-        running=sorted(running_jobs, key=lambda r: r.est_end),
-        queue=list(queue),
-        usage=UsageLedger(),
-        total_cpus=sum(m.cpus for m in machines),
-        speeds={m.id: m.speed for m in machines},
-        reservations={r.job.id: r for r in reservations},
-    )
+from scheduler.policies.eg_edf import plan_for, weight
+from scheduler.policies.eg_edf_plan import Plan, Slot
+from scheduler.policies.tabu import EgEdfTabu, TabuResult, TabuSearch
+from scheduler.snapshot import Snapshot
+from tests.scheduler.grid_plans import job, planned, running, snapshot
 
 
 def placed(plan: Plan) -> dict[str, tuple[str, float]]:
@@ -242,3 +203,115 @@ def test_property_tabu_never_worsens_its_objective(
     check_feasible(plan, snap)
     for mp in plan.machines:
         assert [s.start for s in mp.slots] == sorted(s.start for s in mp.slots)
+
+
+# -- the search weighs moves without booking them: same plan as booking and undoing ----
+
+
+def textbook_search(plan: Plan, *, tabu_size: int, max_iterations: int) -> TabuResult:
+    """Sec. 3.3 as the module docstring states it, every tried move booked, weighed on
+    the whole plan's makespan and undone when it does not improve: the reference the
+    faster search must match slot for slot (machine, start and order)."""
+    delayed = {mp.machine.id: [s for s in mp.slots if s.delayed] for mp in plan.machines}
+    if not any(delayed.values()):
+        return TabuResult(0, ())
+    tabu: deque[str] = deque(maxlen=tabu_size)
+    makespan_old, nondelayed_old = plan.makespan(), plan.nondelayed
+    iterations = 0
+    weights: list[float] = []
+    while iterations < max_iterations:
+        holding = [mp for mp in plan.machines if delayed[mp.machine.id]]
+        candidates = [
+            (mp, s)
+            for mp in sorted(holding, key=lambda mp: -len(delayed[mp.machine.id]))
+            for s in reversed(delayed[mp.machine.id])
+            if s.job.id not in tabu
+        ]
+        if not candidates:
+            break
+        src, slot = candidates[0]
+        iterations += 1
+        tabu.append(slot.job.id)
+        for dst in plan.machines:
+            if not dst.holds(slot.job):
+                continue
+            if dst is src:
+                new = src.shift_earlier(slot, not_before=plan.now)
+                if new is None:
+                    continue
+            else:
+                start = dst.gap(slot.job)
+                if start is None:
+                    continue
+                src.unbook(slot)
+                new = Slot(slot.job, start, start + dst.duration(slot.job), dst.parts(slot.job))
+                dst.book(new)
+            plan.nondelayed += new.on_time - slot.on_time
+            w = weight(
+                makespan_old=makespan_old,
+                makespan_new=plan.makespan(),
+                nondelayed_old=nondelayed_old,
+                nondelayed_new=plan.nondelayed,
+            )
+            if w > 0:
+                makespan_old, nondelayed_old = plan.makespan(), plan.nondelayed
+                weights.append(w)
+                delayed[src.machine.id].remove(slot)
+                if new.delayed:
+                    mine = delayed[dst.machine.id]
+                    mine.append(new)
+                    mine.sort(key=lambda s: s.start)  # stable: equal starts keep their order
+                break
+            dst.unbook(new)
+            src.book(slot)
+            plan.nondelayed += slot.on_time - new.on_time
+    return TabuResult(iterations, tuple(weights))
+
+
+def slot_lists(plan: Plan) -> list[list[tuple[str, float]]]:
+    return [[(s.job.id, s.start) for s in mp.slots] for mp in plan.machines]
+
+
+@st.composite
+def tied_plans(draw: st.DrawFn) -> tuple[Snapshot, bool]:
+    """Like :func:`plans`, from few distinct numbers, so that many slots start at the
+    same instant: where a turned-down move leaves its trace in the plan order."""
+    machines = sort_machines(
+        [
+            Machine(
+                id=f"m{i}", cpus=draw(st.integers(2, 6)), speed=draw(st.sampled_from([1.0, 2.0]))
+            )
+            for i in range(draw(st.integers(2, 3)))
+        ]
+    )
+    runs = [
+        running(job(f"r-{m.id}", m.cpus, 50.0), m.id, draw(st.sampled_from([10.0, 20.0])))
+        for m in machines
+        if draw(st.booleans())
+    ]
+    queue = [
+        job(
+            f"j{i:02d}",
+            draw(st.integers(1, 2)),
+            draw(st.sampled_from([10.0, 20.0])),
+            deadline=draw(st.none() | st.sampled_from([15.0, 25.0, 40.0])),
+        )
+        for i in range(draw(st.integers(2, 14)))
+    ]
+    return snapshot(machines=machines, queue=queue, running_jobs=runs), draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans() | tied_plans(), st.integers(1, 4), st.integers(0, 30))
+def test_property_search_matches_the_textbook_search_slot_for_slot(
+    case: tuple[Snapshot, bool], tabu_size: int, max_iterations: int
+) -> None:
+    snap, keep_order = case
+    fast, reference = plan_for(snap, keep_order=keep_order), plan_for(snap, keep_order=keep_order)
+    result = TabuSearch(tabu_size=tabu_size, max_iterations=max_iterations).optimise(fast)
+    expected = textbook_search(reference, tabu_size=tabu_size, max_iterations=max_iterations)
+    assert result == expected
+    # Order included: the next event reads the plan back in this order.
+    assert slot_lists(fast) == slot_lists(reference)
+    assert fast.nondelayed == reference.nondelayed
+    assert fast.makespan() == reference.makespan()
