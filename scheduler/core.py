@@ -39,47 +39,20 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
 
 from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
 from scheduler.answers import Accepted, Left, PendingJob, PolicyError, Rejected
+from scheduler.booking import book, release
 from scheduler.lifecycle import JobState, transition
 from scheduler.placement import sort_machines
 from scheduler.queue_index import QueueIndex
 from scheduler.running_set import RunningSet
 from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
+from scheduler.snapshot_slots import make_snapshot
 from scheduler.usage import UsageLedger
-
-_SNAPSHOT_FIELDS = (
-    "now",
-    "machines",
-    "free",
-    "running",
-    "queue",
-    "usage",
-    "total_cpus",
-    "speeds",
-    "reservations",
-    "by_account",
-)
-if tuple(f.name for f in fields(Snapshot)) != _SNAPSHOT_FIELDS:
-    raise RuntimeError("SchedulerCore.snapshot sets Snapshot's fields one by one: they changed")
-_new = object.__new__
-(
-    _set_now,
-    _set_machines,
-    _set_free,
-    _set_running,
-    _set_queue,
-    _set_usage,
-    _set_total_cpus,
-    _set_speeds,
-    _set_reservations,
-    _set_by_account,
-) = (getattr(Snapshot, name).__set__ for name in _SNAPSHOT_FIELDS)
 
 __all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
@@ -119,8 +92,9 @@ class SchedulerCore:
         self.counters: dict[str, int] = {}
         # Arrival order of every job, so a requeued job goes back to its place.
         self._order: dict[str, int] = {}
-        # The queue per user and per group, for priority sources that rank names.
-        self._index = QueueIndex(self._order)
+        # The queue per user and per group, for priority sources that rank names;
+        # dormant (no upkeep) until one first reads it.
+        self._index = QueueIndex(self._order, source=self._index_source)
         self._requeues: dict[str, int] = {}
         # The most CPUs any queued job ever needed: while the cluster has at least
         # that many, no queued job can be too wide and snapshot() filters nothing.
@@ -173,6 +147,10 @@ class SchedulerCore:
     def pending(self) -> Mapping[str, PendingJob]:
         """Restored running jobs awaiting their agents' confirmation, by id."""
         return self._pending
+
+    def running_job(self, job_id: str) -> RunningJob | None:
+        """The running job ``job_id`` (not a pending one), if any."""
+        return self._running.get(job_id)
 
     # -- events -----------------------------------------------------------
 
@@ -239,18 +217,17 @@ class SchedulerCore:
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
         run = self._running.pop(job_id)
-        if run is not None:
-            self._index.remove_running(run)
         if run is None:
             if job_id in self._pending:
                 return self._end_pending(
                     job_id, now, JobState.FAILED if failed else JobState.FINISHED
                 )
             raise KeyError(f"job {job_id!r} is not running")
+        if self._index.awake:
+            self._index.remove_running(run)
         state = JobState.FAILED if failed else JobState.FINISHED
         self._state[job_id] = transition(self._state[job_id], state)
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
+        release(self._free, run.parts)
         self._charge(run, now)
         return Left(run.job, run.start, now, run.parts, state)
 
@@ -260,7 +237,8 @@ class SchedulerCore:
         if state is JobState.QUEUED:
             self._state[job_id] = transition(state, JobState.CANCELLED)
             self._queue = [j for j in self._queue if j.id != job_id]
-            self._index.remove(self._known[job_id])
+            if self._index.awake:
+                self._index.remove(self._known[job_id])
             self._reservations.pop(job_id, None)
             return self._known[job_id]
         if state is JobState.RUNNING and job_id in self._pending:
@@ -268,10 +246,10 @@ class SchedulerCore:
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
             assert run is not None  # RUNNING and not pending
-            self._index.remove_running(run)
+            if self._index.awake:
+                self._index.remove_running(run)
             self._state[job_id] = transition(state, JobState.CANCELLED)
-            for part in run.parts:
-                self._free[part.machine] += part.cpus
+            release(self._free, run.parts)
             self._charge(run, now)
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
@@ -329,16 +307,23 @@ class SchedulerCore:
         """
         pending = self._pending[job_id]
         job, parts = pending.job, pending.parts
-        # Checked before taking anything: _take books part by part, and a caller
+        # Checked before taking anything: book() takes part by part, and a caller
         # that is refused here carries on with the core as it was.
         short = [p for p in parts if p.cpus > self._free.get(p.machine, 0)]
         if short:
             have = {p.machine: self._free.get(p.machine) for p in short}
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
-        cpus = self._take(job, parts)
+        cpus = book(self._free, job, parts, self.cpus_needed(job))
         del self._pending[job_id]
+        alloc = Allocation.of(parts, self._speeds)
         run = self._running.start(
-            job, parts, cpus, rate=self._rate(job, parts), start=pending.start, now=now
+            job,
+            parts,
+            cpus,
+            rate=alloc.rate(job, self.execution),
+            start=pending.start,
+            now=now,
+            alloc=alloc,
         )
         self._started(run)
         return run
@@ -364,21 +349,18 @@ class SchedulerCore:
             queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        # Snapshot's own __init__ would set its ten frozen fields through
-        # object.__setattr__, a tenth of a replay's time at one snapshot per event;
-        # the slot setters build the same immutable value (the SWF reader does so too).
-        snap: Snapshot = _new(Snapshot)
-        _set_now(snap, now)
-        _set_machines(snap, self._machines)
-        _set_free(snap, self._free)
-        _set_running(snap, self._running.by_end)
-        _set_queue(snap, queue)
-        _set_usage(snap, self.usage)
-        _set_total_cpus(snap, self._total)
-        _set_speeds(snap, self._speeds)
-        _set_reservations(snap, self._reservations)
-        _set_by_account(snap, index)
-        return snap
+        return make_snapshot(
+            now,
+            self._machines,
+            self._free,
+            self._running.by_end,
+            queue,
+            self.usage,
+            self._total,
+            self._speeds,
+            self._reservations,
+            index,
+        )
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
@@ -391,11 +373,14 @@ class SchedulerCore:
                 self._apply_start(start.job, start.parts, now, started)
             jobs = [start.job for start in decisions.starts]
             self._unqueue(jobs)
-            for job in jobs:
-                self._index.remove(job)
-        self._reservations = {r.job.id: r for r in decisions.reservations}
-        for key, value in decisions.counters.items():
-            self.counters[key] = self.counters.get(key, 0) + value
+            if self._index.awake:
+                for job in jobs:
+                    self._index.remove(job)
+        if decisions.reservations or self._reservations:
+            self._reservations = {r.job.id: r for r in decisions.reservations}
+        if decisions.counters:
+            for key, value in decisions.counters.items():
+                self.counters[key] = self.counters.get(key, 0) + value
         return decisions
 
     # -- internals --------------------------------------------------------
@@ -415,7 +400,8 @@ class SchedulerCore:
         self._order[job.id] = len(self._order)
         self._widest = max(self._widest, self.cpus_needed(job))
         self._queue.append(job)
-        self._index.add(job)
+        if self._index.awake:
+            self._index.add(job)
 
     def _unqueue(self, started: Sequence[Job]) -> None:
         """Take the started jobs out of the queue, each found by bisection: the
@@ -424,6 +410,10 @@ class SchedulerCore:
         queue = self._queue
         order = self._order
         for job in started:
+            if queue[0] is job:
+                # The head (most starts under an arrival-order policy): no search.
+                del queue[0]
+                continue
             at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
             if queue[at].id != job.id:
                 raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
@@ -431,9 +421,9 @@ class SchedulerCore:
 
     def _lose_running(self, run: RunningJob, now: float) -> Left:
         self._running.pop(run.job.id)
-        self._index.remove_running(run)
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
+        if self._index.awake:
+            self._index.remove_running(run)
+        release(self._free, run.parts)
         self._charge(run, now)
         return self._requeue_or_fail(run.job, run.start, run.parts, now)
 
@@ -449,7 +439,8 @@ class SchedulerCore:
         self._widest = max(self._widest, self.cpus_needed(job))
         order = self._order
         bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
-        self._index.add(job)
+        if self._index.awake:
+            self._index.add(job)
         return Left(job, start, now, parts, JobState.QUEUED)
 
     def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:
@@ -465,39 +456,17 @@ class SchedulerCore:
         )
         return Left(job, pending.start, now, pending.parts, state)
 
-    def _take(self, job: Job, parts: tuple[Part, ...]) -> int:
-        cpus = 0
-        for part in parts:
-            have = self._free.get(part.machine)
-            if have is None:
-                raise PolicyError(f"job {job.id!r} placed on unknown machine {part.machine!r}")
-            if part.cpus < 1 or part.cpus > have:
-                raise PolicyError(
-                    f"job {job.id!r} asks {part.cpus} CPUs of {part.machine!r}, {have} are free"
-                )
-            self._free[part.machine] = have - part.cpus
-            cpus += part.cpus
-        if len(parts) > 1 and len({p.machine for p in parts}) != len(parts):
-            raise PolicyError(f"job {job.id!r} has two parts on one machine")
-        if not self.cpus_needed(job) <= cpus <= job.procs:
-            raise PolicyError(
-                f"job {job.id!r} ({job.procs} processes) placed on {cpus} CPUs; "
-                f"allowed {self.cpus_needed(job)}..{job.procs}"
-            )
-        return cpus
-
-    def _rate(self, job: Job, parts: tuple[Part, ...]) -> float:
-        return Allocation.of(parts, self._speeds).rate(job, self.execution)
-
     def _apply_start(
         self, job: Job, parts: tuple[Part, ...], now: float, started: set[str]
     ) -> None:
         if self._state.get(job.id) is not JobState.QUEUED or job.id in started:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
-        cpus = self._take(job, parts)
+        cpus = book(self._free, job, parts, self.cpus_needed(job))
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
         started.add(job.id)
-        run = self._running.start(job, parts, cpus, rate=self._rate(job, parts), start=now, now=now)
+        alloc = Allocation.of(parts, self._speeds)
+        rate = alloc.rate(job, self.execution)
+        run = self._running.start(job, parts, cpus, rate=rate, start=now, now=now, alloc=alloc)
         self._started(run)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
@@ -506,20 +475,25 @@ class SchedulerCore:
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
         if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
+        release(self._free, run.parts)
         try:
-            cpus = self._take(job, parts)
+            cpus = book(self._free, job, parts, self.cpus_needed(job))
         except PolicyError:
             for part in run.parts:
                 self._free[part.machine] -= part.cpus
             raise
         # Charge the old allocation before it changes, so usage follows the CPUs held.
         self._charge(run, now)
-        self._running.resize(run, parts, cpus, self._rate(job, parts), now)
+        alloc = Allocation.of(parts, self._speeds)
+        self._running.resize(run, parts, cpus, alloc.rate(job, self.execution), now, alloc=alloc)
+
+    def _index_source(self) -> tuple[Iterable[Job], Iterable[RunningJob]]:
+        """What a dormant queue index builds itself from."""
+        return self._queue, self._running.values()
 
     def _started(self, run: RunningJob) -> None:
-        self._index.add_running(run)
+        if self._index.awake:
+            self._index.add_running(run)
         # The ledger knows every name that ever held CPUs from the moment it does,
         # so fair-share counts names seen without walking the running jobs.
         self.usage.note(user=run.job.user, group=run.job.group)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence, ValuesView
 
+from model.allocation import Allocation
 from model.job import Job
 from model.machine import Part
 from scheduler.snapshot import RunningJob
@@ -63,6 +64,7 @@ class RunningSet:
         rate: float,
         start: float,
         now: float,
+        alloc: Allocation | None = None,
     ) -> RunningJob:
         """``job`` runs on ``parts`` since ``start`` at ``rate`` (``start <= now``; a
         restored job started before ``now`` has done the wall time of its time since)."""
@@ -76,13 +78,21 @@ class RunningSet:
             changed=now,
             rate=rate,
             charged_from=start,
+            alloc=alloc,
         )
         self._by_id[job.id] = run
         bisect.insort_right(self._by_end, run, key=_end_key)
         return run
 
-    def resize(
-        self, run: RunningJob, parts: tuple[Part, ...], cpus: int, rate: float, now: float
+    def resize(  # noqa: PLR0917 - the new allocation, in its parts
+        self,
+        run: RunningJob,
+        parts: tuple[Part, ...],
+        cpus: int,
+        rate: float,
+        now: float,
+        *,
+        alloc: Allocation | None = None,
     ) -> None:
         """``run`` moves to ``parts`` at ``now``: the wall time done so far is kept and
         the rest goes at the new ``rate`` (the caller has charged the old allocation)."""
@@ -92,6 +102,7 @@ class RunningSet:
         run.rate = rate
         run.parts = parts
         run.cpus = cpus
+        run.alloc = alloc
         self._unlist(run)
         run.est_end = now + (job.walltime - run.est_done) / rate
         run.charged_from = now
