@@ -40,7 +40,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 
-from model.allocation import Allocation
+from model.allocation import AllocationMemo
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
@@ -81,6 +81,8 @@ class SchedulerCore:
         self._speeds: dict[str, float] = {}
         self._free: dict[str, int] = {}
         self._total = 0
+        # Allocations and rates, remembered while the machines stay the same.
+        self._allocs = AllocationMemo(self._speeds, execution)
         for m in machines:
             self.machine_joined(m)
         self._queue: list[Job] = []
@@ -162,6 +164,7 @@ class SchedulerCore:
         self._speeds[machine.id] = machine.speed
         self._free[machine.id] = machine.cpus
         self._total += machine.cpus
+        self._allocs.clear()
 
     def submit(self, job: Job, *, capacity: int | None = None) -> Accepted | Rejected:
         """Queue ``job``; idempotent by job id (the same job twice is one job).
@@ -204,6 +207,7 @@ class SchedulerCore:
         ]
         self._machines = [m for m in self._machines if m.id != machine_id]
         del self._speeds[machine_id]
+        self._allocs.clear()
         # Every job with a part here has left, so all of the machine's CPUs are free.
         self._total -= self._free.pop(machine_id)
         # A promise on a machine that is gone cannot be kept; policies plan afresh.
@@ -315,12 +319,12 @@ class SchedulerCore:
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
         cpus = book(self._free, job, parts, self.cpus_needed(job))
         del self._pending[job_id]
-        alloc = Allocation.of(parts, self._speeds)
+        alloc = self._allocs.of(parts)
         run = self._running.start(
             job,
             parts,
             cpus,
-            rate=alloc.rate(job, self.execution),
+            rate=self._allocs.rate(alloc, job),
             start=pending.start,
             now=now,
             alloc=alloc,
@@ -464,8 +468,8 @@ class SchedulerCore:
         cpus = book(self._free, job, parts, self.cpus_needed(job))
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
         started.add(job.id)
-        alloc = Allocation.of(parts, self._speeds)
-        rate = alloc.rate(job, self.execution)
+        alloc = self._allocs.of(parts)
+        rate = self._allocs.rate(alloc, job)
         run = self._running.start(job, parts, cpus, rate=rate, start=now, now=now, alloc=alloc)
         self._started(run)
 
@@ -484,8 +488,8 @@ class SchedulerCore:
             raise
         # Charge the old allocation before it changes, so usage follows the CPUs held.
         self._charge(run, now)
-        alloc = Allocation.of(parts, self._speeds)
-        self._running.resize(run, parts, cpus, alloc.rate(job, self.execution), now, alloc=alloc)
+        alloc = self._allocs.of(parts)
+        self._running.resize(run, parts, cpus, self._allocs.rate(alloc, job), now, alloc=alloc)
 
     def _index_source(self) -> tuple[Iterable[Job], Iterable[RunningJob]]:
         """What a dormant queue index builds itself from."""
