@@ -130,7 +130,12 @@ class AllocationMemo:
     def rate(self, alloc: Allocation, job: Job) -> float:
         if self._per_job:
             return alloc.rate(job, self._model)
-        key = (job.procs, alloc.cpus, alloc.pace, job.ref_speed, job.cpu_util)
+        procs = job.procs
+        cpus = alloc.cpus
+        # At MPL 1 the ``linear`` and ``max`` factors are exactly 1.0 whatever the CPU
+        # utilisation (model.execution), so it is left out of the key there: a trace
+        # gives nearly every job its own utilisation.
+        key = (procs, cpus, alloc.pace, job.ref_speed, job.cpu_util if procs != cpus else -1.0)
         rate = self._rates.get(key)
         if rate is None:
             if len(self._rates) >= _MEMO_LIMIT:

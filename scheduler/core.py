@@ -372,9 +372,8 @@ class SchedulerCore:
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)
         if decisions.starts:
-            started: set[str] = set()
             for start in decisions.starts:
-                self._apply_start(start.job, start.parts, now, started)
+                self._apply_start(start.job, start.parts, now)
             jobs = [start.job for start in decisions.starts]
             self._unqueue(jobs)
             if self._index.awake:
@@ -460,14 +459,12 @@ class SchedulerCore:
         )
         return Left(job, pending.start, now, pending.parts, state)
 
-    def _apply_start(
-        self, job: Job, parts: tuple[Part, ...], now: float, started: set[str]
-    ) -> None:
-        if self._state.get(job.id) is not JobState.QUEUED or job.id in started:
+    def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
+        # A job started twice in one decision is RUNNING at its second start.
+        if self._state.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
         cpus = book(self._free, job, parts, self.cpus_needed(job))
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
-        started.add(job.id)
         alloc = self._allocs.of(parts)
         rate = self._allocs.rate(alloc, job)
         run = self._running.start(job, parts, cpus, rate=rate, start=now, now=now, alloc=alloc)
