@@ -84,7 +84,7 @@ class RunningSet:
         bisect.insort_right(self._by_end, run, key=_end_key)
         return run
 
-    def resize(  # noqa: PLR0917 - the new allocation, in its parts
+    def resize(
         self,
         run: RunningJob,
         parts: tuple[Part, ...],
