@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 _FOLD_AT = 4096
 """Unread notes and charges kept before they are folded in anyway (module docstring)."""
@@ -103,6 +104,28 @@ class UsageLedger:
         value = decayed_sum(self.recent(kind, name, last, count), decay)
         self._memo[key] = ((last, count, decay), value)
         return value
+
+    def decayed_known(
+        self, kind: str, names: Iterable[str], last: int, count: int, decay: float
+    ) -> dict[str, float]:
+        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left
+        out): one call per event for fair-share, not one per name."""
+        if self._unfolded:
+            self._fold()
+        known = self._names[kind]
+        memo = self._memo
+        stamp = (last, count, decay)
+        out: dict[str, float] = {}
+        for name in names:
+            if name not in known:
+                continue
+            hit = memo.get((kind, name))
+            out[name] = (
+                hit[1]
+                if hit is not None and hit[0] == stamp
+                else self.decayed(kind, name, last, count, decay)
+            )
+        return out
 
     def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""

@@ -70,17 +70,16 @@ this was done.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
 from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import RunningJob, Snapshot
-from scheduler.usage import decayed_sum, split_periods
+from scheduler.usage import UsageLedger, decayed_sum, split_periods
 
 DEFAULT_DECAY = 0.7
 """The text's decay factor ``D``."""
@@ -121,6 +120,10 @@ class FairShare:
     decay: float = DEFAULT_DECAY
     window: int = DEFAULT_WINDOW
     scale_usage_by_share: bool = False
+    # Derived from ``shares`` once (order runs at every event): the listed shares by
+    # name, and what they leave of 1 for the unlisted names.
+    _listed: dict[str, float] = field(init=False, repr=False, compare=False)
+    _left: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.by not in ("user", "group"):
@@ -143,6 +146,8 @@ class FairShare:
             raise ValueError(
                 f"fair-share: shares are fractions of the cluster, they sum to {total}"
             )
+        object.__setattr__(self, "_listed", dict(self.shares))
+        object.__setattr__(self, "_left", max(0.0, 1.0 - total))
 
     def account(self, job: Job) -> str:
         """The name whose share ``job`` draws on: its user, or its group with ``by="group"``."""
@@ -222,9 +227,21 @@ class FairShare:
         current: dict[str, float] = {}
         live: dict[str, dict[int, float]] = {}
         knows = usage.knows
+        decay = self.decay
+        # The ledger's decayed sums of the queued names it knows, in one call (the
+        # core's own ledger; any other usage view is asked name by name below).
+        sums = (
+            usage.decayed_known(kind, wanted, today, window, decay)
+            if isinstance(usage, UsageLedger)
+            else None
+        )
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
-        fresh = {w for w in wanted if not knows(kind, w)}
+        fresh = (
+            {w for w in wanted if w not in sums}
+            if sums is not None
+            else {w for w in wanted if not knows(kind, w)}
+        )
         pairs: Iterable[tuple[str, RunningJob]]
         if by_name is not None:
             # The core noted every running job's names in the ledger when it started.
@@ -258,11 +275,10 @@ class FairShare:
                     per[index] = per.get(index, 0.0) + seconds * cpus
         if last is not None:
             current[last] = current.get(last, 0.0) + acc
-        listed = dict(self.shares)
+        listed = self._listed
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
         capacity = snapshot.total_cpus * period
-        decay = self.decay
         scale = self.scale_usage_by_share
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
@@ -272,7 +288,12 @@ class FairShare:
                 # A name never charged sums to 0.0 from the ledger, as in _standing.
                 running_use = live.get(who)
                 if running_use is None:
-                    raw = 0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
+                    if sums is not None:
+                        raw = sums.get(who, 0.0)
+                    else:
+                        raw = (
+                            0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
+                        )
                     raw += current.get(who, 0.0)
                 else:
                     running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
@@ -290,8 +311,7 @@ class FairShare:
         """The share of each of ``unlisted`` names seen but not listed."""
         if not self.shares:
             return 1.0 / unlisted if unlisted else 0.0
-        left = max(0.0, 1.0 - math.fsum(share for _, share in self.shares))
-        return left / unlisted if unlisted else 0.0
+        return self._left / unlisted if unlisted else 0.0
 
     def _standing(
         self,
@@ -356,28 +376,37 @@ class FairShare:
         The per-job sort key is ``(rank of the name, submit, position)``, and each
         name's list is already in submit-then-position order (``submit_sorted``),
         so the order is the names' lists one after the other by rank; names of
-        equal rank have their lists merged by ``(submit, position)``.
+        equal rank have their lists merged by ``(submit, position)`` (a sort of
+        their concatenation: the lists are short, and a sort runs in C).
         """
         kind = self.by
-        rank = {
-            who: (-round(p, _TIE_DIGITS), -share)
+        if len(index.names(kind)) == 1:
+            # One name waiting: the order is its list, whatever its priority.
+            (only,) = index.names(kind)
+            return list(index.jobs(kind, only))
+        # (rank, name): the name only makes the sort total; tied names' lists are
+        # merged by (submit, arrival), which no two jobs share, so their order
+        # among themselves does not show.
+        keys = sorted(
+            (-round(p, _TIE_DIGITS), -share, who)
             for who, (p, share) in self.queue_table(snapshot).items()
-        }
-        names = sorted(rank, key=rank.__getitem__)
+        )
+        jobs = index.jobs
         out: list[Job] = []
         k = 0
-        while k < len(names):
+        n = len(keys)
+        while k < n:
+            first, second, who = keys[k]
             tied = k + 1
-            while tied < len(names) and rank[names[tied]] == rank[names[k]]:
+            while tied < n and keys[tied][0] == first and keys[tied][1] == second:
                 tied += 1
             if tied == k + 1:
-                out += index.jobs(kind, names[k])
+                out += jobs(kind, who)
             else:
                 arrival = index.arrival
-                out += heapq.merge(
-                    *(index.jobs(kind, n) for n in names[k:tied]),
-                    key=lambda j: (j.submit, arrival(j.id)),
-                )
+                merged = [j for key in keys[k:tied] for j in jobs(kind, key[2])]
+                merged.sort(key=lambda j: (j.submit, arrival(j.id)))
+                out += merged
             k = tied
         return out
 
