@@ -71,7 +71,7 @@ this was done.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal
@@ -214,20 +214,23 @@ class FairShare:
         today = math.ceil(now / period) - 1
         window = self.window
         window_start = (today - window + 1) * period
-        by_name = snapshot.by_account
-        # The index's own view of its names (no copy); nothing below changes the index.
-        wanted: Collection[str] = (
-            by_name.names(kind) if by_name is not None else {account(j) for j in snapshot.queue}
-        )
-        # Running use inside today's period, per name: for a run that began today it is
-        # ``now * cpus - begin * cpus``, so it is summed as it goes and added to the
-        # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
-        # per-period list. Only runs that began before today go period by period.
-        today_start = today * period
-        current: dict[str, float] = {}
-        live: dict[str, dict[int, float]] = {}
-        knows = usage.knows
         decay = self.decay
+        by_name = snapshot.by_account
+        knows = usage.knows
+        runs_of: Callable[[str, str], Iterable[RunningJob]]
+        if by_name is not None:
+            # The index's own view of its names (no copy); nothing below changes it.
+            wanted: Collection[str] = by_name.names(kind)
+            runs_of = by_name.running
+            # The core noted every running job's names in the ledger when it started.
+            fresh: set[str] = set()
+        else:
+            wanted = {account(j) for j in snapshot.queue}
+            grouped: dict[str, list[RunningJob]] = {}
+            for run in snapshot.running:
+                grouped.setdefault(account(run.job), []).append(run)
+            fresh = {w for w in grouped if not knows(kind, w)}
+            runs_of = _runs_in(grouped)
         # The ledger's decayed sums of the queued names it knows, in one call (the
         # core's own ledger; any other usage view is asked name by name below).
         sums = (
@@ -237,69 +240,59 @@ class FairShare:
         )
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
-        fresh = (
+        fresh |= (
             {w for w in wanted if w not in sums}
             if sums is not None
             else {w for w in wanted if not knows(kind, w)}
         )
-        pairs: Iterable[tuple[str, RunningJob]]
-        if by_name is not None:
-            # The core noted every running job's names in the ledger when it started.
-            pairs = by_name.running_pairs(kind, wanted)
-        else:
-            fresh |= {w for r in snapshot.running if not knows(kind, w := account(r.job))}
-            pairs = [(w, r) for r in snapshot.running if (w := account(r.job)) in wanted]
-        # Today's use is summed in ``acc`` while the pairs stay on one name (the
-        # index lists them name by name) and stored when the name changes.
-        last: str | None = None
-        acc = 0.0
-        for who, run in pairs:
-            cpus = run.cpus
-            if cpus <= 0:
-                continue
-            # max(start, charged_from, window_start), written out: it runs per job.
-            begin = run.charged_from
-            begin = run.start if run.start > begin else begin
-            begin = window_start if window_start > begin else begin
-            if now <= begin:
-                continue
-            if begin >= today_start:
-                if who != last:
-                    if last is not None:
-                        current[last] = current.get(last, 0.0) + acc
-                    last, acc = who, 0.0
-                acc += (now - begin) * cpus
-            else:
-                per = live.setdefault(who, {})
-                for index, seconds in split_periods(begin, now, period):
-                    per[index] = per.get(index, 0.0) + seconds * cpus
-        if last is not None:
-            current[last] = current.get(last, 0.0) + acc
         listed = self._listed
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
         capacity = snapshot.total_cpus * period
         scale = self.scale_usage_by_share
+        today_start = today * period
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
+            # Running use of ``who``: inside today's period, for a run that began today,
+            # it is ``(now - begin) * cpus``, summed in ``today_use`` and added to the
+            # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
+            # per-period list. Only runs that began before today go period by period.
+            today_use = 0.0
+            older: dict[int, float] | None = None
+            for run in runs_of(kind, who):
+                cpus = run.cpus
+                if cpus <= 0:
+                    continue
+                # max(start, charged_from, window_start), written out: it runs per job.
+                begin = run.charged_from
+                begin = run.start if run.start > begin else begin
+                begin = window_start if window_start > begin else begin
+                if now <= begin:
+                    continue
+                if begin >= today_start:
+                    today_use += (now - begin) * cpus
+                else:
+                    if older is None:
+                        older = {}
+                    for index, seconds in split_periods(begin, now, period):
+                        older[index] = older.get(index, 0.0) + seconds * cpus
             share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:
-                # A name never charged sums to 0.0 from the ledger, as in _standing.
-                running_use = live.get(who)
-                if running_use is None:
+                if older is None:
+                    # A name never charged sums to 0.0 from the ledger, as in _standing.
                     if sums is not None:
                         raw = sums.get(who, 0.0)
                     else:
                         raw = (
                             0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
                         )
-                    raw += current.get(who, 0.0)
+                    raw += today_use
                 else:
-                    running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
+                    older[today] = older.get(today, 0.0) + today_use
                     charged = usage.recent(kind, who, today, window)
                     for k in range(window):
-                        charged[k] += running_use.get(today - k, 0.0)
+                        charged[k] += older.get(today - k, 0.0)
                     raw = decayed_sum(charged, decay)
                 used = raw / capacity
             if scale:
@@ -409,6 +402,17 @@ class FairShare:
                 out += merged
             k = tied
         return out
+
+
+def _runs_in(
+    grouped: dict[str, list[RunningJob]],
+) -> Callable[[str, str], Iterable[RunningJob]]:
+    """``QueueIndex.running``'s shape over running jobs grouped by name by hand."""
+
+    def runs(_kind: str, name: str) -> Iterable[RunningJob]:
+        return grouped.get(name, ())
+
+    return runs
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call
