@@ -92,9 +92,7 @@ def main() -> None:
     if args.child:
         child(*args.child, args.jobs)
         return
-    work = [
-        (t, p, None) for t in args.traces.split(",") for p in args.policies.split(",") if p
-    ] + [
+    work = [(t, p, None) for t in args.traces.split(",") for p in args.policies.split(",") if p] + [
         (t, p, args.short)
         for t in args.traces.split(",")
         for p in args.short_policies.split(",")
