@@ -134,11 +134,15 @@ class QueueIndex:
         for kind, name in (("user", job.user), ("group", job.group)):
             lists = self._lists[kind]
             jobs = lists[name]
-            # Each list is in arrival order: find the job by bisection, not a scan
-            # (a long-queued user's list is long, and every start removes one job).
-            at = bisect.bisect_left(jobs, order[job.id], key=lambda j: order[j.id])
-            if at == len(jobs) or jobs[at].id != job.id:
-                raise KeyError(f"job {job.id!r} is not in the queue index")
-            del jobs[at]
+            if jobs[0] is job:
+                # A name's first job (the usual start, its list being in arrival order).
+                del jobs[0]
+            else:
+                # Each list is in arrival order: find the job by bisection, not a scan
+                # (a long-queued user's list is long, and every start removes one job).
+                at = bisect.bisect_left(jobs, order[job.id], key=lambda j: order[j.id])
+                if at == len(jobs) or jobs[at].id != job.id:
+                    raise KeyError(f"job {job.id!r} is not in the queue index")
+                del jobs[at]
             if not jobs:
                 del lists[name]
