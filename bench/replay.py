@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -81,9 +82,9 @@ PRIORITY_SPECS = ("easy:fairshare", "easy:multifactor")
 REPEATS = 3
 
 
-def yardstick(trace: str) -> None:
+def yardstick(trace: str, repeats: int = REPEATS) -> None:
     """Runs in the child: the twin's EASY against the textbook loop on one trace, and
-    EASY with each priority source, best CPU time of ``REPEATS`` interleaved runs each
+    EASY with each priority source, best CPU time of ``repeats`` interleaved runs each
     (interleaved so a neighbour's burst of work hits both sides alike)."""
     import gc
 
@@ -100,7 +101,7 @@ def yardstick(trace: str) -> None:
     best: dict[str, float] = {}
     schedules: dict[str, dict[str, float]] = {}
     specs = ("textbook", "easy", *PRIORITY_SPECS)
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for spec in specs:
             cpu0 = time.process_time()
             if spec == "textbook":
@@ -118,10 +119,12 @@ def yardstick(trace: str) -> None:
     print(json.dumps({"jobs": len(ours), "cpu": best, "differ": differ}))
 
 
-def yardstick_table(console: Console, traces: list[str]) -> None:
+def yardstick_table(console: Console, traces: list[str], repeats: int = REPEATS) -> None:
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     table = Table(
         title=f"EASY against a textbook EASY loop (bench/textbook_easy.py); "
-        f"CPU seconds of the replay, best of {REPEATS} interleaved runs"
+        f"CPU seconds of the replay, best of {repeats} interleaved runs; "
+        f"load average at the start {load}"
     )
     for col in (
         "trace",
@@ -137,7 +140,7 @@ def yardstick_table(console: Console, traces: list[str]) -> None:
     for trace in traces:
         console.print(f"yardstick on {trace} ...", style="dim")
         proc = subprocess.run(
-            [sys.executable, __file__, "--yardstick-child", trace],
+            [sys.executable, __file__, "--yardstick-child", trace, "--repeats", str(repeats)],
             capture_output=True,
             text=True,
             check=False,
@@ -159,6 +162,9 @@ def yardstick_table(console: Console, traces: list[str]) -> None:
             *(_against(cpu[spec] / cpu["easy"], PRIORITY_TARGET) for spec in PRIORITY_SPECS),
         )
     console.print(table)
+    console.print(
+        "load average at the end " + " ".join(f"{x:.1f}" for x in os.getloadavg()), style="dim"
+    )
 
 
 def _against(ratio: float, target: float) -> str:
@@ -175,20 +181,28 @@ def main() -> None:
         default=",".join(YARDSTICK_TRACES),
         help="traces for the textbook-EASY and priority-cost table ('' to skip)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=REPEATS,
+        help=f"interleaved runs of the yardstick table, best taken (default {REPEATS})",
+    )
     parser.add_argument("--child", nargs=2, metavar=("TRACE", "POLICY"), help=argparse.SUPPRESS)
     parser.add_argument("--yardstick-child", metavar="TRACE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    if args.repeats < 1:
+        sys.exit("bench: --repeats must be >= 1")
     if args.yardstick_child:
-        yardstick(args.yardstick_child)
+        yardstick(args.yardstick_child, args.repeats)
         return
     if not PWA.is_dir():
         sys.exit(f"bench: {PWA} not found (the shared traces sit beside the checkout)")
     console = Console(width=None if sys.stdout.isatty() else 200)
     if args.yardstick:
-        yardstick_table(console, args.yardstick.split(","))
+        yardstick_table(console, args.yardstick.split(","), args.repeats)
     if not args.policies:
         return
     table = Table(title="twin replay of real traces (whole trace, one process each)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from model.execution import ExecutionModel, mpl
+from model.execution import ExecutionModel, ModelKind, mpl
 from model.job import Job
 from model.machine import Part
 
@@ -86,3 +86,59 @@ class Allocation:
     def expanded_runtime(self, work: float, ref_speed: float) -> float:
         """Run time of ``work`` (seconds at ``ref_speed``) on this allocation at MPL 1."""
         return work * ref_speed / self.pace
+
+
+_MEMO_LIMIT = 4096
+"""Entries an :class:`AllocationMemo` keeps before it starts afresh (bounds memory)."""
+
+
+class AllocationMemo:
+    """:meth:`Allocation.of` and :meth:`Allocation.rate`, remembered.
+
+    A trace replay starts tens of thousands of jobs on a handful of distinct
+    allocations (one machine, a few widths), and the rate of a job depends
+    only on its processes, reference speed and CPU utilisation besides the
+    allocation, except under the ``paper`` model, which draws per job (never
+    remembered). The values are the same ones the methods compute; the memo
+    only skips computing them again. ``speeds`` is read when an allocation is
+    first built: its owner calls :meth:`clear` when a machine comes or goes.
+    """
+
+    __slots__ = ("_allocs", "_model", "_per_job", "_rates", "_speeds")
+
+    def __init__(self, speeds: Mapping[str, float], model: ExecutionModel) -> None:
+        self._speeds = speeds
+        self._model = model
+        self._per_job = model.kind is ModelKind.PAPER
+        self._allocs: dict[object, Allocation] = {}
+        self._rates: dict[tuple[int, int, float, float, float], float] = {}
+
+    def clear(self) -> None:
+        self._allocs.clear()
+        self._rates.clear()
+
+    def of(self, parts: tuple[Part, ...]) -> Allocation:
+        # One part is keyed by its fields (a plain tuple hashes in C; a Part does not).
+        key: object = (parts[0].machine, parts[0].cpus) if len(parts) == 1 else parts
+        alloc = self._allocs.get(key)
+        if alloc is None:
+            if len(self._allocs) >= _MEMO_LIMIT:
+                self._allocs.clear()
+            alloc = self._allocs[key] = Allocation.of(parts, self._speeds)
+        return alloc
+
+    def rate(self, alloc: Allocation, job: Job) -> float:
+        if self._per_job:
+            return alloc.rate(job, self._model)
+        procs = job.procs
+        cpus = alloc.cpus
+        # At MPL 1 the ``linear`` and ``max`` factors are exactly 1.0 whatever the CPU
+        # utilisation (model.execution), so it is left out of the key there: a trace
+        # gives nearly every job its own utilisation.
+        key = (procs, cpus, alloc.pace, job.ref_speed, job.cpu_util if procs != cpus else -1.0)
+        rate = self._rates.get(key)
+        if rate is None:
+            if len(self._rates) >= _MEMO_LIMIT:
+                self._rates.clear()
+            rate = self._rates[key] = alloc.rate(job, self._model)
+        return rate

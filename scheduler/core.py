@@ -13,22 +13,16 @@ decisions and returns them so the caller can turn them into commands.
 
 The core never reads a clock: time is the ``now`` it is given.
 
-Machines come and go (live runtime). ``machine_left`` applies the rule for the
-jobs of a lost machine, stated once here so the actor, the twin and the tests
-share it: every job with a part on the machine leaves its CPUs; it is
-*requeued* (same id, same submit time, back at its place in arrival order; its
-CPUs on the other machines are freed, the caller cancels those parts) unless it
-was already requeued ``max_requeues`` times (default 2), in which case it
-*fails*. A queued job wider than the cluster that is left (it was accepted
-when the cluster was bigger) stays queued but is hidden from the policy until
-enough machines are back, so it never blocks the jobs behind it.
+A queued job wider than the cluster that is left (it was accepted when the
+cluster was bigger) stays queued but is hidden from the policy until enough
+machines are back, so it never blocks the jobs behind it.
 
-Restart. A restarted live scheduler rebuilds the core from its journal with
-the ``restore_*`` methods: queued jobs in submission order, finished ones for
-idempotency (and the usage ledger), and running ones as *pending*: known and
-``RUNNING``, but holding no CPUs until the caller has heard from their agents.
-``restore_running`` then puts a pending job on its CPUs; ``job_lost``
-applies the lost-machine rule to it.
+The class is built in three layers, one responsibility each:
+``scheduler.core_state`` holds the state and what every handler shares (the
+queue, the running set, the free CPUs, the ledger, and their bookkeeping);
+``scheduler.core_recovery`` adds what happens when a machine is lost and how
+a restarted scheduler restores the core from its journal; this module adds
+the events of a normal life (submit, finish, cancel) and the scheduling step.
 
 Estimates. The running jobs, their expected ends and how a resize moves them
 are ``scheduler.running_set``'s; what the core answers to events (``Accepted``,
@@ -38,152 +32,25 @@ are ``scheduler.running_set``'s; what the core answers to events (``Accepted``,
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import Sequence
 
-from model.allocation import Allocation
-from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
-from model.machine import Machine, Part, parts_cpus
+from model.machine import Part
 from scheduler.answers import Accepted, Left, PendingJob, PolicyError, Rejected
+from scheduler.booking import book, release
+from scheduler.core_recovery import CoreRecovery
 from scheduler.lifecycle import JobState, transition
-from scheduler.placement import sort_machines
 from scheduler.queue_index import QueueIndex
-from scheduler.running_set import RunningSet
-from scheduler.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
-from scheduler.usage import UsageLedger
-
-_SNAPSHOT_FIELDS = (
-    "now",
-    "machines",
-    "free",
-    "running",
-    "queue",
-    "usage",
-    "total_cpus",
-    "speeds",
-    "reservations",
-    "by_account",
-)
-if tuple(f.name for f in fields(Snapshot)) != _SNAPSHOT_FIELDS:
-    raise RuntimeError("SchedulerCore.snapshot sets Snapshot's fields one by one: they changed")
-_new = object.__new__
-(
-    _set_now,
-    _set_machines,
-    _set_free,
-    _set_running,
-    _set_queue,
-    _set_usage,
-    _set_total_cpus,
-    _set_speeds,
-    _set_reservations,
-    _set_by_account,
-) = (getattr(Snapshot, name).__set__ for name in _SNAPSHOT_FIELDS)
+from scheduler.snapshot import Decisions, Snapshot
+from scheduler.snapshot_slots import make_snapshot
 
 __all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
 
-class SchedulerCore:
+class SchedulerCore(CoreRecovery):
     """Queue, running set and cluster state, driven by events; see the module docstring."""
 
-    def __init__(
-        self,
-        *,
-        policy: Policy,
-        machines: Iterable[Machine],
-        execution: ExecutionModel = DEFAULT_MODEL,
-        usage_period: float = 86400.0,
-        max_requeues: int = 2,
-    ) -> None:
-        if max_requeues < 0:
-            raise ValueError(f"max_requeues must be >= 0, got {max_requeues!r}")
-        self.policy = policy
-        #: Jobs are malleable by default, but only a policy that says it folds them
-        #: (``folds = True``, FCFS-malleable) may run one on fewer CPUs than processes.
-        self._folds = bool(getattr(policy, "folds", False))
-        self.execution = execution
-        self.max_requeues = max_requeues
-        self._machines: list[Machine] = []
-        self._speeds: dict[str, float] = {}
-        self._free: dict[str, int] = {}
-        self._total = 0
-        for m in machines:
-            self.machine_joined(m)
-        self._queue: list[Job] = []
-        self._running = RunningSet()
-        self._known: dict[str, Job] = {}
-        self._state: dict[str, JobState] = {}
-        self._reservations: dict[str, Reservation] = {}
-        self.usage = UsageLedger(usage_period)
-        self.counters: dict[str, int] = {}
-        # Arrival order of every job, so a requeued job goes back to its place.
-        self._order: dict[str, int] = {}
-        # The queue per user and per group, for priority sources that rank names.
-        self._index = QueueIndex(self._order)
-        self._requeues: dict[str, int] = {}
-        # The most CPUs any queued job ever needed: while the cluster has at least
-        # that many, no queued job can be too wide and snapshot() filters nothing.
-        self._widest = 0
-        # Restored running jobs not yet confirmed by their agents: (job, parts, start).
-        self._pending: dict[str, PendingJob] = {}
-
-    # -- state, read-only -------------------------------------------------
-
-    @property
-    def machines(self) -> Sequence[Machine]:
-        return self._machines
-
-    @property
-    def total_cpus(self) -> int:
-        return self._total
-
-    @property
-    def queue(self) -> Sequence[Job]:
-        return self._queue
-
-    @property
-    def running(self) -> Sequence[RunningJob]:
-        """Running jobs by expected end (ties by start order)."""
-        return self._running.by_end
-
-    @property
-    def reservations(self) -> Sequence[Reservation]:
-        return list(self._reservations.values())
-
-    def free(self, machine_id: str) -> int:
-        return self._free[machine_id]
-
-    def state_of(self, job_id: str) -> JobState | None:
-        return self._state.get(job_id)
-
-    def job(self, job_id: str) -> Job | None:
-        """The job known by ``job_id`` (in any state), if any."""
-        return self._known.get(job_id)
-
-    def requeues(self, job_id: str) -> int:
-        """How many times the job was requeued after losing a machine."""
-        return self._requeues.get(job_id, 0)
-
-    @property
-    def speeds(self) -> Mapping[str, float]:
-        return self._speeds
-
-    @property
-    def pending(self) -> Mapping[str, PendingJob]:
-        """Restored running jobs awaiting their agents' confirmation, by id."""
-        return self._pending
-
     # -- events -----------------------------------------------------------
-
-    def machine_joined(self, machine: Machine) -> None:
-        """A machine registered (or the twin's cluster is being built)."""
-        if machine.id in self._speeds:
-            raise ValueError(f"machine {machine.id!r} is already known")
-        self._machines = sort_machines([*self._machines, machine])
-        self._speeds[machine.id] = machine.speed
-        self._free[machine.id] = machine.cpus
-        self._total += machine.cpus
 
     def submit(self, job: Job, *, capacity: int | None = None) -> Accepted | Rejected:
         """Queue ``job``; idempotent by job id (the same job twice is one job).
@@ -208,49 +75,20 @@ class SchedulerCore:
         self._enqueue(job)
         return Accepted(job.id)
 
-    def machine_left(self, machine_id: str, now: float) -> list[Left]:
-        """A machine is gone: apply the lost-machine rule (module docstring) to its jobs.
-
-        Returns one :class:`Left` per job that had a part there, in start order,
-        with ``state`` ``QUEUED`` (requeued) or ``FAILED``; the caller cancels
-        the jobs' parts on the other machines.
-        """
-        if machine_id not in self._speeds:
-            raise KeyError(f"machine {machine_id!r} is not known")
-        hit = [r for r in self._running.values() if any(p.machine == machine_id for p in r.parts)]
-        lost = [self._lose_running(run, now) for run in hit]
-        lost += [
-            self.job_lost(jid, now)
-            for jid, p in list(self._pending.items())
-            if any(part.machine == machine_id for part in p.parts)
-        ]
-        self._machines = [m for m in self._machines if m.id != machine_id]
-        del self._speeds[machine_id]
-        # Every job with a part here has left, so all of the machine's CPUs are free.
-        self._total -= self._free.pop(machine_id)
-        # A promise on a machine that is gone cannot be kept; policies plan afresh.
-        self._reservations = {
-            jid: r
-            for jid, r in self._reservations.items()
-            if all(p.machine != machine_id for p in r.parts)
-        }
-        return lost
-
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
         run = self._running.pop(job_id)
-        if run is not None:
-            self._index.remove_running(run)
         if run is None:
             if job_id in self._pending:
                 return self._end_pending(
                     job_id, now, JobState.FAILED if failed else JobState.FINISHED
                 )
             raise KeyError(f"job {job_id!r} is not running")
+        if self._index.awake:
+            self._index.remove_running(run)
         state = JobState.FAILED if failed else JobState.FINISHED
         self._state[job_id] = transition(self._state[job_id], state)
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
+        release(self._free, run.parts)
         self._charge(run, now)
         return Left(run.job, run.start, now, run.parts, state)
 
@@ -260,7 +98,8 @@ class SchedulerCore:
         if state is JobState.QUEUED:
             self._state[job_id] = transition(state, JobState.CANCELLED)
             self._queue = [j for j in self._queue if j.id != job_id]
-            self._index.remove(self._known[job_id])
+            if self._index.awake:
+                self._index.remove(self._known[job_id])
             self._reservations.pop(job_id, None)
             return self._known[job_id]
         if state is JobState.RUNNING and job_id in self._pending:
@@ -268,91 +107,13 @@ class SchedulerCore:
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
             assert run is not None  # RUNNING and not pending
-            self._index.remove_running(run)
+            if self._index.awake:
+                self._index.remove_running(run)
             self._state[job_id] = transition(state, JobState.CANCELLED)
-            for part in run.parts:
-                self._free[part.machine] += part.cpus
+            release(self._free, run.parts)
             self._charge(run, now)
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
-
-    # -- restart ----------------------------------------------------------
-
-    def restore_queued(self, job: Job, *, requeues: int = 0) -> None:
-        """A journalled queued job, restored in submission order (no width check:
-        it was accepted before, and its machines may not have re-registered yet)."""
-        self._check_new(job)
-        self._requeues[job.id] = requeues
-        self._enqueue(job)
-
-    def restore_final(
-        self,
-        job: Job,
-        state: JobState,
-        *,
-        start: float | None = None,
-        end: float | None = None,
-        parts: tuple[Part, ...] = (),
-    ) -> None:
-        """A journalled job that is over: known again (so its id stays taken) and,
-        when it ran, charged to the usage ledger with its last allocation."""
-        if state not in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED):
-            raise ValueError(f"restore_final takes a final state, not {state}")
-        self._check_new(job)
-        self._known[job.id] = job
-        self._state[job.id] = state
-        self._order[job.id] = len(self._order)
-        if start is not None and end is not None and parts:
-            self.usage.charge(
-                user=job.user, group=job.group, start=start, end=end, cpus=parts_cpus(parts)
-            )
-
-    def restore_pending(
-        self, job: Job, parts: tuple[Part, ...], start: float, *, requeues: int = 0
-    ) -> None:
-        """A journalled running job: known and ``RUNNING``, holding no CPUs until
-        :meth:`restore_running` or :meth:`job_lost` settles it."""
-        if not parts:
-            raise ValueError(f"job {job.id!r}: a running job has parts")
-        self._check_new(job)
-        self._known[job.id] = job
-        self._state[job.id] = JobState.RUNNING
-        self._order[job.id] = len(self._order)
-        self._requeues[job.id] = requeues
-        self._pending[job.id] = PendingJob(job, parts, start)
-
-    def restore_running(self, job_id: str, now: float) -> RunningJob:
-        """Put a pending job back on its CPUs; its machines must be known, with room.
-
-        Its estimate is taken as if it had run on these parts since its start
-        (the journal keeps the last allocation, not the history of resizes).
-        """
-        pending = self._pending[job_id]
-        job, parts = pending.job, pending.parts
-        # Checked before taking anything: _take books part by part, and a caller
-        # that is refused here carries on with the core as it was.
-        short = [p for p in parts if p.cpus > self._free.get(p.machine, 0)]
-        if short:
-            have = {p.machine: self._free.get(p.machine) for p in short}
-            raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
-        cpus = self._take(job, parts)
-        del self._pending[job_id]
-        run = self._running.start(
-            job, parts, cpus, rate=self._rate(job, parts), start=pending.start, now=now
-        )
-        self._started(run)
-        return run
-
-    def job_lost(self, job_id: str, now: float) -> Left:
-        """One running or pending job lost a part (its agent no longer runs it, or a
-        restored job was not confirmed): the lost-machine rule, for this job only."""
-        run = self._running.get(job_id)
-        if run is not None:
-            return self._lose_running(run, now)
-        pending = self._pending.pop(job_id, None)
-        if pending is None:
-            raise KeyError(f"job {job_id!r} is not running")
-        return self._requeue_or_fail(pending.job, pending.start, pending.parts, now)
 
     # -- scheduling -------------------------------------------------------
 
@@ -364,21 +125,18 @@ class SchedulerCore:
             queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        # Snapshot's own __init__ would set its ten frozen fields through
-        # object.__setattr__, a tenth of a replay's time at one snapshot per event;
-        # the slot setters build the same immutable value (the SWF reader does so too).
-        snap: Snapshot = _new(Snapshot)
-        _set_now(snap, now)
-        _set_machines(snap, self._machines)
-        _set_free(snap, self._free)
-        _set_running(snap, self._running.by_end)
-        _set_queue(snap, queue)
-        _set_usage(snap, self.usage)
-        _set_total_cpus(snap, self._total)
-        _set_speeds(snap, self._speeds)
-        _set_reservations(snap, self._reservations)
-        _set_by_account(snap, index)
-        return snap
+        return make_snapshot(
+            now,
+            self._machines,
+            self._free,
+            self._running.by_end,
+            queue,
+            self.usage,
+            self._total,
+            self._speeds,
+            self._reservations,
+            index,
+        )
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
@@ -386,36 +144,21 @@ class SchedulerCore:
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)
         if decisions.starts:
-            started: set[str] = set()
             for start in decisions.starts:
-                self._apply_start(start.job, start.parts, now, started)
+                self._apply_start(start.job, start.parts, now)
             jobs = [start.job for start in decisions.starts]
             self._unqueue(jobs)
-            for job in jobs:
-                self._index.remove(job)
-        self._reservations = {r.job.id: r for r in decisions.reservations}
-        for key, value in decisions.counters.items():
-            self.counters[key] = self.counters.get(key, 0) + value
+            if self._index.awake:
+                for job in jobs:
+                    self._index.remove(job)
+        if decisions.reservations or self._reservations:
+            self._reservations = {r.job.id: r for r in decisions.reservations}
+        if decisions.counters:
+            for key, value in decisions.counters.items():
+                self.counters[key] = self.counters.get(key, 0) + value
         return decisions
 
     # -- internals --------------------------------------------------------
-
-    def cpus_needed(self, job: Job) -> int:
-        """Fewest CPUs ``job`` may hold under this policy (its processes, or half of
-        them, rounded up, under a policy that folds malleable jobs to MPL 2)."""
-        return job.min_cpus if self._folds else job.procs
-
-    def _check_new(self, job: Job) -> None:
-        if job.id in self._known:
-            raise ValueError(f"job {job.id!r} is already known")
-
-    def _enqueue(self, job: Job) -> None:
-        self._known[job.id] = job
-        self._state[job.id] = JobState.QUEUED
-        self._order[job.id] = len(self._order)
-        self._widest = max(self._widest, self.cpus_needed(job))
-        self._queue.append(job)
-        self._index.add(job)
 
     def _unqueue(self, started: Sequence[Job]) -> None:
         """Take the started jobs out of the queue, each found by bisection: the
@@ -424,80 +167,24 @@ class SchedulerCore:
         queue = self._queue
         order = self._order
         for job in started:
+            if queue[0] is job:
+                # The head (most starts under an arrival-order policy): no search.
+                del queue[0]
+                continue
             at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
             if queue[at].id != job.id:
                 raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
             del queue[at]
 
-    def _lose_running(self, run: RunningJob, now: float) -> Left:
-        self._running.pop(run.job.id)
-        self._index.remove_running(run)
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
-        self._charge(run, now)
-        return self._requeue_or_fail(run.job, run.start, run.parts, now)
-
-    def _requeue_or_fail(self, job: Job, start: float, parts: tuple[Part, ...], now: float) -> Left:
-        """The lost-machine rule for one job that already left its CPUs."""
-        done = self._requeues.get(job.id, 0)
-        if done >= self.max_requeues:
-            self._state[job.id] = transition(self._state[job.id], JobState.FAILED)
-            return Left(job, start, now, parts, JobState.FAILED)
-        self._requeues[job.id] = done + 1
-        self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
-        # A restored job was never queued here: it may be the widest one yet.
-        self._widest = max(self._widest, self.cpus_needed(job))
-        order = self._order
-        bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
-        self._index.add(job)
-        return Left(job, start, now, parts, JobState.QUEUED)
-
-    def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:
-        pending = self._pending.pop(job_id)
-        self._state[job_id] = transition(self._state[job_id], state)
-        job = pending.job
-        self.usage.charge(
-            user=job.user,
-            group=job.group,
-            start=pending.start,
-            end=now,
-            cpus=parts_cpus(pending.parts),
-        )
-        return Left(job, pending.start, now, pending.parts, state)
-
-    def _take(self, job: Job, parts: tuple[Part, ...]) -> int:
-        cpus = 0
-        for part in parts:
-            have = self._free.get(part.machine)
-            if have is None:
-                raise PolicyError(f"job {job.id!r} placed on unknown machine {part.machine!r}")
-            if part.cpus < 1 or part.cpus > have:
-                raise PolicyError(
-                    f"job {job.id!r} asks {part.cpus} CPUs of {part.machine!r}, {have} are free"
-                )
-            self._free[part.machine] = have - part.cpus
-            cpus += part.cpus
-        if len(parts) > 1 and len({p.machine for p in parts}) != len(parts):
-            raise PolicyError(f"job {job.id!r} has two parts on one machine")
-        if not self.cpus_needed(job) <= cpus <= job.procs:
-            raise PolicyError(
-                f"job {job.id!r} ({job.procs} processes) placed on {cpus} CPUs; "
-                f"allowed {self.cpus_needed(job)}..{job.procs}"
-            )
-        return cpus
-
-    def _rate(self, job: Job, parts: tuple[Part, ...]) -> float:
-        return Allocation.of(parts, self._speeds).rate(job, self.execution)
-
-    def _apply_start(
-        self, job: Job, parts: tuple[Part, ...], now: float, started: set[str]
-    ) -> None:
-        if self._state.get(job.id) is not JobState.QUEUED or job.id in started:
+    def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
+        # A job started twice in one decision is RUNNING at its second start.
+        if self._state.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
-        cpus = self._take(job, parts)
+        cpus = book(self._free, job, parts, self.cpus_needed(job))
         self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
-        started.add(job.id)
-        run = self._running.start(job, parts, cpus, rate=self._rate(job, parts), start=now, now=now)
+        alloc = self._allocs.of(parts)
+        rate = self._allocs.rate(alloc, job)
+        run = self._running.start(job, parts, cpus, rate=rate, start=now, now=now, alloc=alloc)
         self._started(run)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
@@ -506,29 +193,14 @@ class SchedulerCore:
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
         if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
-        for part in run.parts:
-            self._free[part.machine] += part.cpus
+        release(self._free, run.parts)
         try:
-            cpus = self._take(job, parts)
+            cpus = book(self._free, job, parts, self.cpus_needed(job))
         except PolicyError:
             for part in run.parts:
                 self._free[part.machine] -= part.cpus
             raise
         # Charge the old allocation before it changes, so usage follows the CPUs held.
         self._charge(run, now)
-        self._running.resize(run, parts, cpus, self._rate(job, parts), now)
-
-    def _started(self, run: RunningJob) -> None:
-        self._index.add_running(run)
-        # The ledger knows every name that ever held CPUs from the moment it does,
-        # so fair-share counts names seen without walking the running jobs.
-        self.usage.note(user=run.job.user, group=run.job.group)
-
-    def _charge(self, run: RunningJob, now: float) -> None:
-        self.usage.charge(
-            user=run.job.user,
-            group=run.job.group,
-            start=run.charged_from,
-            end=now,
-            cpus=run.cpus,
-        )
+        alloc = self._allocs.of(parts)
+        self._running.resize(run, parts, cpus, self._allocs.rate(alloc, job), now, alloc=alloc)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from model.allocation import pace
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Machine, Part, parts_cpus
 from scheduler.placement import Placement
 from scheduler.snapshot import Reservation, RunningJob, Snapshot, Start
 
@@ -206,3 +206,37 @@ def head_shadow(
         placement=placement,
         previous=snapshot.reservations.get(head.id),
     )
+
+
+def one_machine_shadow(
+    snapshot: Snapshot, head: Job, *, free: int, starts: Sequence[Start]
+) -> tuple[Reservation | None, int]:
+    """:func:`head_shadow` on a snapshot of one machine, in integers: the reservation
+    (None if the head never fits) and the extra CPUs at its start.
+
+    The same rule and the same numbers as :func:`shadow_for`'s one-machine case;
+    what it saves is building a per-machine map and a :class:`Shadow` at every
+    event, and it hands back the earlier :class:`Reservation` itself when the
+    promise is unchanged (most events), instead of an equal new one.
+    """
+    now = snapshot.now
+    (machine,) = snapshot.machines
+    only = machine.id
+    need = head.procs
+    running = snapshot.running
+    started: list[Release] = []
+    if starts:
+        speed = machine.speed
+        started = [(now + s.job.estimate_on(speed), s.parts) for s in starts]
+    at, left = _one_machine(need, now, free, running, started)
+    previous = snapshot.reservations.get(head.id)
+    if previous is not None and (at is None or previous.start < at):
+        # Keep an earlier promise when its CPUs are still free at its start.
+        earlier = _avail_at(previous.start, {only: free}, merged_releases(now, running, started))
+        if _fits(previous.parts, earlier):
+            return previous, earlier[only] - parts_cpus(previous.parts)
+    if at is None:
+        return None, left
+    if previous is not None and previous.start == at and previous.parts == (Part(only, need),):
+        return previous, left - need
+    return Reservation(head, at, (Part(only, need),)), left - need

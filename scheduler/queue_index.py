@@ -14,12 +14,19 @@ policies in the snapshot (``Snapshot.by_account``), only while the snapshot's
 queue is the whole queue. ``submit_sorted`` says whether every name's list is
 in submit order as well as arrival order (always, unless a job was inserted
 behind a later-submitted one); a source that relies on it checks it.
+
+Most policies never read the index (FIFO order needs no names), so an index
+given a ``source`` starts *dormant*: it keeps nothing, and the core skips its
+updates (``awake`` is false) until a priority source first reads it; it then
+builds itself from the source (the queue in arrival order, the running jobs
+in start order), which gives the lists the updates would have built, and is
+kept up to date from then on.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from model.job import Job
@@ -29,26 +36,52 @@ if TYPE_CHECKING:  # the snapshot module holds the index; no import cycle at run
 
 KINDS = ("user", "group")
 
+Source = Callable[[], "tuple[Iterable[Job], Iterable[RunningJob]]"]
+"""The queue in arrival order and the running jobs in start order, for a dormant index."""
+
 
 class QueueIndex:
     """Queued jobs per user and per group, in arrival order (``order``: job id to arrival)."""
 
-    __slots__ = ("_lists", "_order", "_running", "submit_sorted")
+    __slots__ = ("_lists", "_order", "_running", "_source", "_submit_sorted", "awake")
 
-    def __init__(self, order: Mapping[str, int]) -> None:
+    def __init__(self, order: Mapping[str, int], source: Source | None = None) -> None:
         self._order = order
         self._lists: dict[str, dict[str, list[Job]]] = {kind: {} for kind in KINDS}
         self._running: dict[str, dict[str, dict[str, RunningJob]]] = {kind: {} for kind in KINDS}
-        self.submit_sorted = True
+        self._submit_sorted = True
+        self._source = source
+        #: False while dormant (module docstring): updates are the caller's to skip.
+        self.awake = source is None
+
+    @property
+    def submit_sorted(self) -> bool:
+        """Whether every name's list is in submit order too (module docstring)."""
+        if not self.awake:
+            self._wake()
+        return self._submit_sorted
+
+    def _wake(self) -> None:
+        assert self._source is not None  # only a dormant index sleeps
+        queue, running = self._source()
+        self.awake = True
+        for job in queue:
+            self.add(job)
+        for run in running:
+            self.add_running(run)
 
     def running(self, kind: str, name: str) -> Iterable[RunningJob]:
         """The running jobs of ``name`` (in start order)."""
+        if not self.awake:
+            self._wake()
         jobs = self._running[kind].get(name)
         return jobs.values() if jobs is not None else ()
 
     def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
         """``(name, run)`` for every running job of each of ``names``: one call per
         event for fair-share, not one per name."""
+        if not self.awake:
+            self._wake()
         runs = self._running[kind]
         return [(w, r) for w in names if (jobs := runs.get(w)) for r in jobs.values()]
 
@@ -67,10 +100,14 @@ class QueueIndex:
 
     def names(self, kind: str) -> Collection[str]:
         """Users (or groups) with at least one queued job."""
+        if not self.awake:
+            self._wake()
         return self._lists[kind].keys()
 
     def jobs(self, kind: str, name: str) -> Sequence[Job]:
         """The queued jobs of ``name``, in arrival order."""
+        if not self.awake:
+            self._wake()
         return self._lists[kind][name]
 
     def arrival(self, job_id: str) -> int:
@@ -90,18 +127,22 @@ class QueueIndex:
             if (at > 0 and jobs[at - 1].submit > job.submit) or (
                 at + 1 < len(jobs) and jobs[at + 1].submit < job.submit
             ):
-                self.submit_sorted = False
+                self._submit_sorted = False
 
     def remove(self, job: Job) -> None:
         order = self._order
         for kind, name in (("user", job.user), ("group", job.group)):
             lists = self._lists[kind]
             jobs = lists[name]
-            # Each list is in arrival order: find the job by bisection, not a scan
-            # (a long-queued user's list is long, and every start removes one job).
-            at = bisect.bisect_left(jobs, order[job.id], key=lambda j: order[j.id])
-            if at == len(jobs) or jobs[at].id != job.id:
-                raise KeyError(f"job {job.id!r} is not in the queue index")
-            del jobs[at]
+            if jobs[0] is job:
+                # A name's first job (the usual start, its list being in arrival order).
+                del jobs[0]
+            else:
+                # Each list is in arrival order: find the job by bisection, not a scan
+                # (a long-queued user's list is long, and every start removes one job).
+                at = bisect.bisect_left(jobs, order[job.id], key=lambda j: order[j.id])
+                if at == len(jobs) or jobs[at].id != job.id:
+                    raise KeyError(f"job {job.id!r} is not in the queue index")
+                del jobs[at]
             if not jobs:
                 del lists[name]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence, ValuesView
 
+from model.allocation import Allocation
 from model.job import Job
 from model.machine import Part
 from scheduler.snapshot import RunningJob
@@ -27,11 +28,14 @@ from scheduler.snapshot import RunningJob
 class RunningSet:
     """Running jobs by id and by expected end (see the module docstring)."""
 
-    __slots__ = ("_by_end", "_by_id")
+    __slots__ = ("_by_end", "_by_id", "_ends")
 
     def __init__(self) -> None:
         self._by_id: dict[str, RunningJob] = {}
         self._by_end: list[RunningJob] = []
+        # ``est_end`` of each job of ``_by_end``, same positions: bisection on plain
+        # floats runs in C, where a key function would be called per step.
+        self._ends: list[float] = []
 
     @property
     def by_end(self) -> Sequence[RunningJob]:
@@ -63,6 +67,7 @@ class RunningSet:
         rate: float,
         start: float,
         now: float,
+        alloc: Allocation | None = None,
     ) -> RunningJob:
         """``job`` runs on ``parts`` since ``start`` at ``rate`` (``start <= now``; a
         restored job started before ``now`` has done the wall time of its time since)."""
@@ -76,13 +81,21 @@ class RunningSet:
             changed=now,
             rate=rate,
             charged_from=start,
+            alloc=alloc,
         )
         self._by_id[job.id] = run
-        bisect.insort_right(self._by_end, run, key=_end_key)
+        self._list(run)
         return run
 
     def resize(
-        self, run: RunningJob, parts: tuple[Part, ...], cpus: int, rate: float, now: float
+        self,
+        run: RunningJob,
+        parts: tuple[Part, ...],
+        cpus: int,
+        rate: float,
+        now: float,
+        *,
+        alloc: Allocation | None = None,
     ) -> None:
         """``run`` moves to ``parts`` at ``now``: the wall time done so far is kept and
         the rest goes at the new ``rate`` (the caller has charged the old allocation)."""
@@ -92,10 +105,11 @@ class RunningSet:
         run.rate = rate
         run.parts = parts
         run.cpus = cpus
+        run.alloc = alloc
         self._unlist(run)
         run.est_end = now + (job.walltime - run.est_done) / rate
         run.charged_from = now
-        bisect.insort_right(self._by_end, run, key=_end_key)
+        self._list(run)
 
     def pop(self, job_id: str) -> RunningJob | None:
         """Take the job out of the set; None if it is not running."""
@@ -104,13 +118,16 @@ class RunningSet:
             self._unlist(run)
         return run
 
+    def _list(self, run: RunningJob) -> None:
+        # After every job of the same expected end: ties stay in start order.
+        at = bisect.bisect_right(self._ends, run.est_end)
+        self._ends.insert(at, run.est_end)
+        self._by_end.insert(at, run)
+
     def _unlist(self, run: RunningJob) -> None:
         by_end = self._by_end
-        i = bisect.bisect_left(by_end, run.est_end, key=_end_key)
+        i = bisect.bisect_left(self._ends, run.est_end)
         while by_end[i] is not run:
             i += 1
         del by_end[i]
-
-
-def _end_key(run: RunningJob) -> float:
-    return run.est_end
+        del self._ends[i]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from model.allocation import Allocation
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.queue_index import QueueIndex
@@ -37,6 +38,9 @@ class RunningJob:
     rate: float = 1.0
     #: Usage is charged to the ledger up to here (resizes charge the old allocation).
     charged_from: float = 0.0
+    #: ``parts`` as the execution model sees them (pace and CPUs), when the core built
+    #: it: the twin's modelled agents run the job on this same value, not a copy.
+    alloc: Allocation | None = None
 
 
 class UsageView(Protocol):

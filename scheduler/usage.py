@@ -5,12 +5,24 @@ split over the accounting periods its run overlapped, so a decayed sum over
 periods (``scheduler.priority.fairshare``) can weigh recent use more than old
 use. Running jobs are not in the ledger; the fair-share source adds their use
 so far from the snapshot, so a long job counts before it ends.
+
+Most policies never read the ledger, yet every job start notes its names and
+every end charges it. So ``note`` and ``charge`` only append the event to a
+list, and the first read after them folds the list into the tables in the
+order it was written: a read sees exactly what charging at once would have
+given, and a replay that never reads pays a list append per event. The list
+is folded at ``_FOLD_AT`` entries too, so a live scheduler whose policy never
+reads the ledger does not grow it without bound.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
+
+_FOLD_AT = 4096
+"""Unread notes and charges kept before they are folded in anyway (module docstring)."""
 
 
 class UsageLedger:
@@ -23,6 +35,9 @@ class UsageLedger:
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
         self._memo: dict[tuple[str, str], tuple[tuple[int, int, float], float]] = {}
+        # Notes and charges not yet folded in, as (user, group, start, end, cpus);
+        # a note is a charge of nothing (module docstring).
+        self._unfolded: list[tuple[str, str, float, float, int]] = []
 
     @property
     def period(self) -> float:
@@ -30,12 +45,27 @@ class UsageLedger:
 
     def note(self, *, user: str, group: str) -> None:
         """Know ``user`` and ``group`` (a job of theirs took CPUs), charging nothing yet."""
-        self._names["user"].setdefault(user, None)
-        self._names["group"].setdefault(group, None)
+        unfolded = self._unfolded
+        unfolded.append((user, group, 0.0, 0.0, 0))
+        if len(unfolded) >= _FOLD_AT:
+            self._fold()
 
     def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
         """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
-        self.note(user=user, group=group)
+        unfolded = self._unfolded
+        unfolded.append((user, group, start, end, cpus))
+        if len(unfolded) >= _FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Apply the notes and charges written since the last read, in order."""
+        unfolded, self._unfolded = self._unfolded, []
+        for user, group, start, end, cpus in unfolded:
+            self._apply(user, group, start, end, cpus)
+
+    def _apply(self, user: str, group: str, start: float, end: float, cpus: int) -> None:
+        self._names["user"].setdefault(user, None)
+        self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
             return
         self._memo.pop(("user", user), None)
@@ -55,6 +85,8 @@ class UsageLedger:
 
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
+        if self._unfolded:
+            self._fold()
         return self._charged.get((kind, name, period_index), 0.0)
 
     def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float:
@@ -63,6 +95,8 @@ class UsageLedger:
         Fair-share asks this of every queued name at every event, and most of
         them have not been charged since the last time.
         """
+        if self._unfolded:
+            self._fold()
         key = (kind, name)
         memo = self._memo.get(key)
         if memo is not None and memo[0] == (last, count, decay):
@@ -71,21 +105,51 @@ class UsageLedger:
         self._memo[key] = ((last, count, decay), value)
         return value
 
+    def decayed_known(
+        self, kind: str, names: Iterable[str], last: int, count: int, decay: float
+    ) -> dict[str, float]:
+        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left
+        out): one call per event for fair-share, not one per name."""
+        if self._unfolded:
+            self._fold()
+        known = self._names[kind]
+        memo = self._memo
+        stamp = (last, count, decay)
+        out: dict[str, float] = {}
+        for name in names:
+            if name not in known:
+                continue
+            hit = memo.get((kind, name))
+            out[name] = (
+                hit[1]
+                if hit is not None and hit[0] == stamp
+                else self.decayed(kind, name, last, count, decay)
+            )
+        return out
+
     def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
+        if self._unfolded:
+            self._fold()
         charged = self._charged
         return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
 
     def knows(self, kind: str, name: str) -> bool:
         """Whether ``name`` (a user or group) was ever charged or noted."""
+        if self._unfolded:
+            self._fold()
         return name in self._names[kind]
 
     def count(self, kind: str) -> int:
         """How many users or groups were ever charged or noted."""
+        if self._unfolded:
+            self._fold()
         return len(self._names[kind])
 
     def names(self, kind: str) -> list[str]:
         """Every user or group ever charged or noted, in first-seen order."""
+        if self._unfolded:
+            self._fold()
         return list(self._names[kind])
 
 

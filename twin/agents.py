@@ -4,6 +4,11 @@ They run each job's real run time (``Job.runtime`` at the job's reference
 speed) at the rate the shared execution model gives for the allocation's pace
 and MPL, and re-plan a job's end when it is resized. They keep the CPU
 segments every metric is computed from.
+
+The engine hands them the allocation and rate the scheduler core has just
+computed for the same parts (``RunningJob.alloc`` and ``rate``): one
+:class:`~model.allocation.Allocation` per start, not one per side. A caller
+without a core's numbers gives the parts alone and the agents compute them.
 """
 
 from __future__ import annotations
@@ -44,16 +49,35 @@ class ModelledAgents:
         self._execution = execution
         self._jobs: dict[str, _Progress] = {}
 
-    def start(self, job: Job, parts: tuple[Part, ...], now: float) -> tuple[float, int]:
-        """Start ``job``; returns ``(end time, version)`` of its end event."""
+    def start(
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        now: float,
+        *,
+        alloc: Allocation | None = None,
+        rate: float | None = None,
+    ) -> tuple[float, int]:
+        """Start ``job``; returns ``(end time, version)`` of its end event. ``alloc``
+        and ``rate``, when given, are ``parts``' (module docstring)."""
         if job.runtime is None:
             raise ModelError(f"job {job.id!r} has no run time; the twin needs one")
-        alloc = Allocation.of(parts, self._speeds)
-        prog = _Progress(job, alloc, alloc, now, now, rate=alloc.rate(job, self._execution))
+        if alloc is None or rate is None:
+            alloc = Allocation.of(parts, self._speeds)
+            rate = alloc.rate(job, self._execution)
+        prog = _Progress(job, alloc, alloc, now, now, rate=rate)
         self._jobs[job.id] = prog
-        return now + job.runtime / prog.rate, prog.version
+        return now + job.runtime / rate, 0
 
-    def resize(self, job: Job, parts: tuple[Part, ...], now: float) -> tuple[float, int]:
+    def resize(
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        now: float,
+        *,
+        alloc: Allocation | None = None,
+        rate: float | None = None,
+    ) -> tuple[float, int]:
         """Move ``job`` to ``parts``; returns its new ``(end time, version)``."""
         prog = self._jobs[job.id]
         assert job.runtime is not None  # checked at start
@@ -61,8 +85,11 @@ class ModelledAgents:
         if now > prog.since:
             prog.segments.append(Segment(prog.since, now, prog.alloc.cpus))
         prog.since = now
-        prog.alloc = Allocation.of(parts, self._speeds)
-        prog.rate = prog.alloc.rate(job, self._execution)
+        if alloc is None or rate is None:
+            alloc = Allocation.of(parts, self._speeds)
+            rate = alloc.rate(job, self._execution)
+        prog.alloc = alloc
+        prog.rate = rate
         prog.version += 1
         return now + (job.runtime - prog.done) / prog.rate, prog.version
 

@@ -72,6 +72,8 @@ def simulate(
             )
     core = SchedulerCore(policy=policy, machines=machines, execution=execution)
     agents = ModelledAgents({m.id: m.speed for m in machines}, execution)
+    # The core's allocation and rate of every start go to the agents (twin.agents).
+    running_job = core.running_job
     ends: list[tuple[float, int, str, int]] = []
     seq = 0
     outcomes: list[JobOutcome] = []
@@ -115,15 +117,24 @@ def simulate(
         decisions = core.schedule(now)
         decision_ns.append(clock() - t0)
         for resize in decisions.resizes:
-            end, version = agents.resize(resize.job, resize.parts, now)
+            run = running_job(resize.job.id)
+            assert run is not None  # the core applied the resize
+            end, version = agents.resize(
+                resize.job, resize.parts, now, alloc=run.alloc, rate=run.rate
+            )
             heapq.heappush(ends, (end, seq, resize.job.id, version))
             seq += 1
         for start in decisions.starts:
-            end, version = agents.start(start.job, start.parts, now)
+            run = running_job(start.job.id)
+            assert run is not None  # the core applied the start
+            end, version = agents.start(start.job, start.parts, now, alloc=run.alloc, rate=run.rate)
             heapq.heappush(ends, (end, seq, start.job.id, version))
             seq += 1
-        if decisions.reservations:
-            due = min(r.start for r in decisions.reservations)
+        reservations = decisions.reservations
+        if reservations:
+            due = reservations[0].start
+            if len(reservations) > 1:
+                due = min(r.start for r in reservations)
             if now < due < (ends[0][0] if ends else inf) and (not wakes or due < wakes[0]):
                 heapq.heappush(wakes, due)
         if progress is not None and events >= next_report:

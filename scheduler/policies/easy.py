@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from model.allocation import pace
 from model.machine import Part
 from scheduler.alloc import start_while_fit, take
-from scheduler.easy_shadow import head_shadow
+from scheduler.easy_shadow import head_shadow, one_machine_shadow
 from scheduler.placement import Placement, PlacementRule
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -129,7 +129,7 @@ class EasyBackfill:
         if i == n:
             return Decisions(starts=starts)
         head = order[i]
-        reservations: list[Reservation] = []
+        reservation: Reservation | None = None
         computed = False
         if free > 0:
             shadow_time = float("inf")
@@ -141,15 +141,13 @@ class EasyBackfill:
                     continue
                 if not computed:
                     computed = True
-                    shadow = head_shadow(
-                        snapshot, head, free={only: free}, starts=starts, placement=self.placement
+                    reservation, extra = one_machine_shadow(
+                        snapshot, head, free=free, starts=starts
                     )
-                    if shadow is None:
+                    if reservation is None:
                         extra = free  # the head never runs (see decide): no reservation
                     else:
-                        shadow_time = shadow.reservation.start
-                        extra = shadow.extra[only]
-                        reservations.append(shadow.reservation)
+                        shadow_time = reservation.start
                 # (``Job.estimate_on`` written out, as in ``decide``.)
                 if now + job.walltime / (speed / job.ref_speed) > shadow_time:
                     if procs > extra:
@@ -160,12 +158,8 @@ class EasyBackfill:
                 if free == 0:
                     break
         if not computed:
-            last = head_shadow(
-                snapshot, head, free={only: free}, starts=starts, placement=self.placement
-            )
-            if last is not None:
-                reservations.append(last.reservation)
-        return Decisions(starts=starts, reservations=reservations)
+            reservation, _ = one_machine_shadow(snapshot, head, free=free, starts=starts)
+        return Decisions(starts=starts, reservations=[] if reservation is None else [reservation])
 
 
 def _cap(free: dict[str, int], extra: dict[str, int], *, single: bool) -> int:

@@ -70,17 +70,16 @@ this was done.
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
 from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import RunningJob, Snapshot
-from scheduler.usage import decayed_sum, split_periods
+from scheduler.usage import UsageLedger, decayed_sum, split_periods
 
 DEFAULT_DECAY = 0.7
 """The text's decay factor ``D``."""
@@ -121,6 +120,10 @@ class FairShare:
     decay: float = DEFAULT_DECAY
     window: int = DEFAULT_WINDOW
     scale_usage_by_share: bool = False
+    # Derived from ``shares`` once (order runs at every event): the listed shares by
+    # name, and what they leave of 1 for the unlisted names.
+    _listed: dict[str, float] = field(init=False, repr=False, compare=False)
+    _left: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.by not in ("user", "group"):
@@ -143,6 +146,8 @@ class FairShare:
             raise ValueError(
                 f"fair-share: shares are fractions of the cluster, they sum to {total}"
             )
+        object.__setattr__(self, "_listed", dict(self.shares))
+        object.__setattr__(self, "_left", max(0.0, 1.0 - total))
 
     def account(self, job: Job) -> str:
         """The name whose share ``job`` draws on: its user, or its group with ``by="group"``."""
@@ -209,76 +214,85 @@ class FairShare:
         today = math.ceil(now / period) - 1
         window = self.window
         window_start = (today - window + 1) * period
+        decay = self.decay
         by_name = snapshot.by_account
-        # The index's own view of its names (no copy); nothing below changes the index.
-        wanted: Collection[str] = (
-            by_name.names(kind) if by_name is not None else {account(j) for j in snapshot.queue}
-        )
-        # Running use inside today's period, per name: for a run that began today it is
-        # ``now * cpus - begin * cpus``, so it is summed as it goes and added to the
-        # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
-        # per-period list. Only runs that began before today go period by period.
-        today_start = today * period
-        current: dict[str, float] = {}
-        live: dict[str, dict[int, float]] = {}
         knows = usage.knows
+        runs_of: Callable[[str, str], Iterable[RunningJob]]
+        if by_name is not None:
+            # The index's own view of its names (no copy); nothing below changes it.
+            wanted: Collection[str] = by_name.names(kind)
+            runs_of = by_name.running
+            # The core noted every running job's names in the ledger when it started.
+            fresh: set[str] = set()
+        else:
+            wanted = {account(j) for j in snapshot.queue}
+            grouped: dict[str, list[RunningJob]] = {}
+            for run in snapshot.running:
+                grouped.setdefault(account(run.job), []).append(run)
+            fresh = {w for w in grouped if not knows(kind, w)}
+            runs_of = _runs_in(grouped)
+        # The ledger's decayed sums of the queued names it knows, in one call (the
+        # core's own ledger; any other usage view is asked name by name below).
+        sums = (
+            usage.decayed_known(kind, wanted, today, window, decay)
+            if isinstance(usage, UsageLedger)
+            else None
+        )
         # Names seen so far, counted without listing them: the ledger's, plus the
         # running and queued ones it has not charged yet.
-        fresh = {w for w in wanted if not knows(kind, w)}
-        pairs: Iterable[tuple[str, RunningJob]]
-        if by_name is not None:
-            # The core noted every running job's names in the ledger when it started.
-            pairs = by_name.running_pairs(kind, wanted)
-        else:
-            fresh |= {w for r in snapshot.running if not knows(kind, w := account(r.job))}
-            pairs = [(w, r) for r in snapshot.running if (w := account(r.job)) in wanted]
-        # Today's use is summed in ``acc`` while the pairs stay on one name (the
-        # index lists them name by name) and stored when the name changes.
-        last: str | None = None
-        acc = 0.0
-        for who, run in pairs:
-            cpus = run.cpus
-            if cpus <= 0:
-                continue
-            # max(start, charged_from, window_start), written out: it runs per job.
-            begin = run.charged_from
-            begin = run.start if run.start > begin else begin
-            begin = window_start if window_start > begin else begin
-            if now <= begin:
-                continue
-            if begin >= today_start:
-                if who != last:
-                    if last is not None:
-                        current[last] = current.get(last, 0.0) + acc
-                    last, acc = who, 0.0
-                acc += (now - begin) * cpus
-            else:
-                per = live.setdefault(who, {})
-                for index, seconds in split_periods(begin, now, period):
-                    per[index] = per.get(index, 0.0) + seconds * cpus
-        if last is not None:
-            current[last] = current.get(last, 0.0) + acc
-        listed = dict(self.shares)
+        fresh |= (
+            {w for w in wanted if w not in sums}
+            if sums is not None
+            else {w for w in wanted if not knows(kind, w)}
+        )
+        listed = self._listed
         seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
         other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
         capacity = snapshot.total_cpus * period
-        decay = self.decay
         scale = self.scale_usage_by_share
+        today_start = today * period
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
+            # Running use of ``who``: inside today's period, for a run that began today,
+            # it is ``(now - begin) * cpus``, summed in ``today_use`` and added to the
+            # ledger's remembered decayed sum (today's weight is D**0 = 1) with no
+            # per-period list. Only runs that began before today go period by period.
+            today_use = 0.0
+            older: dict[int, float] | None = None
+            for run in runs_of(kind, who):
+                cpus = run.cpus
+                if cpus <= 0:
+                    continue
+                # max(start, charged_from, window_start), written out: it runs per job.
+                begin = run.charged_from
+                begin = run.start if run.start > begin else begin
+                begin = window_start if window_start > begin else begin
+                if now <= begin:
+                    continue
+                if begin >= today_start:
+                    today_use += (now - begin) * cpus
+                else:
+                    if older is None:
+                        older = {}
+                    for index, seconds in split_periods(begin, now, period):
+                        older[index] = older.get(index, 0.0) + seconds * cpus
             share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:
-                # A name never charged sums to 0.0 from the ledger, as in _standing.
-                running_use = live.get(who)
-                if running_use is None:
-                    raw = 0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
-                    raw += current.get(who, 0.0)
+                if older is None:
+                    # A name never charged sums to 0.0 from the ledger, as in _standing.
+                    if sums is not None:
+                        raw = sums.get(who, 0.0)
+                    else:
+                        raw = (
+                            0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
+                        )
+                    raw += today_use
                 else:
-                    running_use[today] = running_use.get(today, 0.0) + current.get(who, 0.0)
+                    older[today] = older.get(today, 0.0) + today_use
                     charged = usage.recent(kind, who, today, window)
                     for k in range(window):
-                        charged[k] += running_use.get(today - k, 0.0)
+                        charged[k] += older.get(today - k, 0.0)
                     raw = decayed_sum(charged, decay)
                 used = raw / capacity
             if scale:
@@ -290,8 +304,7 @@ class FairShare:
         """The share of each of ``unlisted`` names seen but not listed."""
         if not self.shares:
             return 1.0 / unlisted if unlisted else 0.0
-        left = max(0.0, 1.0 - math.fsum(share for _, share in self.shares))
-        return left / unlisted if unlisted else 0.0
+        return self._left / unlisted if unlisted else 0.0
 
     def _standing(
         self,
@@ -356,30 +369,50 @@ class FairShare:
         The per-job sort key is ``(rank of the name, submit, position)``, and each
         name's list is already in submit-then-position order (``submit_sorted``),
         so the order is the names' lists one after the other by rank; names of
-        equal rank have their lists merged by ``(submit, position)``.
+        equal rank have their lists merged by ``(submit, position)`` (a sort of
+        their concatenation: the lists are short, and a sort runs in C).
         """
         kind = self.by
-        rank = {
-            who: (-round(p, _TIE_DIGITS), -share)
+        if len(index.names(kind)) == 1:
+            # One name waiting: the order is its list, whatever its priority.
+            (only,) = index.names(kind)
+            return list(index.jobs(kind, only))
+        # (rank, name): the name only makes the sort total; tied names' lists are
+        # merged by (submit, arrival), which no two jobs share, so their order
+        # among themselves does not show.
+        keys = sorted(
+            (-round(p, _TIE_DIGITS), -share, who)
             for who, (p, share) in self.queue_table(snapshot).items()
-        }
-        names = sorted(rank, key=rank.__getitem__)
+        )
+        jobs = index.jobs
         out: list[Job] = []
         k = 0
-        while k < len(names):
+        n = len(keys)
+        while k < n:
+            first, second, who = keys[k]
             tied = k + 1
-            while tied < len(names) and rank[names[tied]] == rank[names[k]]:
+            while tied < n and keys[tied][0] == first and keys[tied][1] == second:
                 tied += 1
             if tied == k + 1:
-                out += index.jobs(kind, names[k])
+                out += jobs(kind, who)
             else:
                 arrival = index.arrival
-                out += heapq.merge(
-                    *(index.jobs(kind, n) for n in names[k:tied]),
-                    key=lambda j: (j.submit, arrival(j.id)),
-                )
+                merged = [j for key in keys[k:tied] for j in jobs(kind, key[2])]
+                merged.sort(key=lambda j: (j.submit, arrival(j.id)))
+                out += merged
             k = tied
         return out
+
+
+def _runs_in(
+    grouped: dict[str, list[RunningJob]],
+) -> Callable[[str, str], Iterable[RunningJob]]:
+    """``QueueIndex.running``'s shape over running jobs grouped by name by hand."""
+
+    def runs(_kind: str, name: str) -> Iterable[RunningJob]:
+        return grouped.get(name, ())
+
+    return runs
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call
