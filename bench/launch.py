@@ -29,11 +29,17 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 
+from broker.bus import Bus
 from broker.codec import decode, encode
+from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 from broker.memory import MemoryBroker
 from broker.messages import (
     AgentOnline,
@@ -43,6 +49,7 @@ from broker.messages import (
     PartStarted,
     StartPart,
 )
+from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent import AgentSettings, NodeAgent
@@ -138,7 +145,40 @@ async def one_launch(samples: int) -> dict[str, tuple[list[float], list[float]]]
     return out
 
 
-async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[float]]:
+@contextmanager
+def mosquitto() -> Iterator[int]:
+    """A private Mosquitto on a free loopback port (``accordion up``'s configuration)."""
+    binary = mosquitto_binary()
+    if binary is None:
+        raise SystemExit("mosquitto is not installed: use --broker memory")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp) / "mosquitto.conf"
+        conf.write_text(mosquitto_config(host="127.0.0.1", port=port))
+        proc = subprocess.Popen([binary, "-c", str(conf)], stderr=subprocess.DEVNULL)
+        try:
+            while not accepts("127.0.0.1", port):
+                time.sleep(0.02)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def clients(kind: str, port: int) -> tuple[
+    AbstractAsyncContextManager[Bus], AbstractAsyncContextManager[Bus]
+]:  # fmt: skip
+    """The agent's and the scheduler's connections, on the memory broker or Mosquitto."""
+    if kind == "memory":
+        broker = MemoryBroker()
+        return broker.client("agent-bench"), broker.client("scheduler")
+    settings = MqttSettings("127.0.0.1", port)
+    return MqttBus(settings, "agent-bench"), MqttBus(settings, "scheduler")
+
+
+async def burst(
+    n: int, rounds: int, kind: str = "memory", port: int = 0
+) -> tuple[list[float], list[float], list[float]]:
     """``rounds`` times: n StartParts at once to one agent.
 
     Per round: wall seconds until all n ran, the mean launch latency, and the
@@ -147,14 +187,14 @@ async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[flo
     the machine is running.
     """
     topics = Topics("bench/v1")
-    broker = MemoryBroker()
+    agent_client, sched_client = clients(kind, port)
     machine = Machine(id="bench", cpus=n, speed=1.0)
     times: list[float] = []
     launches: list[float] = []
     cpus: list[float] = []
     async with (
-        broker.client("agent-bench") as bus,
-        broker.client("scheduler") as sched,
+        agent_client as bus,
+        sched_client as sched,
         ForkServer() as server,
         asyncio.TaskGroup() as tg,
     ):
@@ -214,6 +254,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10, help="single launches per way")
     parser.add_argument("--procs", type=int, default=64, help="job processes in the burst")
     parser.add_argument("--rounds", type=int, default=5, help="bursts")
+    parser.add_argument(
+        "--broker",
+        choices=("mosquitto", "memory", "both"),
+        default="both",
+        help="the burst's broker: a private Mosquitto (QoS 1 round trips, as deployed), "
+        "the in-process memory broker, or each in turn",
+    )
     args = parser.parse_args()
     single = asyncio.run(one_launch(args.samples))
     print(f"one launch, {args.samples} samples each (median; wall to the job's first report)")
@@ -224,24 +271,32 @@ def main() -> None:
     print(f"{'fork server':34} {1e3 * med['fork'][0]:9.1f} {1e3 * med['fork'][1]:9.1f}")
     print(
         f"{'ratio exec / fork':34} {med['exec'][0] / med['fork'][0]:9.1f}x "
-        f"{med['exec'][1] / med['fork'][1]:8.1f}x"
+        f"{med['exec'][1] / max(med['fork'][1], 1.0 / TICKS):8.1f}x"
     )
     print(
         f"a 64-rank job's launch CPU: exec {64 * med['exec'][1]:.1f} CPU-s, "
         f"fork {64 * med['fork'][1]:.2f} CPU-s"
     )
-    times, latency, cpu = asyncio.run(burst(args.procs, args.rounds))
-    print(
-        f"{args.procs} job processes on one agent, all running (first StartPart to the last "
-        f"first report), {args.rounds} rounds: median {statistics.median(times):.3f} s, "
-        f"max {max(times):.3f} s; mean launch latency (decision to fork) "
-        f"{1e3 * statistics.mean(latency):.1f} ms; CPU spent per burst (agent, fork server, "
-        f"the {args.procs} processes to their first report): median {statistics.median(cpu):.3f} s"
-    )
+    kinds = ("mosquitto", "memory") if args.broker == "both" else (args.broker,)
+    worst = 0.0
+    for kind in kinds:
+        if kind == "mosquitto":
+            with mosquitto() as port:
+                times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind, port))
+        else:
+            times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind))
+        worst = max(worst, max(times))
+        print(
+            f"{args.procs} job processes on one agent ({kind} broker), all running (first "
+            f"StartPart to the last first report), {args.rounds} rounds: median "
+            f"{statistics.median(times):.3f} s, max {max(times):.3f} s; mean launch latency "
+            f"(decision to fork) {1e3 * statistics.mean(latency):.1f} ms; CPU spent per burst "
+            f"(agent, fork server, the {args.procs} processes to their first report): median "
+            f"{statistics.median(cpu):.3f} s"
+        )
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    verdict = "met" if max(times) < 1.0 else "missed"
+    verdict = "met" if worst < 1.0 else "missed"
     print(f"target: {args.procs} processes running in under 1 s: {verdict} (worst round)")
-
 
 if __name__ == "__main__":
     main()
