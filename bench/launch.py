@@ -225,16 +225,28 @@ async def burst(
             cpu0 = time.process_time() + cpu_seconds(server.pid)
             pids: list[int] = []
             t0 = time.perf_counter()
-            for start in starts:
-                await sched.publish(topics.agent_commands("bench"), encode(start))
+            # All at once, as many QoS 1 publishes in flight: what is measured is the
+            # agent's launch path, not this client's round trips.
+            async with asyncio.TaskGroup() as sends:
+                for start in starts:
+                    sends.create_task(
+                        sched.publish(topics.agent_commands("bench"), encode(start)),
+                        name="bench-start",
+                    )
             up: set[str] = set()
             while len(up) < n:
                 message = decode((await anext(events)).payload)
                 if isinstance(message, PartProgress) and message.job_id in ids:
                     up.add(message.job_id)
-                elif isinstance(message, PartStarted):
+                elif isinstance(message, PartStarted) and message.job_id in ids:
                     pids.append(message.pid)
             times.append(time.perf_counter() - t0)
+            # A job's own first report may overtake its agent's PartStarted (they are
+            # published independently): the pids of this round, before its CPU is read.
+            while len(pids) < n:
+                message = decode((await anext(events)).payload)
+                if isinstance(message, PartStarted) and message.job_id in ids:
+                    pids.append(message.pid)
             spent = time.process_time() + cpu_seconds(server.pid) - cpu0
             cpus.append(spent + sum(cpu_seconds(pid) for pid in pids))
             count = server.stats.launches - observed[0]
@@ -297,6 +309,7 @@ def main() -> None:
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     verdict = "met" if worst < 1.0 else "missed"
     print(f"target: {args.procs} processes running in under 1 s: {verdict} (worst round)")
+
 
 if __name__ == "__main__":
     main()

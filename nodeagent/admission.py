@@ -1,100 +1,45 @@
-"""The agent's commands: admission of starts, resizes and cancels, and part reports.
+"""The agent's commands: admission of starts, resizes and cancels.
 
-This is the half of :class:`nodeagent.agent.NodeAgent` that answers the
+This is the part of :class:`nodeagent.agent.NodeAgent` that answers the
 scheduler's commands (the rules are in ``nodeagent.agent``'s docstring:
 idempotent starts, fencing by attempt and lease, CPUs held by parts being
-ended, resizes checked like starts) and reports a part's end. It is a mixin:
+ended, resizes checked like starts); a part's launch, supervision and end
+are ``nodeagent.runs``'s. It is a mixin:
 the state it reads and changes is the actor's own, declared below, and only
 the actor's drain loop calls it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import tempfile
-from collections import OrderedDict
-from collections.abc import Callable
 
-from broker.bus import Bus, Delivery
+from broker.bus import Delivery
 from broker.codec import WireError, decode, encode
-from broker.messages import (
-    CancelPart,
-    Message,
-    MpiSpec,
-    PartFinished,
-    PartStarted,
-    ResizePart,
-    StartPart,
-)
-from broker.topics import Topics
-from model.machine import Machine
-from nodeagent.cpuset import SlotPool, find_ranks, format_cpuset, pin_part
-from nodeagent.lease import LeaseFile
-from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound
+from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
+from nodeagent.cpuset import format_cpuset, pin_part
+from nodeagent.parts import Part, RanksFound
 from nodeagent.ranks import MpiParams, ParamsError
 from nodeagent.registration import execution_model
-from nodeagent.settings import AgentSettings, Reason
-from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, running_since
+from nodeagent.runs import PartRuns
+from nodeagent.settings import Reason
+from nodeagent.spawn import Launch, LaunchError
 
 log = logging.getLogger("nodeagent.agent")
 
 
-class Admission:
-    """Command handling and part reports of the node agent (a mixin of ``NodeAgent``)."""
+class Admission(PartRuns):
+    """Command handling of the node agent (a mixin of ``NodeAgent``)."""
 
-    # The actor's state (``NodeAgent.__init__`` sets every one).
-    machine: Machine
-    settings: AgentSettings
-    _bus: Bus
-    _topics: Topics
-    _spawn: Spawn
-    _clock: Callable[[], float]
-    _monotonic: Callable[[], float]
-    _events: str
-    _mailbox: asyncio.Queue[Mail]
-    _parts: dict[str, Part]
-    _finished: OrderedDict[tuple[str, int], Reason]
-    _deferred: dict[str, StartPart]
-    _waiting: list[StartPart]
-    _lease: LeaseFile | None
-    _busy: int
-    _counters: Counters
+    # The actor's state that only admission reads (``NodeAgent.__init__`` sets it).
     _stopping: bool
-    _tg: asyncio.TaskGroup | None
-    _pool: SlotPool
     incarnation: str
-
-    @property
-    def agent_id(self) -> str:
-        return self.machine.id
-
-    def lease_lapsed(self) -> bool:
-        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
-        return self._lease is not None and self._lease.age() > self.settings.lease
-
-    async def _supervise(self, job_id: str, attempt: int, process: JobProcess) -> None:
-        try:
-            code = await process.wait()
-        except asyncio.CancelledError:
-            # Only an unclean end of the agent cancels a supervisor (its bus was
-            # lost, or its task cancelled): the scheduler will count this part
-            # lost, so it must not go on running unseen and holding the CPUs.
-            # Reaped before the cancellation goes on: no process outlives its
-            # supervisor.
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise
-        await self._mailbox.put(Exited(job_id, code, attempt))
 
     def _end(self, part: Part, reason: Reason, now: float) -> None:
         part.ending = reason
         part.kill_at = now + self.settings.kill_grace
-        with contextlib.suppress(ProcessLookupError):  # it may have exited already
-            part.process.terminate()
+        part.signal(kill=False)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -223,32 +168,26 @@ class Admission:
             await self._refuse(job.id, attempt, "failed", why)
             return
         # A resize retained for an earlier run of this job id (another agent's,
-        # which died before clearing it) must not reach this process.
-        await self._bus.publish(self._topics.job_control(job.id), b"", retain=True)
-        # The part's clock starts here, for the job process (its work counts from
-        # ``at``), the wall-time limit and the scheduler (PartStarted.at) alike.
+        # which died before clearing it) must not reach this process: the launch
+        # waits for this clear's acknowledgement (``nodeagent.runs``).
+        cleared = self._outbox.post(self._topics.job_control(job.id), b"", retain=True)
+        # The part's clock starts here for now; once its process runs, from its fork,
+        # for the job process (its work counts from ``at``), the wall-time limit and
+        # the scheduler (PartStarted.at) alike.
         at, now = self._clock(), self._monotonic()
         try:
             launch = self._launch(command, at)
         except LaunchError as exc:
             await self._refuse(job.id, attempt, "failed", str(exc))
             return
-        try:
-            process = await self._spawn(launch)
-        except OSError as exc:
-            await self._refuse(job.id, attempt, "failed", f"cannot start its process: {exc}")
-            return
-        # Launcher hook (nodeagent.forkserver): a process that knows when it began
-        # running dates the part from there; the launch is not part of the run.
-        launched = running_since(process, at)
-        now, at = now + (launched - at), launched
         rate = launch.rate()
         part = Part(
             launch=launch,
-            process=process,
+            process=None,
             cpus=command.cpus,
             attempt=attempt,
             started=at,
+            received=now,
             rate=rate,
             budget=job.walltime,
             changed=now,
@@ -259,34 +198,9 @@ class Admission:
         self._parts[job.id] = part
         self._busy += part.cpus
         self._counters.started += 1
-        if self._tg is None:
-            raise RuntimeError("parts are started by the drain loop, which run() starts")
-        if launch.mpi is not None:
-            # The leader now, so ranks it forks before they are found inherit the
-            # part's cores; each rank on its own core once found (``_ranks_found``).
-            pin_part(self._pool, part.slots, process.pid, ())
-            self._tg.create_task(
-                self._find_ranks(job.id, attempt, process.pid, launch.ranks),
-                name=f"agent-{self.agent_id}-ranks-{job.id}",
-            )
-        self._tg.create_task(
-            self._supervise(job.id, attempt, process), name=f"agent-{self.agent_id}-part-{job.id}"
-        )
-        started = PartStarted(
-            job_id=job.id, agent_id=self.agent_id, pid=process.pid, at=at, attempt=attempt
-        )
-        await self._publish(self._events, started)
-        log.info(
-            "part %s started: pid %d, %d CPUs, rate %.4g, limit in %.3f s",
-            job.id,
-            process.pid,
-            part.cpus,
-            rate,
-            part.deadline - now,
-        )
-
-    def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
-        return now + budget / (rate * time_scale) + self.settings.walltime_grace
+        # The launch and the supervision run in a task of their own: the next command
+        # is read while this one forks (``nodeagent.runs``).
+        self._begin_run(part, cleared)
 
     async def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
         log.warning("agent %s: part %s refused (%s): %s", self.agent_id, job_id, reason, why)
@@ -297,8 +211,7 @@ class Admission:
         self._counters.stale += 1
         part.ending = "cancelled"
         part.kill_at = None
-        with contextlib.suppress(ProcessLookupError):
-            part.process.kill()
+        part.signal(kill=True)
 
     async def _resize(self, command: ResizePart) -> None:
         part = self._parts.get(command.job_id)
@@ -325,7 +238,8 @@ class Admission:
         part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
         before = self._pool.cores_of(part.slots)
         part.slots = self._pool.resize(part.slots, command.cpus)
-        if part.launch.mpi is not None:
+        if part.launch.mpi is not None and part.process is not None:
+            # (One still launching is pinned to its slots as it arrives.)
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
         self._counters.resizes += 1
         part.deadline = self._deadline(now, part.budget, rate, scale)
@@ -338,7 +252,7 @@ class Admission:
             attempt=part.attempt,
             issued=command.issued,
         )
-        await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
+        self._outbox.post(self._topics.job_control(command.job_id), encode(forward), retain=True)
         log.info(
             "part %s resized to %d CPUs at pace %g: cores %s -> %s",
             command.job_id,
@@ -372,11 +286,6 @@ class Admission:
         elif part.ending == "lost":
             part.ending = "cancelled"  # asked by the scheduler while the agent stops
 
-    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
-        """Helper task: post the part's rank pids once the leader forked them all."""
-        pids = await find_ranks(leader, count, patience=self.settings.rank_search)
-        await self._mailbox.put(RanksFound(job_id, attempt, pids))
-
     def _ranks_found(self, found: RanksFound) -> None:
         part = self._parts.get(found.job_id)
         if part is None or part.attempt != found.attempt:
@@ -389,28 +298,8 @@ class Admission:
                 part.launch.ranks,
             )
         part.ranks = found.pids
-        pin_part(self._pool, part.slots, part.process.pid, part.ranks)
-
-    async def _report_finished(
-        self, job_id: str, attempt: int, code: int, reason: Reason, detail: str | None = None
-    ) -> None:
-        self._finished[(job_id, attempt)] = reason
-        while len(self._finished) > self.settings.remember_finished:
-            self._finished.popitem(last=False)
-        self._counters.finished[reason] += 1
-        finished = PartFinished(
-            job_id=job_id,
-            agent_id=self.agent_id,
-            exit_code=code,
-            at=self._clock(),
-            reason=reason,
-            attempt=attempt,
-            detail=detail,
-        )
-        await self._publish(self._events, finished)
-
-    async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
-        await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+        if part.process is not None:
+            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
 
 
 def _mpl_cpus(command: ResizePart) -> int:
