@@ -297,7 +297,7 @@ def main() -> None:
                 times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind, port))
         else:
             times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind))
-        worst = max(worst, max(times))
+        worst = max(worst, *times)
         print(
             f"{args.procs} job processes on one agent ({kind} broker), all running (first "
             f"StartPart to the last first report), {args.rounds} rounds: median "
