@@ -76,13 +76,11 @@ class Admission(PartRuns):
         else:
             procs, cpus = command.cpus, command.cpus
         mpi = _mpi_params(job.mpi) if job.workload == "mpi" else None
-        # Ranks of this part: its share of the job's processes at the job's MPL (a
-        # part is started with ranks = CPUs x MPL; a later resize only re-pins them).
-        ranks = job.procs if command.parts == 1 else max(1, round(command.cpus * procs / cpus))
+        ranks, offset = _rank_share(command)
         return Launch(
             mpi=mpi,
             ranks=ranks if mpi is not None else 0,
-            rank_offset=command.part * ranks if mpi is not None else 0,
+            rank_offset=offset if mpi is not None else 0,
             total_ranks=job.procs if mpi is not None else 0,
             part=min(command.part, command.parts - 1),
             parts=command.parts,
@@ -300,6 +298,34 @@ class Admission(PartRuns):
         part.ranks = found.pids
         if part.process is not None:
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+
+
+def _rank_share(command: StartPart) -> tuple[int, int]:
+    """This part's ranks and its first rank's number in the job.
+
+    The scheduler says (``StartPart.ranks``, ``rank_offset``: the shares of all parts
+    sum to ``job.procs``); an older scheduler does not, and a part's share is then
+    its CPUs at the job's MPL, which sums right only for even parts. A resize later
+    only re-pins the ranks.
+    """
+    job = command.job
+    if job is None:
+        raise LaunchError("StartPart without a job")
+    if command.ranks is not None and command.rank_offset is not None:
+        if command.rank_offset + command.ranks > job.procs:
+            raise LaunchError(
+                f"job {job.id!r}: ranks {command.rank_offset}..."
+                f"{command.rank_offset + command.ranks - 1} of a {job.procs}-process job"
+            )
+        return command.ranks, command.rank_offset
+    if command.parts == 1:
+        return job.procs, 0
+    if command.job_cpus is None:  # the job's MPL unknown: one rank per CPU (MPL 1)
+        ranks = command.cpus
+    else:
+        ranks = max(1, round(command.cpus * job.procs / command.job_cpus))
+    ranks = min(ranks, job.procs)
+    return ranks, max(0, min(command.part * ranks, job.procs - ranks))
 
 
 def _mpl_cpus(command: ResizePart) -> int:
