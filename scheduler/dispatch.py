@@ -82,7 +82,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         spec = ctx.specs[job_id]
         attempt = ctx.attempt(job_id)
         ctx.journal.record_start(job_id, now, start.parts)
-        ctx.placements.track(job_id, start.parts, attempt)
+        ctx.placements.track(job_id, start.parts, attempt).decided = now
         alloc = Allocation.of(start.parts, speeds)
         n = len(start.parts)
         shares = rank_shares(spec.procs, [p.cpus for p in start.parts])
