@@ -265,9 +265,10 @@ class PartStarted(Message, tag="part_started", frozen=True):
     pid: int = 0
     at: float = 0.0
     attempt: Attempt = 0
-    #: Wall seconds from the agent's admission of the ``StartPart`` to its process's
-    #: fork, on the agent's own monotonic clock (its launch latency); None when the
-    #: agent cannot tell (an exec'd process) or from an older agent.
+    #: Wall seconds from the agent's admission of the ``StartPart`` to the instant the
+    #: part's run counts from (its process's fork), on the agent's own monotonic clock:
+    #: its launch latency. 0 for a process that cannot say when it began (an exec'd
+    #: one counts its work from the admission); None from an older agent.
     launch_seconds: Seconds | None = None
 
 

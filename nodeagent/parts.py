@@ -35,10 +35,11 @@ class Part:
     ranks: tuple[int, ...] = ()
     #: Where its process writes why it failed (read into ``PartFinished.detail``).
     failure_file: str | None = None
-    #: When its process began running (monotonic; None while launching), and how long
-    #: after ``received`` that was (None when the spawn strategy cannot say).
+    #: When its run counts from (monotonic; None while launching): its fork, or the
+    #: admission for a process that cannot say when it began (an exec'd one); and
+    #: how long after ``received`` that was.
     forked: float | None = None
-    launch_seconds: float | None = None
+    launch_seconds: float = 0.0
 
     def signal(self, *, kill: bool) -> None:
         """SIGKILL or SIGTERM its process; a process still launching gets it on arrival

@@ -144,10 +144,11 @@ class PartRuns:
         part.process = process
         # A process that knows when it began running (a fork) dates the part from
         # there; the launch before it is reported on its own.
+        # An exec'd process cannot say when it got going: its work, and so its run,
+        # count from the admission (its interpreter's start-up is part of the run).
         forked = _stamp(process, "started_mono")
-        if forked is not None:
-            part.launch_seconds = max(0.0, forked - part.received)
         part.forked = part.received if forked is None else forked
+        part.launch_seconds = max(0.0, part.forked - part.received)
         part.started = running_since(process, part.started)
         if not part.resized:  # a resize while launching restarted the account itself
             part.changed = part.forked
@@ -183,7 +184,7 @@ class PartRuns:
             process.pid,
             part.cpus,
             part.rate,
-            "?" if part.launch_seconds is None else f"{1e3 * part.launch_seconds:.1f} ms",
+            f"{1e3 * part.launch_seconds:.1f} ms",
             part.deadline - part.forked,
         )
 
