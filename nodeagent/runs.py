@@ -19,10 +19,13 @@ Times. The agent measures each part on its own monotonic clock (never the
 scheduler's, never another host's): its *launch latency*, from the start's
 admission to the fork, reported in ``PartStarted.launch_seconds`` and the
 ``accordion_agent_launch_seconds`` histogram; and its *run*, from the fork to
-the exit (both stamped by the fork server on ``CLOCK_MONOTONIC``), reported in
-``PartFinished.run_seconds``. The scheduler dates the job's run from these
-(``scheduler.agents``), since its own handling of the reports comes later
-by the broker's and its batches' delays, which at a time scale of 1000 are
+the end of its work as the job said it (its last progress report, which the
+relay sees: the teardown after it is no part of the run) or, when the job
+cannot say, to the exit (both stamped by the fork server on
+``CLOCK_MONOTONIC``), reported in ``PartFinished.run_seconds``. The
+scheduler dates the job's run from these (``scheduler.agents``), since its
+own handling of the reports comes later by the broker's and its batches'
+delays, which at a time scale of 1000 are
 whole cluster seconds.
 """
 
@@ -201,9 +204,7 @@ class PartRuns:
             reason = "fenced"
         if part.resized:
             self._outbox.post(self._topics.job_control(exited.job_id), b"", retain=True)
-        run = None
-        if exited.at is not None and part.forked is not None and part.process is not None:
-            run = max(0.0, exited.at - part.forked)
+        run = _run_seconds(part, exited)
         await self._report_finished(
             exited.job_id, exited.attempt, exited.code, reason, detail, run_seconds=run
         )
@@ -258,6 +259,21 @@ class PartRuns:
         """Helper task: post the part's rank pids once the leader forked them all."""
         pids = await find_ranks(leader, count, patience=self.settings.rank_search)
         await self._mailbox.put(RanksFound(job_id, attempt, pids))
+
+
+def _run_seconds(part: Part, exited: Exited) -> float | None:
+    """The part's run: from its fork to its work's end as the job said (a relayed
+    job's last report, on this host's clock, like the fork's stamp), else to its exit.
+
+    Both ends on one host's clocks: no other machine's time is compared.
+    """
+    process = part.process
+    if process is None or part.forked is None:
+        return None  # it never ran
+    done = getattr(getattr(process, "work_done", None), "at", None)
+    if exited.code == 0 and isinstance(done, float):
+        return max(0.0, done - part.started)
+    return None if exited.at is None else max(0.0, exited.at - part.forked)
 
 
 def _read_failure(path: str | None) -> str | None:
