@@ -25,8 +25,7 @@ cannot say, to the exit (both stamped by the fork server on
 ``CLOCK_MONOTONIC``), reported in ``PartFinished.run_seconds``. The
 scheduler dates the job's run from these (``scheduler.agents``), since its
 own handling of the reports comes later by the broker's and its batches'
-delays, which at a time scale of 1000 are
-whole cluster seconds.
+delays, which at a time scale of 1000 are whole cluster seconds.
 """
 
 from __future__ import annotations

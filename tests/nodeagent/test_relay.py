@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+
+import pytest
 
 from broker.bus import BusError, Delivery
 from broker.codec import decode, encode
@@ -19,7 +22,7 @@ from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, PartFinished, PartProgress
 from broker.topics import Topics
 from nodeagent.forkserver import ForkServer
-from nodeagent.job import EXIT_CANCELLED
+from nodeagent.job import EXIT_CANCELLED, EXIT_DONE
 from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
 from nodeagent.relay import Relay, RelaySpawn
 from nodeagent.spawn import Launch
@@ -142,6 +145,32 @@ async def test_a_forked_job_is_relayed_both_ways() -> None:
         assert w.relay.stats.published + w.relay.stats.coalesced >= 2
         assert w.relay.stats.delivered == 1
         assert w.relay.stats.forged_publish == w.relay.stats.forged_subscribe == 0
+
+
+async def test_a_forked_jobs_work_ends_where_its_account_says_not_at_its_exit() -> None:
+    """The run an agent reports (``nodeagent.runs``) is the fork to the work's end, which
+    the relay keeps from the job's last report: 50 units at 1000x is 50 ms after the
+    fork, exactly, however long the process took to start or to tear down."""
+    async with world() as w, ForkServer() as server:
+        the_launch = Launch(
+            agent=AGENT,
+            job_id="timed",
+            procs=1,
+            cpus=1,
+            pace=1.0,
+            work=50.0,
+            time_scale=1000.0,
+            start_at=time.time(),
+        )
+        process = await RelaySpawn(server, w.relay)(the_launch)
+        assert await process.wait() == EXIT_DONE
+        done = process.work_done.at
+        assert done is not None
+        # (Within 0.1 ms: the job reads its wall and monotonic clocks a few µs apart.)
+        assert done - process.started_at == pytest.approx(0.05, abs=1e-4)
+        # The process itself lived longer: its exit (reaped) came after that end.
+        assert process.exited_mono is not None
+        assert process.exited_mono - process.started_mono >= done - process.started_at
 
 
 async def test_a_job_reaches_only_its_own_topics() -> None:
