@@ -45,6 +45,7 @@ from broker.messages import (
     AgentOnline,
     CancelPart,
     JobSpec,
+    MpiSpec,
     PartProgress,
     PartStarted,
     StartPart,
@@ -261,6 +262,61 @@ async def burst(
     return times, launches, cpus
 
 
+async def mpi_job(n: int, rounds: int, kind: str = "mosquitto", port: int = 0) -> list[float]:
+    """``rounds`` times: one MPI-like job of ``n`` ranks on one agent of ``n`` CPUs.
+
+    Per round: wall seconds from its ``StartPart`` to its leader's first report, which
+    it sends once all ``n`` rank processes are forked and connected to it (the job
+    running whole). The agent declares ``n`` CPUs on this machine's cores (emulated
+    packing, as ``accordion up --demo`` does).
+    """
+    topics = Topics("bench/v1")
+    agent_client, sched_client = clients(kind, port)
+    machine = Machine(id="bench", cpus=n, speed=1.0)
+    times: list[float] = []
+    async with (
+        agent_client as bus,
+        sched_client as sched,
+        ForkServer() as server,
+        asyncio.TaskGroup() as tg,
+    ):
+        await sched.subscribe(topics.agent_events("bench"))
+        await sched.subscribe(topics.agent_state("bench"))
+        relay = Relay(bus, topics, "bench")
+        pump = tg.create_task(relay.pump(), name="bench-relay")
+        agent = NodeAgent(
+            bus=relay.agent_bus,
+            topics=topics,
+            machine=machine,
+            spawn=RelaySpawn(server, relay),
+            settings=AgentSettings(lease=0.0, kill_grace=1.0),
+        )
+        running = tg.create_task(agent.run(), name="bench-agent")
+        events = sched.deliveries()
+        while not isinstance(decode((await anext(events)).payload), AgentOnline):
+            pass
+        for r in range(rounds):
+            job_id = f"m{r}"
+            # Ranks compute from their fork on: 1 ms a rank per iteration and a barrier,
+            # so 64 of them keep this machine's 2 cores busy but not flooded meanwhile.
+            mpi = MpiSpec(iterations=1_000_000, compute=0.001, message_bytes=0, pattern="barrier")
+            spec = JobSpec(id=job_id, procs=n, walltime=1e6, work=1e6, workload="mpi", mpi=mpi)
+            t0 = time.perf_counter()
+            await sched.publish(topics.agent_commands("bench"), encode(StartPart(job=spec, cpus=n)))
+            while True:
+                message = decode((await anext(events)).payload)
+                if isinstance(message, PartProgress) and message.job_id == job_id:
+                    break
+            times.append(time.perf_counter() - t0)
+            await sched.publish(topics.agent_commands("bench"), encode(CancelPart(job_id=job_id)))
+            while agent.stats().parts_running:
+                await asyncio.sleep(0.05)  # a bench, not a test: polling the agent is fine here
+        agent.stop()
+        await running
+        pump.cancel()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10, help="single launches per way")
@@ -306,6 +362,14 @@ def main() -> None:
             f"(agent, fork server, the {args.procs} processes to their first report): median "
             f"{statistics.median(cpu):.3f} s"
         )
+    with mosquitto() as port:
+        ranks = asyncio.run(mpi_job(args.procs, args.rounds, "mosquitto", port))
+    worst = max(worst, *ranks)
+    print(
+        f"one MPI-like job of {args.procs} ranks on one agent (mosquitto broker), StartPart to "
+        f"its leader's first report (all ranks forked and connected), {args.rounds} rounds: "
+        f"median {statistics.median(ranks):.3f} s, max {max(ranks):.3f} s"
+    )
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     verdict = "met" if worst < 1.0 else "missed"
     print(f"target: {args.procs} processes running in under 1 s: {verdict} (worst round)")
