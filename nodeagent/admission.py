@@ -195,7 +195,6 @@ class Admission(PartRuns):
         part.slots = self._pool.take(part.cpus)
         self._parts[job.id] = part
         self._busy += part.cpus
-        self._counters.started += 1
         # The launch and the supervision run in a task of their own: the next command
         # is read while this one forks (``nodeagent.runs``).
         self._begin_run(part, cleared)

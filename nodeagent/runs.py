@@ -144,6 +144,7 @@ class PartRuns:
             await self._exited(Exited(mail.job_id, -1, mail.attempt), mail.error)
             return
         part.process = process
+        self._counters.started += 1
         # A process that knows when it began running (a fork) dates the part from
         # there; the launch before it is reported on its own.
         # An exec'd process cannot say when it got going: its work, and so its run,
