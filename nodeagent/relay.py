@@ -290,6 +290,11 @@ class Relay:
         try:
             while True:
                 d = await session.queue.get()
+                if writer.transport.is_closing():
+                    # The job exited and its pipe broke (uvloop then raises RuntimeError
+                    # on a write, not ConnectionError): a resize or a clear relayed as it
+                    # ended. Nobody is left to read it; that is no failure of the agent.
+                    return
                 writer.write(Frame(DELIVER, d.topic, d.payload, d.retain).pack())
                 await writer.drain()
                 self.stats.delivered += 1

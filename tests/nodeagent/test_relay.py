@@ -8,6 +8,8 @@ socket pair and count what leaks (must be nothing) and what is dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -24,8 +26,9 @@ from broker.topics import Topics
 from nodeagent.forkserver import ForkServer
 from nodeagent.job import EXIT_CANCELLED, EXIT_DONE
 from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
-from nodeagent.relay import Relay, RelaySpawn
+from nodeagent.relay import Relay, RelaySpawn, _Session, pipe_streams
 from nodeagent.spawn import Launch
+from tests.nodeagent.harness import HANG
 
 T = Topics()
 AGENT = "a1"
@@ -285,3 +288,25 @@ async def test_periodic_progress_is_thinned_but_never_its_news() -> None:
             assert message.done == done
         assert w.relay.stats.coalesced == 3
         assert w.relay.stats.forged_publish == 0
+
+
+async def test_a_delivery_to_a_job_that_just_exited_is_dropped_not_raised() -> None:
+    """Seen in the demo: a resize relayed as its job ended. uvloop raises RuntimeError
+    writing to the broken pipe (not ConnectionError), which ended the agent; the
+    relay's writer now stops quietly, as for any job that is gone."""
+    up_r, up_w = os.pipe2(os.O_CLOEXEC)
+    down_r, down_w = os.pipe2(os.O_CLOEXEC)
+    streams = await pipe_streams(up_r, down_w)  # the agent's ends, as RelayedJob has them
+    os.close(up_w)
+    os.close(down_r)  # the job process is gone: its pipe is broken
+    writer = streams.writer
+    writer.write(b"x")
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()  # EPIPE: the transport closes itself
+    async with world() as w:
+        session = _Session(launch=launch("gone"), subtree=f"{T.root}/jobs/gone/")
+        session.queue.put_nowait(Delivery(T.job_control("gone"), b"late"))
+        async with asyncio.timeout(HANG):
+            await w.relay._down(session, writer)
+    assert w.relay.stats.delivered == 0
+    streams.close()
