@@ -166,8 +166,8 @@ class Admission(PartRuns):
             await self._refuse(job.id, attempt, "failed", why)
             return
         # A resize retained for an earlier run of this job id (another agent's,
-        # which died before clearing it) must not reach this process: the launch
-        # waits for this clear's acknowledgement (``nodeagent.runs``).
+        # which died before clearing it) must not reach this process: its frames
+        # are relayed once this clear is acknowledged (``nodeagent.runs``).
         cleared = self._outbox.post(self._topics.job_control(job.id), b"", retain=True)
         # The part's clock starts here for now; once its process runs, from its fork,
         # for the job process (its work counts from ``at``), the wall-time limit and

@@ -13,10 +13,11 @@ What stays guaranteed:
   ``PartFinished`` (the agent's events topic), the clear of a job's retained
   control message before a resize forwarded on it (the job's control topic).
   This is what MQTT itself promises a subscriber of one client's topic.
-- *Before a fork*: :meth:`Outbox.post` returns a future that resolves once the
-  broker acknowledged that message. A part's launch waits for its control
-  topic's clear (``nodeagent.runs``), so a stale retained resize cannot reach
-  the new process; launches of different parts wait concurrently.
+- *Before a job subscribes*: :meth:`Outbox.post` returns a future that
+  resolves once the broker acknowledged that message. A part's process is
+  forked at once, but its frames are relayed (its subscription to its control
+  topic with them) only once that topic's clear is acknowledged
+  (``nodeagent.runs``), so a stale retained resize cannot reach it.
 - *Before the goodbye*: the writers are tasks of the agent's TaskGroup, which
   the agent leaves (all of them finished) before it says goodbye.
 

@@ -106,9 +106,6 @@ class PartRuns:
 
     async def _run_part(self, launch: Launch, cleared: asyncio.Future[None]) -> None:
         job_id, attempt = launch.job_id, launch.attempt
-        # The job's control topic is clear of an earlier run's retained resize before
-        # its process can subscribe (a failed publish ends the agent: its writer raises).
-        await cleared
         try:
             process = await self._spawn(launch)
         except OSError as exc:
@@ -117,14 +114,17 @@ class PartRuns:
             )
             return
         try:
+            # The job's control topic must be clear of an earlier run's retained resize
+            # before the job subscribes; its frames are relayed from wait() on, so its
+            # process starts meanwhile (a failed publish ends the agent: it raises).
+            await cleared
             await self._mailbox.put(Launched(job_id, attempt, process))
             code = await process.wait()
-        except asyncio.CancelledError:
-            # Only an unclean end of the agent cancels a supervisor (its bus was
-            # lost, or its task cancelled): the scheduler will count this part
-            # lost, so it must not go on running unseen and holding the CPUs.
-            # Reaped before the cancellation goes on: no process outlives its
-            # supervisor.
+        except BaseException:
+            # Only an unclean end of the agent gets here (its bus was lost, or its task
+            # cancelled): the scheduler will count this part lost, so it must not go
+            # on running unseen and holding the CPUs. Reaped before the error goes
+            # on: no process outlives its supervisor.
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
