@@ -17,7 +17,11 @@ measured in the same run:
    and 64 ``StartPart`` of one CPU published at once (what a 64-rank job's
    parts are to the agent). Measured: from the first command published to the
    64th process's first progress report (all 64 running and subscribed),
-   ``--rounds`` times. Target (issue 10): under 1 s on this 2-core machine.
+   ``--rounds`` times, on a private Mosquitto and on the memory broker.
+3. **One 64-rank job.** One MPI-like ``StartPart`` of 64 processes: from the
+   command to its leader's first report, which it sends once its 64 rank
+   processes are forked and connected. Target (issue 10): all 64 ranks of a
+   64-rank job running in under 1 s on this 2-core machine.
 
 Ratios say more than seconds on a shared 2-core machine: the table shows the
 yardstick beside the launcher, measured minutes apart in the same process.
@@ -364,15 +368,18 @@ def main() -> None:
         )
     with mosquitto() as port:
         ranks = asyncio.run(mpi_job(args.procs, args.rounds, "mosquitto", port))
-    worst = max(worst, *ranks)
     print(
         f"one MPI-like job of {args.procs} ranks on one agent (mosquitto broker), StartPart to "
         f"its leader's first report (all ranks forked and connected), {args.rounds} rounds: "
         f"median {statistics.median(ranks):.3f} s, max {max(ranks):.3f} s"
     )
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    verdict = "met" if worst < 1.0 else "missed"
-    print(f"target: {args.procs} processes running in under 1 s: {verdict} (worst round)")
+    verdict = "met" if max(ranks) < 1.0 else "missed"
+    print(
+        f"target (issue 10): all {args.procs} ranks of a {args.procs}-rank job running in under "
+        f"1 s: {verdict} (worst round {max(ranks):.3f} s); {args.procs} separate one-CPU parts, "
+        f"worst round {worst:.3f} s"
+    )
 
 
 if __name__ == "__main__":
