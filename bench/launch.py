@@ -1,7 +1,7 @@
 """Benchmark: what a job process costs to launch, warm launcher against interpreter start.
 
-Run on demand (not a test): ``.venv/bin/python bench/launch.py``. Two parts,
-measured in the same run:
+Run on demand (not a test): ``.venv/bin/python bench/launch.py``. Three
+parts, measured in the same run:
 
 1. **One launch.** ``--samples`` job processes, one after another, started
    (a) the yardstick way, ``python -m nodeagent.job --pipe ...`` exec'd as a
@@ -13,11 +13,11 @@ measured in the same run:
    (b) the fork server's CPU per launch over the whole series.
 2. **64 processes on one agent.** A real ``NodeAgent`` with the default spawn
    strategy (``RelaySpawn``: fork server plus relay, as ``python -m
-   nodeagent`` wires it) on the in-process memory broker, a 64-CPU machine,
-   and 64 ``StartPart`` of one CPU published at once (what a 64-rank job's
-   parts are to the agent). Measured: from the first command published to the
-   64th process's first progress report (all 64 running and subscribed),
-   ``--rounds`` times, on a private Mosquitto and on the memory broker.
+   nodeagent`` wires it), a 64-CPU machine, and 64 ``StartPart`` of one CPU
+   published at once (64 jobs, or one job's 64 parts, to the agent).
+   Measured: from the first command published to the 64th process's first
+   progress report (all 64 running and subscribed), ``--rounds`` times, on a
+   private Mosquitto and on the memory broker.
 3. **One 64-rank job.** One MPI-like ``StartPart`` of 64 processes: from the
    command to its leader's first report, which it sends once its 64 rank
    processes are forked and connected. Target (issue 10): all 64 ranks of a
