@@ -190,8 +190,12 @@ def _launch_batch(sock: socket.socket, closing: Sequence[int]) -> bool:
             break
     gate, gate_w = os.pipe()
     try:
-        for request, request_fds in batch:
-            _launch(sock, request, request_fds, (*closing, gate_w), gate)
+        for i, (request, request_fds) in enumerate(batch):
+            # A child must not keep the pipes of the launches after it in the batch
+            # (still open here): a job's relay would see no end of stream while any
+            # sibling holds its write end, and its agent would wait for that sibling.
+            later = [fd for _, fds_after in batch[i + 1 :] for fd in fds_after]
+            _launch(sock, request, request_fds, (*closing, gate_w, *later), gate)
     finally:
         os.close(gate_w)  # the batch runs
         os.close(gate)
