@@ -282,6 +282,10 @@ def outcomes_from_journal(
                 steps.append((at, parts))
         if not steps:
             steps = [(row.start, row.parts)]
+        # The history dates placements by decision; the row's start and end are when
+        # the job's processes ran (its agents' measurements, ``scheduler.agents``): no
+        # segment outside them.
+        steps = [(min(max(at, row.start), row.end), parts) for at, parts in steps]
         ends = [at for at, _ in steps[1:]] + [row.end]
         segments = tuple(
             Segment(at, end, sum(p.cpus for p in parts))

@@ -1,7 +1,7 @@
 """Benchmark: what a job process costs to launch, warm launcher against interpreter start.
 
-Run on demand (not a test): ``.venv/bin/python bench/launch.py``. Two parts,
-measured in the same run:
+Run on demand (not a test): ``.venv/bin/python bench/launch.py``. Three
+parts, measured in the same run:
 
 1. **One launch.** ``--samples`` job processes, one after another, started
    (a) the yardstick way, ``python -m nodeagent.job --pipe ...`` exec'd as a
@@ -13,11 +13,15 @@ measured in the same run:
    (b) the fork server's CPU per launch over the whole series.
 2. **64 processes on one agent.** A real ``NodeAgent`` with the default spawn
    strategy (``RelaySpawn``: fork server plus relay, as ``python -m
-   nodeagent`` wires it) on the in-process memory broker, a 64-CPU machine,
-   and 64 ``StartPart`` of one CPU published at once (what a 64-rank job's
-   parts are to the agent). Measured: from the first command published to the
-   64th process's first progress report (all 64 running and subscribed),
-   ``--rounds`` times. Target (issue 10): under 1 s on this 2-core machine.
+   nodeagent`` wires it), a 64-CPU machine, and 64 ``StartPart`` of one CPU
+   published at once (64 jobs, or one job's 64 parts, to the agent).
+   Measured: from the first command published to the 64th process's first
+   progress report (all 64 running and subscribed), ``--rounds`` times, on a
+   private Mosquitto and on the memory broker.
+3. **One 64-rank job.** One MPI-like ``StartPart`` of 64 processes: from the
+   command to its leader's first report, which it sends once its 64 rank
+   processes are forked and connected. Target (issue 10): all 64 ranks of a
+   64-rank job running in under 1 s on this 2-core machine.
 
 Ratios say more than seconds on a shared 2-core machine: the table shows the
 yardstick beside the launcher, measured minutes apart in the same process.
@@ -29,20 +33,28 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 
+from broker.bus import Bus
 from broker.codec import decode, encode
+from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 from broker.memory import MemoryBroker
 from broker.messages import (
     AgentOnline,
     CancelPart,
     JobSpec,
+    MpiSpec,
     PartProgress,
     PartStarted,
     StartPart,
 )
+from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent import AgentSettings, NodeAgent
@@ -138,7 +150,40 @@ async def one_launch(samples: int) -> dict[str, tuple[list[float], list[float]]]
     return out
 
 
-async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[float]]:
+@contextmanager
+def mosquitto() -> Iterator[int]:
+    """A private Mosquitto on a free loopback port (``accordion up``'s configuration)."""
+    binary = mosquitto_binary()
+    if binary is None:
+        raise SystemExit("mosquitto is not installed: use --broker memory")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp) / "mosquitto.conf"
+        conf.write_text(mosquitto_config(host="127.0.0.1", port=port))
+        proc = subprocess.Popen([binary, "-c", str(conf)], stderr=subprocess.DEVNULL)
+        try:
+            while not accepts("127.0.0.1", port):
+                time.sleep(0.02)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def clients(kind: str, port: int) -> tuple[
+    AbstractAsyncContextManager[Bus], AbstractAsyncContextManager[Bus]
+]:  # fmt: skip
+    """The agent's and the scheduler's connections, on the memory broker or Mosquitto."""
+    if kind == "memory":
+        broker = MemoryBroker()
+        return broker.client("agent-bench"), broker.client("scheduler")
+    settings = MqttSettings("127.0.0.1", port)
+    return MqttBus(settings, "agent-bench"), MqttBus(settings, "scheduler")
+
+
+async def burst(
+    n: int, rounds: int, kind: str = "memory", port: int = 0
+) -> tuple[list[float], list[float], list[float]]:
     """``rounds`` times: n StartParts at once to one agent.
 
     Per round: wall seconds until all n ran, the mean launch latency, and the
@@ -147,14 +192,14 @@ async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[flo
     the machine is running.
     """
     topics = Topics("bench/v1")
-    broker = MemoryBroker()
+    agent_client, sched_client = clients(kind, port)
     machine = Machine(id="bench", cpus=n, speed=1.0)
     times: list[float] = []
     launches: list[float] = []
     cpus: list[float] = []
     async with (
-        broker.client("agent-bench") as bus,
-        broker.client("scheduler") as sched,
+        agent_client as bus,
+        sched_client as sched,
         ForkServer() as server,
         asyncio.TaskGroup() as tg,
     ):
@@ -185,16 +230,28 @@ async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[flo
             cpu0 = time.process_time() + cpu_seconds(server.pid)
             pids: list[int] = []
             t0 = time.perf_counter()
-            for start in starts:
-                await sched.publish(topics.agent_commands("bench"), encode(start))
+            # All at once, as many QoS 1 publishes in flight: what is measured is the
+            # agent's launch path, not this client's round trips.
+            async with asyncio.TaskGroup() as sends:
+                for start in starts:
+                    sends.create_task(
+                        sched.publish(topics.agent_commands("bench"), encode(start)),
+                        name="bench-start",
+                    )
             up: set[str] = set()
             while len(up) < n:
                 message = decode((await anext(events)).payload)
                 if isinstance(message, PartProgress) and message.job_id in ids:
                     up.add(message.job_id)
-                elif isinstance(message, PartStarted):
+                elif isinstance(message, PartStarted) and message.job_id in ids:
                     pids.append(message.pid)
             times.append(time.perf_counter() - t0)
+            # A job's own first report may overtake its agent's PartStarted (they are
+            # published independently): the pids of this round, before its CPU is read.
+            while len(pids) < n:
+                message = decode((await anext(events)).payload)
+                if isinstance(message, PartStarted) and message.job_id in ids:
+                    pids.append(message.pid)
             spent = time.process_time() + cpu_seconds(server.pid) - cpu0
             cpus.append(spent + sum(cpu_seconds(pid) for pid in pids))
             count = server.stats.launches - observed[0]
@@ -209,11 +266,73 @@ async def burst(n: int, rounds: int) -> tuple[list[float], list[float], list[flo
     return times, launches, cpus
 
 
+async def mpi_job(n: int, rounds: int, kind: str = "mosquitto", port: int = 0) -> list[float]:
+    """``rounds`` times: one MPI-like job of ``n`` ranks on one agent of ``n`` CPUs.
+
+    Per round: wall seconds from its ``StartPart`` to its leader's first report, which
+    it sends once all ``n`` rank processes are forked and connected to it (the job
+    running whole). The agent declares ``n`` CPUs on this machine's cores (emulated
+    packing, as ``accordion up --demo`` does).
+    """
+    topics = Topics("bench/v1")
+    agent_client, sched_client = clients(kind, port)
+    machine = Machine(id="bench", cpus=n, speed=1.0)
+    times: list[float] = []
+    async with (
+        agent_client as bus,
+        sched_client as sched,
+        ForkServer() as server,
+        asyncio.TaskGroup() as tg,
+    ):
+        await sched.subscribe(topics.agent_events("bench"))
+        await sched.subscribe(topics.agent_state("bench"))
+        relay = Relay(bus, topics, "bench")
+        pump = tg.create_task(relay.pump(), name="bench-relay")
+        agent = NodeAgent(
+            bus=relay.agent_bus,
+            topics=topics,
+            machine=machine,
+            spawn=RelaySpawn(server, relay),
+            settings=AgentSettings(lease=0.0, kill_grace=1.0),
+        )
+        running = tg.create_task(agent.run(), name="bench-agent")
+        events = sched.deliveries()
+        while not isinstance(decode((await anext(events)).payload), AgentOnline):
+            pass
+        for r in range(rounds):
+            job_id = f"m{r}"
+            # Ranks compute from their fork on: 1 ms a rank per iteration and a barrier,
+            # so 64 of them keep this machine's 2 cores busy but not flooded meanwhile.
+            mpi = MpiSpec(iterations=1_000_000, compute=0.001, message_bytes=0, pattern="barrier")
+            spec = JobSpec(id=job_id, procs=n, walltime=1e6, work=1e6, workload="mpi", mpi=mpi)
+            t0 = time.perf_counter()
+            await sched.publish(topics.agent_commands("bench"), encode(StartPart(job=spec, cpus=n)))
+            while True:
+                message = decode((await anext(events)).payload)
+                if isinstance(message, PartProgress) and message.job_id == job_id:
+                    break
+            times.append(time.perf_counter() - t0)
+            await sched.publish(topics.agent_commands("bench"), encode(CancelPart(job_id=job_id)))
+            while agent.stats().parts_running:
+                await asyncio.sleep(0.05)  # a bench, not a test: polling the agent is fine here
+        agent.stop()
+        await running
+        pump.cancel()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10, help="single launches per way")
     parser.add_argument("--procs", type=int, default=64, help="job processes in the burst")
     parser.add_argument("--rounds", type=int, default=5, help="bursts")
+    parser.add_argument(
+        "--broker",
+        choices=("mosquitto", "memory", "both"),
+        default="both",
+        help="the burst's broker: a private Mosquitto (QoS 1 round trips, as deployed), "
+        "the in-process memory broker, or each in turn",
+    )
     args = parser.parse_args()
     single = asyncio.run(one_launch(args.samples))
     print(f"one launch, {args.samples} samples each (median; wall to the job's first report)")
@@ -224,23 +343,43 @@ def main() -> None:
     print(f"{'fork server':34} {1e3 * med['fork'][0]:9.1f} {1e3 * med['fork'][1]:9.1f}")
     print(
         f"{'ratio exec / fork':34} {med['exec'][0] / med['fork'][0]:9.1f}x "
-        f"{med['exec'][1] / med['fork'][1]:8.1f}x"
+        f"{med['exec'][1] / max(med['fork'][1], 1.0 / TICKS):8.1f}x"
     )
     print(
         f"a 64-rank job's launch CPU: exec {64 * med['exec'][1]:.1f} CPU-s, "
         f"fork {64 * med['fork'][1]:.2f} CPU-s"
     )
-    times, latency, cpu = asyncio.run(burst(args.procs, args.rounds))
+    kinds = ("mosquitto", "memory") if args.broker == "both" else (args.broker,)
+    worst = 0.0
+    for kind in kinds:
+        if kind == "mosquitto":
+            with mosquitto() as port:
+                times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind, port))
+        else:
+            times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind))
+        worst = max(worst, *times)
+        print(
+            f"{args.procs} job processes on one agent ({kind} broker), all running (first "
+            f"StartPart to the last first report), {args.rounds} rounds: median "
+            f"{statistics.median(times):.3f} s, max {max(times):.3f} s; mean launch latency "
+            f"(decision to fork) {1e3 * statistics.mean(latency):.1f} ms; CPU spent per burst "
+            f"(agent, fork server, the {args.procs} processes to their first report): median "
+            f"{statistics.median(cpu):.3f} s"
+        )
+    with mosquitto() as port:
+        ranks = asyncio.run(mpi_job(args.procs, args.rounds, "mosquitto", port))
     print(
-        f"{args.procs} job processes on one agent, all running (first StartPart to the last "
-        f"first report), {args.rounds} rounds: median {statistics.median(times):.3f} s, "
-        f"max {max(times):.3f} s; mean launch latency (decision to fork) "
-        f"{1e3 * statistics.mean(latency):.1f} ms; CPU spent per burst (agent, fork server, "
-        f"the {args.procs} processes to their first report): median {statistics.median(cpu):.3f} s"
+        f"one MPI-like job of {args.procs} ranks on one agent (mosquitto broker), StartPart to "
+        f"its leader's first report (all ranks forked and connected), {args.rounds} rounds: "
+        f"median {statistics.median(ranks):.3f} s, max {max(ranks):.3f} s"
     )
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    verdict = "met" if max(times) < 1.0 else "missed"
-    print(f"target: {args.procs} processes running in under 1 s: {verdict} (worst round)")
+    verdict = "met" if max(ranks) < 1.0 else "missed"
+    print(
+        f"target (issue 10): all {args.procs} ranks of a {args.procs}-rank job running in under "
+        f"1 s: {verdict} (worst round {max(ranks):.3f} s); {args.procs} separate one-CPU parts, "
+        f"worst round {worst:.3f} s"
+    )
 
 
 if __name__ == "__main__":

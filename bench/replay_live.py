@@ -17,9 +17,16 @@ has one 100-CPU machine), under the same policy:
 It prints mean wait, mean response and mean bounded slowdown of both runs and
 their differences (issue 10's target: within 5 %), and how much each job's
 run was stretched live (its run time live minus in the twin, cluster
-seconds: the launch, progress and completion latencies the live path adds;
-the issue measured a median of 117 before the warm launcher), and the
-agent's launch latency histogram (``accordion_agent_launch_seconds``).
+seconds; the issue measured a median of 117 before the warm launcher), and
+the agent's launch latency histogram (``accordion_agent_launch_seconds``).
+
+The journal dates a live run by its agents' measurements (``scheduler.agents``,
+"Run dating"): from the decision plus the part's launch latency, for the run
+its agent measured (the fork to the end of its work). So a stretch left here
+is the sleep workload's own (a resize's timing, a job whose account ran
+late), and the differences in wait are the live path's: launch latency, and
+the scheduler hearing of an end later than it happened before it starts the
+next job.
 """
 
 from __future__ import annotations

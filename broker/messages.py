@@ -265,6 +265,11 @@ class PartStarted(Message, tag="part_started", frozen=True):
     pid: int = 0
     at: float = 0.0
     attempt: Attempt = 0
+    #: Wall seconds from the agent's admission of the ``StartPart`` to the instant the
+    #: part's run counts from (its process's fork), on the agent's own monotonic clock:
+    #: its launch latency. 0 for a process that cannot say when it began (an exec'd
+    #: one counts its work from the admission); None from an older agent.
+    launch_seconds: Seconds | None = None
 
 
 class PartProgress(Message, tag="part_progress", frozen=True):
@@ -295,6 +300,10 @@ class PartFinished(Message, tag="part_finished", frozen=True):
     attempt: Attempt = 0
     #: What went wrong, in words, when the part can say (e.g. which MPI rank died).
     detail: Annotated[str, msgspec.Meta(max_length=512)] | None = None
+    #: Wall seconds from the process's fork to its exit, on the agent's own monotonic
+    #: clock (the scheduler dates the run's end from it, not from when it hears of
+    #: it); None for a part whose process never ran, or from an older agent.
+    run_seconds: Seconds | None = None
 
 
 class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -331,6 +340,12 @@ class StartPart(Message, tag="start_part", frozen=True):
     issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     #: The execution model (None from an older sender: the default ``linear``).
     execution: ExecutionSpec | None = None
+    #: MPI-like workload: this part's rank processes and the job-wide number of its
+    #: first rank. The scheduler splits ``job.procs`` over the parts so they sum to it
+    #: (uneven parts get uneven shares). None from an older sender: the agent derives
+    #: them from ``cpus`` and ``job_cpus``.
+    ranks: Cpus | None = None
+    rank_offset: Annotated[int, msgspec.Meta(ge=0, le=1_048_576)] | None = None
 
 
 class ResizePart(Message, tag="resize_part", frozen=True):

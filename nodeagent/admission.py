@@ -1,100 +1,46 @@
-"""The agent's commands: admission of starts, resizes and cancels, and part reports.
+"""The agent's commands: admission of starts, resizes and cancels.
 
-This is the half of :class:`nodeagent.agent.NodeAgent` that answers the
+This is the part of :class:`nodeagent.agent.NodeAgent` that answers the
 scheduler's commands (the rules are in ``nodeagent.agent``'s docstring:
 idempotent starts, fencing by attempt and lease, CPUs held by parts being
-ended, resizes checked like starts) and reports a part's end. It is a mixin:
+ended, resizes checked like starts); a part's launch, supervision and end
+are ``nodeagent.runs``'s. It is a mixin:
 the state it reads and changes is the actor's own, declared below, and only
 the actor's drain loop calls it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import tempfile
-from collections import OrderedDict
-from collections.abc import Callable
 
-from broker.bus import Bus, Delivery
+from broker.bus import Delivery
 from broker.codec import WireError, decode, encode
-from broker.messages import (
-    CancelPart,
-    Message,
-    MpiSpec,
-    PartFinished,
-    PartStarted,
-    ResizePart,
-    StartPart,
-)
-from broker.topics import Topics
-from model.machine import Machine
-from nodeagent.cpuset import SlotPool, find_ranks, format_cpuset, pin_part
-from nodeagent.lease import LeaseFile, start_fenced
-from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound
+from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
+from nodeagent.cpuset import format_cpuset, pin_part
+from nodeagent.lease import start_fenced
+from nodeagent.parts import Part, RanksFound
 from nodeagent.ranks import MpiParams, ParamsError
 from nodeagent.registration import execution_model
-from nodeagent.settings import AgentSettings, Reason
-from nodeagent.spawn import JobProcess, Launch, LaunchError, Spawn, running_since
+from nodeagent.runs import PartRuns
+from nodeagent.settings import Reason
+from nodeagent.spawn import Launch, LaunchError
 
 log = logging.getLogger("nodeagent.agent")
 
 
-class Admission:
-    """Command handling and part reports of the node agent (a mixin of ``NodeAgent``)."""
+class Admission(PartRuns):
+    """Command handling of the node agent (a mixin of ``NodeAgent``)."""
 
-    # The actor's state (``NodeAgent.__init__`` sets every one).
-    machine: Machine
-    settings: AgentSettings
-    _bus: Bus
-    _topics: Topics
-    _spawn: Spawn
-    _clock: Callable[[], float]
-    _monotonic: Callable[[], float]
-    _events: str
-    _mailbox: asyncio.Queue[Mail]
-    _parts: dict[str, Part]
-    _finished: OrderedDict[tuple[str, int], Reason]
-    _deferred: dict[str, StartPart]
-    _waiting: list[StartPart]
-    _lease: LeaseFile | None
-    _busy: int
-    _counters: Counters
+    # The actor's state that only admission reads (``NodeAgent.__init__`` sets it).
     _stopping: bool
-    _tg: asyncio.TaskGroup | None
-    _pool: SlotPool
     incarnation: str
-
-    @property
-    def agent_id(self) -> str:
-        return self.machine.id
-
-    def lease_lapsed(self) -> bool:
-        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
-        return self._lease is not None and self._lease.age() > self.settings.lease
-
-    async def _supervise(self, job_id: str, attempt: int, process: JobProcess) -> None:
-        try:
-            code = await process.wait()
-        except asyncio.CancelledError:
-            # Only an unclean end of the agent cancels a supervisor (its bus was
-            # lost, or its task cancelled): the scheduler will count this part
-            # lost, so it must not go on running unseen and holding the CPUs.
-            # Reaped before the cancellation goes on: no process outlives its
-            # supervisor.
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise
-        await self._mailbox.put(Exited(job_id, code, attempt))
 
     def _end(self, part: Part, reason: Reason, now: float) -> None:
         part.ending = reason
         part.kill_at = now + self.settings.kill_grace
-        with contextlib.suppress(ProcessLookupError):  # it may have exited already
-            part.process.terminate()
+        part.signal(kill=False)
 
     # -- commands -----------------------------------------------------------------------
 
@@ -131,13 +77,11 @@ class Admission:
         else:
             procs, cpus = command.cpus, command.cpus
         mpi = _mpi_params(job.mpi) if job.workload == "mpi" else None
-        # Ranks of this part: its share of the job's processes at the job's MPL (a
-        # part is started with ranks = CPUs x MPL; a later resize only re-pins them).
-        ranks = job.procs if command.parts == 1 else max(1, round(command.cpus * procs / cpus))
+        ranks, offset = _rank_share(command)
         return Launch(
             mpi=mpi,
             ranks=ranks if mpi is not None else 0,
-            rank_offset=command.part * ranks if mpi is not None else 0,
+            rank_offset=offset if mpi is not None else 0,
             total_ranks=job.procs if mpi is not None else 0,
             part=min(command.part, command.parts - 1),
             parts=command.parts,
@@ -193,9 +137,11 @@ class Admission:
             await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
             return
         # Delayed past the lease (this agent was frozen or cut off, or the queue held
-        # it), or sent while the lease has lapsed: the scheduler may have given the job
-        # to another agent since. Fencing (nodeagent.lease): refuse, and the scheduler
-        # requeues it.
+        # it), or sent while its lease had lapsed: the scheduler may have requeued the
+        # job meanwhile. Fencing: refused until a heartbeat renews the lease. Nothing
+        # from here to the fork waits on the broker (the control topic's clear below
+        # is posted, not awaited), so a freeze cannot slip in between: the
+        # agent-freeze duplicate of issue 9 was a fork after such a wait.
         why = start_fenced(command.issued, self._clock(), self.settings.lease, self.lease_lapsed())
         if why is not None:
             await self._refuse(job.id, attempt, "fenced", why)
@@ -218,38 +164,26 @@ class Admission:
             await self._refuse(job.id, attempt, "failed", why)
             return
         # A resize retained for an earlier run of this job id (another agent's,
-        # which died before clearing it) must not reach this process.
-        await self._bus.publish(self._topics.job_control(job.id), b"", retain=True)
-        # That publish waited for the broker: frozen or cut off meanwhile, this agent
-        # may wake after the job was requeued, its lease renewed on waking. Fence again.
-        why = start_fenced(command.issued, self._clock(), self.settings.lease, self.lease_lapsed())
-        if why is not None:
-            await self._refuse(job.id, attempt, "fenced", why)
-            return
-        # The part's clock starts here, for the job process (its work counts from
-        # ``at``), the wall-time limit and the scheduler (PartStarted.at) alike.
+        # which died before clearing it) must not reach this process: its frames
+        # are relayed once this clear is acknowledged (``nodeagent.runs``).
+        cleared = self._outbox.post(self._topics.job_control(job.id), b"", retain=True)
+        # The part's clock starts here for now; once its process runs, from its fork,
+        # for the job process (its work counts from ``at``), the wall-time limit and
+        # the scheduler (PartStarted.at) alike.
         at, now = self._clock(), self._monotonic()
         try:
             launch = self._launch(command, at)
         except LaunchError as exc:
             await self._refuse(job.id, attempt, "failed", str(exc))
             return
-        try:
-            process = await self._spawn(launch)
-        except OSError as exc:
-            await self._refuse(job.id, attempt, "failed", f"cannot start its process: {exc}")
-            return
-        # Launcher hook (nodeagent.forkserver): a process that knows when it began
-        # running dates the part from there; the launch is not part of the run.
-        launched = running_since(process, at)
-        now, at = now + (launched - at), launched
         rate = launch.rate()
         part = Part(
             launch=launch,
-            process=process,
+            process=None,
             cpus=command.cpus,
             attempt=attempt,
             started=at,
+            received=now,
             rate=rate,
             budget=job.walltime,
             changed=now,
@@ -259,35 +193,9 @@ class Admission:
         part.slots = self._pool.take(part.cpus)
         self._parts[job.id] = part
         self._busy += part.cpus
-        self._counters.started += 1
-        if self._tg is None:
-            raise RuntimeError("parts are started by the drain loop, which run() starts")
-        if launch.mpi is not None:
-            # The leader now, so ranks it forks before they are found inherit the
-            # part's cores; each rank on its own core once found (``_ranks_found``).
-            pin_part(self._pool, part.slots, process.pid, ())
-            self._tg.create_task(
-                self._find_ranks(job.id, attempt, process.pid, launch.ranks),
-                name=f"agent-{self.agent_id}-ranks-{job.id}",
-            )
-        self._tg.create_task(
-            self._supervise(job.id, attempt, process), name=f"agent-{self.agent_id}-part-{job.id}"
-        )
-        started = PartStarted(
-            job_id=job.id, agent_id=self.agent_id, pid=process.pid, at=at, attempt=attempt
-        )
-        await self._publish(self._events, started)
-        log.info(
-            "part %s started: pid %d, %d CPUs, rate %.4g, limit in %.3f s",
-            job.id,
-            process.pid,
-            part.cpus,
-            rate,
-            part.deadline - now,
-        )
-
-    def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
-        return now + budget / (rate * time_scale) + self.settings.walltime_grace
+        # The launch and the supervision run in a task of their own: the next command
+        # is read while this one forks (``nodeagent.runs``).
+        self._begin_run(part, cleared)
 
     async def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
         log.warning("agent %s: part %s refused (%s): %s", self.agent_id, job_id, reason, why)
@@ -298,8 +206,7 @@ class Admission:
         self._counters.stale += 1
         part.ending = "cancelled"
         part.kill_at = None
-        with contextlib.suppress(ProcessLookupError):
-            part.process.kill()
+        part.signal(kill=True)
 
     async def _resize(self, command: ResizePart) -> None:
         part = self._parts.get(command.job_id)
@@ -326,7 +233,8 @@ class Admission:
         part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
         before = self._pool.cores_of(part.slots)
         part.slots = self._pool.resize(part.slots, command.cpus)
-        if part.launch.mpi is not None:
+        if part.launch.mpi is not None and part.process is not None:
+            # (One still launching is pinned to its slots as it arrives.)
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
         self._counters.resizes += 1
         part.deadline = self._deadline(now, part.budget, rate, scale)
@@ -339,7 +247,7 @@ class Admission:
             attempt=part.attempt,
             issued=command.issued,
         )
-        await self._publish(self._topics.job_control(command.job_id), forward, retain=True)
+        self._outbox.post(self._topics.job_control(command.job_id), encode(forward), retain=True)
         log.info(
             "part %s resized to %d CPUs at pace %g: cores %s -> %s",
             command.job_id,
@@ -373,11 +281,6 @@ class Admission:
         elif part.ending == "lost":
             part.ending = "cancelled"  # asked by the scheduler while the agent stops
 
-    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
-        """Helper task: post the part's rank pids once the leader forked them all."""
-        pids = await find_ranks(leader, count, patience=self.settings.rank_search)
-        await self._mailbox.put(RanksFound(job_id, attempt, pids))
-
     def _ranks_found(self, found: RanksFound) -> None:
         part = self._parts.get(found.job_id)
         if part is None or part.attempt != found.attempt:
@@ -390,28 +293,36 @@ class Admission:
                 part.launch.ranks,
             )
         part.ranks = found.pids
-        pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+        if part.process is not None:
+            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
 
-    async def _report_finished(
-        self, job_id: str, attempt: int, code: int, reason: Reason, detail: str | None = None
-    ) -> None:
-        self._finished[(job_id, attempt)] = reason
-        while len(self._finished) > self.settings.remember_finished:
-            self._finished.popitem(last=False)
-        self._counters.finished[reason] += 1
-        finished = PartFinished(
-            job_id=job_id,
-            agent_id=self.agent_id,
-            exit_code=code,
-            at=self._clock(),
-            reason=reason,
-            attempt=attempt,
-            detail=detail,
-        )
-        await self._publish(self._events, finished)
 
-    async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
-        await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+def _rank_share(command: StartPart) -> tuple[int, int]:
+    """This part's ranks and its first rank's number in the job.
+
+    The scheduler says (``StartPart.ranks``, ``rank_offset``: the shares of all parts
+    sum to ``job.procs``); an older scheduler does not, and a part's share is then
+    its CPUs at the job's MPL, which sums right only for even parts. A resize later
+    only re-pins the ranks.
+    """
+    job = command.job
+    if job is None:
+        raise LaunchError("StartPart without a job")
+    if command.ranks is not None and command.rank_offset is not None:
+        if command.rank_offset + command.ranks > job.procs:
+            raise LaunchError(
+                f"job {job.id!r}: ranks {command.rank_offset}..."
+                f"{command.rank_offset + command.ranks - 1} of a {job.procs}-process job"
+            )
+        return command.ranks, command.rank_offset
+    if command.parts == 1:
+        return job.procs, 0
+    if command.job_cpus is None:  # the job's MPL unknown: one rank per CPU (MPL 1)
+        ranks = command.cpus
+    else:
+        ranks = max(1, round(command.cpus * job.procs / command.job_cpus))
+    ranks = min(ranks, job.procs)
+    return ranks, max(0, min(command.part * ranks, job.procs - ranks))
 
 
 def _mpl_cpus(command: ResizePart) -> int:

@@ -95,20 +95,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 from broker.bus import Bus, BusError, Delivery, Will
-from broker.messages import AgentOffline, AgentOnline, Heartbeat, RunningPart, StartPart
+from broker.codec import encode
+from broker.messages import (
+    AgentOffline,
+    AgentOnline,
+    Heartbeat,
+    Message,
+    RunningPart,
+    StartPart,
+)
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.admission import Admission
 from nodeagent.cpuset import SlotPool, checked_cpuset, own_cpuset
-from nodeagent.job import EXIT_LOST
 from nodeagent.lease import LeaseFile
-from nodeagent.parts import Counters, Exited, Mail, Part, RanksFound, Reconnected
+from nodeagent.outbox import Outbox
+from nodeagent.parts import Counters, Exited, Launched, Mail, Part, RanksFound, Reconnected
 from nodeagent.registration import agent_will, execution_model, machine_spec, new_incarnation
 from nodeagent.settings import REASONS, AgentSettings, AgentStats, Reason
 from nodeagent.spawn import Spawn
@@ -156,6 +163,7 @@ class NodeAgent(Admission):
         self._events = topics.agent_events(machine.id)
         self._state = topics.agent_state(machine.id)
         self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(self.settings.mailbox_size)
+        self._outbox = Outbox(bus, f"agent-{machine.id}")
         cores = self.settings.cpuset
         self._pool = SlotPool(
             cores=own_cpuset() if cores is None else checked_cpuset(cores), slots=machine.cpus
@@ -229,6 +237,7 @@ class NodeAgent(Admission):
         log.info("agent %s online (incarnation %s)", self.agent_id, self.incarnation)
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
+            self._outbox.bind(tg)
             reader = tg.create_task(self._read_bus(), name=f"agent-{self.agent_id}-bus")
             try:
                 await tg.create_task(self._drain(), name=f"agent-{self.agent_id}-mailbox")
@@ -264,6 +273,8 @@ class NodeAgent(Admission):
             mail = await self._next(self._next_deadline() - self._monotonic())
             if isinstance(mail, Delivery):
                 await self._command(mail)
+            elif isinstance(mail, Launched):
+                await self._launched(mail)
             elif isinstance(mail, Exited):
                 await self._exited(mail)
             elif isinstance(mail, Reconnected):
@@ -307,8 +318,7 @@ class NodeAgent(Admission):
                     self.settings.kill_grace,
                 )
                 part.kill_at = None  # SIGKILL cannot be ignored: once is enough
-                with contextlib.suppress(ProcessLookupError):
-                    part.process.kill()
+                part.signal(kill=True)
 
     def _heartbeat(self) -> None:
         """Send a heartbeat without waiting for it: its acknowledgement renews the lease.
@@ -376,6 +386,11 @@ class NodeAgent(Admission):
             for job_id, p in self._parts.items()
         )
 
+    async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
+        """Publish and wait for the acknowledgement (registration, heartbeats, goodbye);
+        a part's reports go through the outbox instead (``nodeagent.outbox``)."""
+        await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+
     def _begin_shutdown(self) -> None:
         self._stopping = True
         log.info("agent %s stopping: ending %d parts", self.agent_id, len(self._parts))
@@ -383,48 +398,3 @@ class NodeAgent(Admission):
         for part in self._parts.values():
             if part.ending is None:
                 self._end(part, "lost", now)
-
-    # -- events -------------------------------------------------------------------------
-
-    async def _exited(self, exited: Exited) -> None:
-        part = self._parts.pop(exited.job_id)
-        self._busy -= part.cpus
-        self._pool.give(part.slots)
-        detail = _read_failure(part.failure_file)
-        reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
-        if reason == "failed" and (exited.code == EXIT_LOST or self.lease_lapsed()):
-            # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
-            # never reached the broker); like a lapsed lease, that is fencing, not the
-            # job failing: the scheduler requeues it.
-            reason = "fenced"
-        if part.resized:
-            await self._bus.publish(self._topics.job_control(exited.job_id), b"", retain=True)
-        await self._report_finished(exited.job_id, exited.attempt, exited.code, reason, detail)
-        log.info(
-            "part %s finished: %s (exit code %d)%s",
-            exited.job_id,
-            reason,
-            exited.code,
-            "" if detail is None else f": {detail}",
-        )
-        deferred = self._deferred.pop(exited.job_id, None)
-        if deferred is not None:
-            await self._start(deferred)
-        waiting, self._waiting = self._waiting, []
-        for command in waiting:
-            await self._start(command)  # waits again if its CPUs are still being freed
-
-
-def _read_failure(path: str | None) -> str | None:
-    """What a part's process wrote into its failure file (removed once read)."""
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read(512).strip()
-    except FileNotFoundError:
-        return None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path)
-    return text or None

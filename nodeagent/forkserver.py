@@ -3,29 +3,21 @@
 Theory of operation. Starting ``python -m nodeagent.job`` costs about 0.4 s
 of CPU (the interpreter, then msgspec, uvloop, aiomqtt, ...); a 64-rank job
 would spend 25 CPU-seconds just starting. So each agent starts one *fork
-server*: a child process (``python -m nodeagent.forkserver``) that imports
-the job module and its dependencies once, says ``ready``, and then forks one
-job process per request. A forked child runs ``nodeagent.job.main`` on the
-request's command line, with the request's two pipes as its stdin and stdout
-(the job's ``--pipe`` bus, relayed by its agent: ``nodeagent.relay``).
+server* (``nodeagent.launcher``, whose docstring has the wire): a child
+process that imports the job module and its dependencies once, says
+``ready``, and then forks one job process per request. This module is the
+agent's side of it: :class:`ForkServer` starts it, sends launches and reads
+its answers; :class:`ForkedProcess` is one job process it forked.
 
-The fork server is single-threaded and never runs an event loop, so a fork
-copies no loop, thread or lock in use. It talks to its agent over a
-``SOCK_SEQPACKET`` unix socket pair (one JSON message per packet; file
-descriptors ride along as ``SCM_RIGHTS``):
+Launches are pipelined: :meth:`ForkServer.launch` sends its request at once
+and waits only for its own answer, so an agent that starts many parts has
+them all in the server's socket while the first forks run.
 
-- agent to server: ``{"op": "launch", "id": n, "argv": [...]}`` with two
-  fds, the job's ends of its two relay pipes (its stdin and stdout);
-- server to agent: ``{"op": "ready"}`` once warm; ``{"op": "started", "id":
-  n, "pid": p, "at": t}`` with the child's pidfd (``at``: the wall time of the
-  fork, which the child also counts its work from, so a part's run starts when
-  its process does); ``{"op": "failed", "id": n, "error": "..."}``;
-  ``{"op": "exited", "pid": p, "code": c}`` (negative ``c``: killed by that
-  signal), as the server reaps its children on SIGCHLD.
-
-Supervision (the agent side is :class:`ForkServer`). The agent signals a job
-through the child's pidfd (``pidfd_send_signal``: never another process
-that reused the pid) and learns its exit code from the server's ``exited``.
+Supervision. The agent signals a job through the child's pidfd
+(``pidfd_send_signal``: never another process that reused the pid) and
+learns its exit code from the server's ``exited``. Both ends of a run are
+stamped by the server on ``CLOCK_MONOTONIC`` (:attr:`ForkedProcess.started_mono`,
+:attr:`ForkedProcess.exited_mono`): the run a part reports is fork to reap.
 
 Failure rules:
 
@@ -39,218 +31,45 @@ Failure rules:
   scheduler requeues: the job did nothing wrong). A launch in flight fails
   with ``OSError`` (the agent refuses that part ``failed``); the next launch
   starts a new server. :attr:`ForkServerStats.restarts` counts the deaths.
-- SIGINT and SIGTERM do not stop the server (a Ctrl-C at a terminal reaches the
-  agent's whole process group, and the agent stops its parts first); it
-  leaves when its agent closes the socket. Children get the default handlers
-  back before the job module runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import array
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
-import selectors
 import signal
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-from setproctitle import setproctitle
+from typing import Any
 
 from nodeagent.job import EXIT_LOST
-from nodeagent.job import main as job_main
-from nodeagent.spawn import JOB_MODULE
+from nodeagent.launcher import MODULE, recv
+
+__all__ = [
+    "LAUNCH_BUCKETS",
+    "MODULE",
+    "ForkServer",
+    "ForkServerError",
+    "ForkServerStats",
+    "ForkedProcess",
+]
 
 log = logging.getLogger(__name__)
 
 MQTT_ENV = "ACCORDION_MQTT_"
 """The prefix of the broker login's variables (``broker.settings``), kept from jobs."""
-MODULE = "nodeagent.forkserver"
-MAX_MESSAGE = 1 << 16
-"""64 KiB: a launch's command line is well under 1 KiB."""
-
-_FDS = socket.CMSG_SPACE(2 * array.array("i", [0]).itemsize)
 
 
 class ForkServerError(OSError):
     """The fork server is gone or refused a launch."""
 
-
-# -- the server process -----------------------------------------------------------------
-
-
-def _send(sock: socket.socket, message: dict[str, Any], fd: int | None = None) -> None:
-    data = json.dumps(message).encode()
-    if fd is None:
-        sock.sendmsg([data])
-    else:
-        fds = array.array("i", [fd])
-        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
-
-
-def _recv(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
-    """One message and its fds; (None, []) at EOF."""
-    data, ancdata, _flags, _addr = sock.recvmsg(MAX_MESSAGE, _FDS)
-    fds: list[int] = []
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.extend(array.array("i", payload[: len(payload) - len(payload) % 4]))
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    message = json.loads(data)
-    if not isinstance(message, dict):
-        raise ValueError(f"fork server message is not an object: {data[:80]!r}")
-    return message, fds
-
-
-def _warm() -> None:
-    """Settle what every job process shares, once, before any fork.
-
-    The job module and its dependencies (msgspec, uvloop, aiomqtt) are
-    imported with this module.
-    """
-    # Objects alive now are shared by every child; keeping the collector off them
-    # keeps their pages shared (no copy-on-write from refcount-free GC passes).
-    gc.collect()
-    gc.freeze()
-
-
-def _child(
-    argv: list[str], stdio: Sequence[int], started: float, closing: Sequence[int]
-) -> NoReturn:
-    """In the forked child: become the job process of ``argv``; never returns."""
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        for fd in closing:
-            os.close(fd)
-        os.dup2(stdio[0], 0)
-        os.dup2(stdio[1], 1)
-        for fd in stdio:
-            os.close(fd)
-        # The work counts from the fork: the moment this process runs (it is
-        # already warm), whatever the agent's clock said when it asked.
-        args = [a for a in argv if not a.startswith("--start-at=")]
-        args.append(f"--start-at={started!r}")
-        # ps and /proc show what runs here, as for an exec'd job process.
-        setproctitle(" ".join([sys.executable, "-m", JOB_MODULE, *args]))
-        code = job_main(args)
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 2
-    except BaseException:  # noqa: BLE001 (the child must never return into the server's loop)
-        # A bug in the job: its traceback, then exit 1.
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-            sys.stderr.flush()
-    os._exit(code)
-
-
-def serve(sock: socket.socket) -> int:
-    """The fork server's loop, until its agent closes ``sock``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wake_w)
-    # A handler (not SIG_DFL) so the kernel delivers SIGCHLD and the wakeup fd is written.
-    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
-    _warm()
-    _send(sock, {"op": "ready", "pid": os.getpid()})
-    selector = selectors.DefaultSelector()
-    selector.register(sock, selectors.EVENT_READ)
-    selector.register(wake_r, selectors.EVENT_READ)
-    # What a child must not keep: it is its agent's launcher's, not the job's.
-    closing = (sock.fileno(), wake_r, wake_w, selector.fileno())
-    while True:
-        for key, _ in selector.select():
-            if key.fd == wake_r:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(wake_r, 4096):
-                        pass
-                _reap(sock)
-                continue
-            message, fds = _recv(sock)
-            if message is None:
-                return 0  # the agent is gone or done: so is its launcher
-            _launch(sock, message, fds, closing)
-        _reap(sock)
-
-
-def _launch(
-    sock: socket.socket, message: dict[str, Any], fds: list[int], closing: Sequence[int]
-) -> None:
-    request = message.get("id")
-    argv = message.get("argv")
-    if (
-        message.get("op") != "launch"
-        or len(fds) != 2
-        or not isinstance(argv, list)
-        or not all(isinstance(a, str) for a in argv)
-    ):
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"op": "failed", "id": request, "error": "malformed launch request"})
-        return
-    started = time.time()
-    try:
-        pid = os.fork()
-    except OSError as exc:
-        for fd in fds:
-            os.close(fd)
-        _send(sock, {"op": "failed", "id": request, "error": f"fork: {exc}"})
-        return
-    if pid == 0:
-        _child(argv, fds, started, closing)
-    for fd in fds:
-        os.close(fd)  # the child's now; the next child must not inherit them
-    # The child cannot be reaped before this server waits for it: the pid is its own.
-    pidfd = os.pidfd_open(pid)
-    try:
-        _send(sock, {"op": "started", "id": request, "pid": pid, "at": started}, pidfd)
-    finally:
-        os.close(pidfd)
-
-
-def _reap(sock: socket.socket) -> None:
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        _send(sock, {"op": "exited", "pid": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    parser.add_argument("--fd", type=int, required=True, help="the agent's socket (inherited)")
-    args = parser.parse_args(argv)
-    with socket.socket(fileno=args.fd) as sock:
-        sock.setblocking(True)
-        try:
-            return serve(sock)
-        except (BrokenPipeError, ConnectionResetError):
-            return 0  # the agent went away while we were telling it something
-
-
-# -- the agent's side --------------------------------------------------------------------
 
 LAUNCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds (wall s) of the launch-latency histogram; +Inf is implied."""
@@ -279,13 +98,25 @@ class ForkServerStats:
 class ForkedProcess:
     """A job process forked by the fork server; fits ``nodeagent.spawn.JobProcess``.
 
-    ``started_at`` is the wall time of its fork (the part's run starts there).
+    ``started_at`` is the wall time of its fork (the part's run starts there);
+    ``started_mono`` the same instant on ``CLOCK_MONOTONIC``, and ``exited_mono``
+    when the server reaped it (None until then, or when the server died first).
     """
 
-    def __init__(self, pid: int, pidfd: int, started_at: float, exit_code: asyncio.Future[int]):
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        started_at: float,
+        exit_code: asyncio.Future[int],
+        *,
+        started_mono: float | None = None,
+    ):
         self._pid = pid
         self._pidfd: int | None = pidfd
         self.started_at = started_at
+        self.started_mono = time.monotonic() if started_mono is None else started_mono
+        self.exited_mono: float | None = None
         self._exit = exit_code
         exit_code.add_done_callback(lambda _: self._close())
 
@@ -434,7 +265,7 @@ class ForkServer:
         sock = self._sock
         while sock is not None and sock is self._sock:
             try:
-                message, fds = _recv(sock)
+                message, fds = recv(sock)
             except BlockingIOError:
                 return
             except (OSError, ValueError) as exc:
@@ -459,6 +290,7 @@ class ForkServer:
         elif op == "exited":
             entry = self._children.pop(int(message["pid"]), None)
             if entry is not None and not entry[1].done():
+                entry[0].exited_mono = float(message.get("mono", time.monotonic()))
                 entry[1].set_result(int(message["code"]))
         else:  # our own server said something else: a bug, shown loudly
             log.error("fork server: unexpected message %r", message)
@@ -468,8 +300,9 @@ class ForkServer:
     def _started(self, message: dict[str, Any], pidfd: int) -> None:
         loop = asyncio.get_running_loop()
         pid, at = int(message["pid"]), float(message["at"])
+        mono = float(message.get("mono", time.monotonic()))
         exit_code: asyncio.Future[int] = loop.create_future()
-        process = ForkedProcess(pid, pidfd, at, exit_code)
+        process = ForkedProcess(pid, pidfd, at, exit_code, started_mono=mono)
         self._children[pid] = (process, exit_code)
         future = self._pending.get(message.get("id", -1))
         if future is not None and not future.done():
@@ -545,7 +378,3 @@ async def _exited(pidfd: int) -> None:
         await gone
     finally:
         loop.remove_reader(pidfd)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,9 +10,12 @@ monotonic clock, not summed over sleeps, so oversleeping never accumulates
 error; the loop only sleeps in short steps (``JobSettings.step``) so a
 command, a signal or the end of the work is noticed promptly. The work is
 counted from ``--start-at`` when given (the agent passes its
-``PartStarted.at``): the interpreter's start-up is then part of the modelled
-run instead of being added to it, so the scheduler sees the part end when the
-model says (if the start-up was shorter than the whole run).
+``PartStarted.at``, the fork): the process's start-up is then part of the
+modelled run instead of being added to it. The last report is dated at the
+instant the work was complete on that account, which the loop notices a
+timer's slack (or, for a run shorter than the start-up, the start-up) later:
+the agent measures the run from the fork to that instant
+(``PartFinished.run_seconds``) and the scheduler dates the job by it.
 
 A ``ResizePart`` (new CPUs and pace) folds the progress made so far at the
 old rate and goes on at the new one. The agent publishes it *retained* on the
@@ -133,6 +136,8 @@ class SleepJob:
         self._changed = 0.0
         #: Monotonic time the work counts from (no resize takes effect before it).
         self._start = 0.0
+        #: When the work was complete on its account (monotonic), once it was.
+        self._completed: float | None = None
         self.cpus = launch.cpus
         self.pace = launch.pace
 
@@ -195,13 +200,14 @@ class SleepJob:
         elapsed = now - self._changed
         return min(self.launch.work, self.done + self.rate * self.launch.time_scale * elapsed)
 
-    async def _report(self) -> None:
+    async def _report(self, *, late: float = 0.0) -> None:
+        """Report the progress ``done`` as of ``late`` seconds ago (now by default)."""
         message = PartProgress(
             job_id=self.launch.job_id,
             agent_id=self.launch.agent,
             done=self.done,
             rate=self.rate,
-            at=self._clock(),
+            at=self._clock() - late,
             attempt=self.launch.attempt,
         )
         await self._bus.publish(self._events, encode(message))
@@ -241,8 +247,13 @@ class SleepJob:
             delivery = await self._next(timeout)
             if delivery is not None and await self._handle(delivery):
                 next_report = self._monotonic() + settings.report_every
+        # The work was complete at the instant its account says, which this loop
+        # noticed a timer's slack (or a slow start-up) later: the last report is
+        # dated at that instant, so the run the agent measures ends with the work.
+        self._fold(self._monotonic())
+        late = 0.0 if self._completed is None else max(0.0, self._changed - self._completed)
         self.done = launch.work
-        await self._report()
+        await self._report(late=late)
         return EXIT_DONE
 
     def _lost_why(self) -> str | None:
@@ -260,7 +271,12 @@ class SleepJob:
         return None
 
     def _fold(self, now: float) -> None:
-        self.done = self._progress(now)
+        done = self._progress(now)
+        if done >= self.launch.work and self._completed is None:
+            # The instant the work was complete on this account (now or earlier).
+            rest = (self.launch.work - self.done) / (self.rate * self.launch.time_scale)
+            self._completed = min(now, self._changed + rest)
+        self.done = done
         self._changed = now
 
     async def _next(self, timeout: float) -> Delivery | None:

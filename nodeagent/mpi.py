@@ -159,14 +159,14 @@ class MpiJob(SleepJob):
         self._remote[part] = (iteration, data)
         self._remote_changed.set()
 
-    async def _report(self) -> None:
+    async def _report(self, *, late: float = 0.0) -> None:
         spent = self.compute_time + self.comm_time
         message = PartProgress(
             job_id=self.launch.job_id,
             agent_id=self.launch.agent,
             done=self.done,
             rate=self.rate,
-            at=self._clock(),
+            at=self._clock() - late,
             attempt=self.launch.attempt,
             iteration=self.iteration,
             cpu_util=None if spent <= 0 else min(1.0, self.compute_time / spent),

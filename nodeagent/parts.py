@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from broker.bus import Delivery
@@ -14,10 +15,13 @@ class Part:
     """A running part, as the agent accounts for it (monotonic times)."""
 
     launch: Launch
-    process: JobProcess
+    #: None while its launch is in flight (``nodeagent.runs``).
+    process: JobProcess | None
     cpus: int
     attempt: int
     started: float  # wall seconds since the epoch (PartStarted.at)
+    #: When the agent admitted the start (monotonic): its launch latency counts from here.
+    received: float
     rate: float
     budget: float  # wall-time units left at ``changed``
     changed: float
@@ -31,6 +35,22 @@ class Part:
     ranks: tuple[int, ...] = ()
     #: Where its process writes why it failed (read into ``PartFinished.detail``).
     failure_file: str | None = None
+    #: When its run counts from (monotonic; None while launching): its fork, or the
+    #: admission for a process that cannot say when it began (an exec'd one); and
+    #: how long after ``received`` that was.
+    forked: float | None = None
+    launch_seconds: float = 0.0
+
+    def signal(self, *, kill: bool) -> None:
+        """SIGKILL or SIGTERM its process; a process still launching gets it on arrival
+        (``nodeagent.runs``: ``ending`` and ``kill_at`` say which)."""
+        if self.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +58,18 @@ class Exited:
     job_id: str
     code: int
     attempt: int
+    #: When it exited (monotonic), as its launcher or its supervisor saw it.
+    at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    """A part's launch is over: its process runs, or ``error`` says why it does not."""
+
+    job_id: str
+    attempt: int
+    process: JobProcess | None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +86,7 @@ class RanksFound:
     pids: tuple[int, ...]
 
 
-Mail = Delivery | Exited | Reconnected | RanksFound | None  # None only wakes the loop
+Mail = Delivery | Exited | Launched | Reconnected | RanksFound | None  # None only wakes the loop
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import math
 import os
 import signal
@@ -139,8 +140,15 @@ class Contribution:
 def fork_ranks(
     count: int, params: MpiParams, *, cpu_seconds: float, total_ranks: int
 ) -> list[Rank]:
-    """Fork ``count`` ranks running :func:`rank_main`; call before any event loop runs."""
+    """Fork ``count`` ranks running :func:`rank_main`; call before any event loop runs.
+
+    The ranks start together once all are forked (they wait on a gate, a pipe the
+    leader closes): a rank that computed at once would compete for the cores with
+    the leader still forking its siblings (64 ranks on 2 cores took twice as long).
+    """
     ranks: list[Rank] = []
+    libc = _libc()  # once here, not once per rank
+    gate, gate_w = os.pipe()
     for index in range(count):
         parent_end, child_end = socket.socketpair()
         pid = os.fork()
@@ -150,7 +158,10 @@ def fork_ranks(
                 other.sock.close()
             code = EXIT_RANK_BUG
             try:
-                code = rank_main(child_end, params, cpu_seconds, total_ranks)
+                os.close(gate_w)
+                os.read(gate, 1)  # EOF once the leader forked every rank
+                os.close(gate)
+                code = rank_main(child_end, params, cpu_seconds, total_ranks, libc)
             # A forked rank must never unwind into the leader's code: a bug prints its
             # traceback here and the rank exits EXIT_RANK_BUG.
             except BaseException:  # noqa: BLE001
@@ -160,23 +171,35 @@ def fork_ranks(
                 os._exit(code)
         child_end.close()
         ranks.append(Rank(index, pid, parent_end))
+    os.close(gate_w)  # the ranks go
+    os.close(gate)
     return ranks
 
 
-def _die_with_parent() -> None:
-    # Imported here: only a rank needs it, and every job process imports this module
-    # (its start-up is part of every part's run time).
-    import ctypes  # noqa: PLC0415
+def _libc() -> ctypes.CDLL | None:
+    """The C library (for ``prctl``), loaded once by a leader before it forks its ranks."""
+    with contextlib.suppress(OSError):
+        return ctypes.CDLL(None, use_errno=True)
+    return None
 
+
+def _die_with_parent(libc: ctypes.CDLL | None) -> None:
+    if libc is None:
+        return
     with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def rank_main(sock: socket.socket, params: MpiParams, cpu_seconds: float, total: int) -> int:
+def rank_main(
+    sock: socket.socket,
+    params: MpiParams,
+    cpu_seconds: float,
+    total: int,
+    libc: ctypes.CDLL | None = None,
+) -> int:
     """One rank's whole life; its exit code."""
     leader = os.getppid()
-    _die_with_parent()
+    _die_with_parent(libc)
     if os.getppid() != leader:  # the leader died before the death signal was armed
         return 1
     for signum in (signal.SIGTERM, signal.SIGINT):

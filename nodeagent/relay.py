@@ -91,10 +91,19 @@ class RelayStats:
     coalesced: int = 0
 
 
+@dataclass(slots=True)
+class WorkDone:
+    """When a relayed job said its work was complete (its last ``PartProgress.at``:
+    wall seconds of this host's clock, the one its fork was stamped on)."""
+
+    at: float | None = None
+
+
 @dataclass(slots=True, eq=False)
 class _Session:
     launch: Launch
     subtree: str
+    done: WorkDone = field(default_factory=WorkDone)
     queue: asyncio.Queue[Delivery] = field(default_factory=lambda: asyncio.Queue(JOB_QUEUE))
     patterns: list[str] = field(default_factory=list)
     warned: bool = False
@@ -172,7 +181,11 @@ class Relay:
         await self.agent_queue.put(None)
 
     async def serve(
-        self, launch: Launch, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        launch: Launch,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        done: WorkDone | None = None,
     ) -> None:
         """Relay one job process's frames until it closes its end (it exited).
 
@@ -181,6 +194,8 @@ class Relay:
         """
         control = self.topics.job_control(launch.job_id)
         session = _Session(launch=launch, subtree=control.rpartition("/")[0] + "/")
+        if done is not None:
+            session.done = done
         self._sessions.add(session)
         self.stats.sessions += 1
         failure: PipeError | BusError | None = None
@@ -247,6 +262,8 @@ class Relay:
             and message.attempt == launch.attempt
         ):
             return False
+        if message.done >= launch.work:
+            session.done.at = message.at  # the run the agent reports ends here
         now = time.monotonic()
         previous = session.reported
         if (
@@ -273,6 +290,11 @@ class Relay:
         try:
             while True:
                 d = await session.queue.get()
+                if writer.transport.is_closing():
+                    # The job exited and its pipe broke (uvloop then raises RuntimeError
+                    # on a write, not ConnectionError): a resize or a clear relayed as it
+                    # ended. Nobody is left to read it; that is no failure of the agent.
+                    return
                 writer.write(Frame(DELIVER, d.topic, d.payload, d.retain).pack())
                 await writer.drain()
                 self.stats.delivered += 1
@@ -321,6 +343,13 @@ class RelayedJob:
         self._launch = launch
         self._fds: tuple[int, int] | None = fds  # (its stdout's read end, its stdin's write end)
         self.started_at = process.started_at
+        self.started_mono = process.started_mono
+        #: When the job said its work was complete, if it did (``nodeagent.runs``).
+        self.work_done = WorkDone()
+
+    @property
+    def exited_mono(self) -> float | None:
+        return self._process.exited_mono
 
     @property
     def pid(self) -> int:
@@ -339,7 +368,7 @@ class RelayedJob:
             return await self._process.wait()
         streams = await pipe_streams(*fds)
         try:
-            await self._relay.serve(self._launch, streams.reader, streams.writer)
+            await self._relay.serve(self._launch, streams.reader, streams.writer, self.work_done)
         except PipeError as exc:
             log.error(
                 "job %s: bad frame from its process, killing it: %s", self._launch.job_id, exc

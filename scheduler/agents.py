@@ -22,6 +22,17 @@ reached it later than its lease, or a part stopped because the lease lapsed).
 A LOST agent heard again (a heartbeat) rejoins; its stale parts are told to
 stop when its heartbeat lists them.
 
+*Run dating.* The scheduler hears of a part's start and end later than
+they happen (the broker's and its own batches' delays: whole cluster seconds
+at a time scale of 1000), so it does not date a run by its handling of the
+reports. Each agent measures on its own monotonic clock (never compared with
+another host's) its launch latency (``PartStarted.launch_seconds``) and the
+process's run (``PartFinished.run_seconds``); the job's run starts at its
+decision plus the last part's launch latency and ends the measured run later
+(``LiveJob.measured_run``), which the journal and the job metrics record.
+Without both measurements from every part (an older agent), the run is dated
+from the decision to the handling of the last report, as before.
+
 *Part ends.* A job finishes when every part has reported ``PartFinished``
 with exit code 0 and reason ``done``. The first part that reports anything
 else fails the job at once; its other parts are cancelled. Duplicate and
@@ -230,6 +241,10 @@ def _part_started(ctx: Context, agent: str, message: PartStarted) -> None:
         _stale(ctx, agent, message.job_id, message.attempt)
         return
     part.apply(PartInput.STARTED)
+    if message.launch_seconds is not None and live is not None:
+        ctx.metrics.part_launch.observe(message.launch_seconds)
+        if live.decided is not None:
+            live.ran[agent] = live.decided + message.launch_seconds * ctx.time_scale
 
 
 def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) -> None:
@@ -243,6 +258,9 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         return  # another attempt's process ended: nothing of this attempt changed
     if message.exit_code == 0 and message.reason == "done":
         part.apply(PartInput.DONE)
+        ran = live.ran.get(agent)
+        if ran is not None and message.run_seconds is not None:
+            live.ended[agent] = ran + message.run_seconds * ctx.time_scale
         if live.all_done:
             ctx.end_job(job_id, now, JobState.FINISHED, "")
         return

@@ -47,7 +47,15 @@ class JournalWriter(Protocol):
         self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
     ) -> None: ...
     def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None: ...
-    def record_end(self, job_id: str, end: float, state: JobState, detail: str = "") -> None: ...
+    def record_end(
+        self,
+        job_id: str,
+        end: float,
+        state: JobState,
+        detail: str = "",
+        *,
+        start: float | None = None,
+    ) -> None: ...
     def record_event(self, event: JobEvent) -> None: ...
     def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]: ...
 
@@ -220,11 +228,16 @@ class Context:
     def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
         """A running job ended (all parts done, or one failed)."""
         left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
+        live = self.placements.untrack(job_id)
+        # The run as the agents measured it (``scheduler.agents``, "Run dating").
+        measured = live.measured_run(now) if state is JobState.FINISHED else None
+        start, end = (left.start, now) if measured is None else measured
         if state is JobState.FINISHED:
             job = left.job
-            self.metrics.job_finished(procs=job.procs, submit=job.submit, start=left.start, end=now)
-        live = self.placements.untrack(job_id)
-        self.journal.record_end(job_id, now, state, detail)
+            self.metrics.job_finished(procs=job.procs, submit=job.submit, start=start, end=end)
+        self.journal.record_end(
+            job_id, end, state, detail, start=None if measured is None else start
+        )
         self.cancel_parts(live)
         live.end_all(PartInput.CANCELLED)
         self.metrics.jobs_finished.labels(state=state.value).inc()

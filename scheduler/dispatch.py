@@ -16,8 +16,10 @@ process changes pace from then, as the twin does, even if it reads the command
 later because it is still starting.
 
 Every part of a start carries the job's attempt (fencing,
-``scheduler.part_lifecycle``), its pace (the slowest part's speed) and the
-job's CPUs over all parts, from which each agent derives the MPL it runs at.
+``scheduler.part_lifecycle``), its pace (the slowest part's speed), the
+job's CPUs over all parts, from which each agent derives the MPL it runs at,
+and its share of the job's processes (:func:`rank_shares`: they sum to the
+job's ``procs`` however uneven the parts are).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         job_id = start.job.id
         attempt = ctx.attempt(job_id)
         ctx.journal.record_start(job_id, now, start.parts)
-        ctx.placements.track(job_id, start.parts, attempt)
+        ctx.placements.track(job_id, start.parts, attempt).decided = now
         for machine, command in start_commands(ctx, job_id, start.parts, attempt, issued):
             ctx.command(machine, command)
         ctx.event(
@@ -97,11 +99,13 @@ def start_commands(
         seed=model.seed,
     )
     alloc = Allocation.of(parts, ctx.core.speeds)
+    spec = ctx.specs[job_id]
+    shares = rank_shares(spec.procs, [p.cpus for p in parts])
     return [
         (
             p.machine,
             StartPart(
-                job=ctx.specs[job_id],
+                job=spec,
                 cpus=p.cpus,
                 pace=alloc.pace,
                 part=i,
@@ -111,10 +115,33 @@ def start_commands(
                 attempt=attempt,
                 issued=issued,
                 execution=execution,
+                ranks=ranks,
+                rank_offset=offset,
             ),
         )
-        for i, p in enumerate(parts)
+        for i, (p, (ranks, offset)) in enumerate(zip(parts, shares, strict=True))
     ]
+
+
+def rank_shares(procs: int, cpus: list[int]) -> list[tuple[int, int]]:
+    """Each part's ``(ranks, first rank)``: the job's ``procs`` split over its parts
+    in proportion to their CPUs, summing to ``procs`` (the MPI-like ranks' allreduce
+    checks that sum), part ``i`` holding ranks ``first .. first + ranks - 1``.
+
+    Cut at ``floor(procs * CPUs before the part / all CPUs)``: a part of ``c`` CPUs
+    gets ``floor`` or ``ceil`` of ``procs * c / all``, so at least ``c`` ranks and at
+    most ``2c`` when the job's MPL is within 1..2.
+    """
+    total = sum(cpus)
+    cuts = [procs * before // total for before in _running_sums(cpus)]
+    return [(cuts[i + 1] - cuts[i], cuts[i]) for i in range(len(cpus))]
+
+
+def _running_sums(values: list[int]) -> list[int]:
+    sums = [0]
+    for v in values:
+        sums.append(sums[-1] + v)
+    return sums
 
 
 def resize_detail(direction: str, before: int, after: int, procs: int) -> str:

@@ -356,6 +356,13 @@ class SchedulerMetrics:
         )
         for direction in RESIZE_DIRECTIONS:
             self.job_resizes.labels(direction=direction)
+        self.part_launch = Histogram(
+            "accordion_part_launch_wall_seconds",
+            "Wall seconds from an agent's admission of a StartPart to its process's fork, "
+            "as the agent measured it on its own clock (PartStarted.launch_seconds).",
+            buckets=DECISION_BUCKETS,
+            registry=own,
+        )
         registry.register(WithoutCreated(own))
         registry.register(RunInfo(lambda: self.policy))
         if process:

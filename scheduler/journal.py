@@ -266,15 +266,25 @@ class Journal:
             )
             self._event(at, job_id, "requeued", detail)
 
-    def record_end(self, job_id: str, end: float, state: JobState, detail: str = "") -> None:
-        """The job left for good: finished, failed or cancelled."""
+    def record_end(
+        self,
+        job_id: str,
+        end: float,
+        state: JobState,
+        detail: str = "",
+        *,
+        start: float | None = None,
+    ) -> None:
+        """The job left for good: finished, failed or cancelled. ``start``: its run's
+        start as its agents measured it, replacing the decision's (``scheduler.agents``)."""
         if state not in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED):
             raise ValueError(f"record_end takes a final state, not {state}")
         with self.transaction():
             self._update(
                 job_id,
-                "UPDATE jobs SET state=?, end_at=?, detail=? WHERE id=?",
-                (state.value, end, detail or None, job_id),
+                "UPDATE jobs SET state=?, end_at=?, detail=?, start_at=COALESCE(?, start_at) "
+                "WHERE id=?",
+                (state.value, end, detail or None, start, job_id),
             )
             self._event(end, job_id, state.value, detail)
 

@@ -2,8 +2,9 @@
 
 The core knows a running job's parts as CPU counts; this index adds what
 only the live runtime has: each part's lifecycle (``scheduler.part_lifecycle``),
-the job's current attempt, and which jobs each machine holds, so an agent's
-heartbeat is checked against its jobs in one lookup.
+the job's current attempt, which jobs each machine holds, so an agent's
+heartbeat is checked against its jobs in one lookup, and the run as the agents
+measured it (:meth:`LiveJob.measured_run`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from scheduler.part_lifecycle import PartInput, PartLifecycle, PartState
 class LiveJob:
     """A job on CPUs (or pending after a restart) in its current attempt."""
 
-    __slots__ = ("announced", "attempt", "job_id", "parts", "resent")
+    __slots__ = ("announced", "attempt", "decided", "ended", "job_id", "parts", "ran", "resent")
 
     def __init__(
         self, job_id: str, parts: tuple[Part, ...], attempt: int, *, pending: bool
@@ -31,6 +32,25 @@ class LiveJob:
         self.announced: dict[str, int] = {}
         #: Machines a pending part's start was sent to again (``scheduler.reconcile``).
         self.resent: set[str] = set()
+        #: Cluster time of the decision that started this attempt (None: restored).
+        self.decided: float | None = None
+        #: Per machine, when its part's process began running and when it exited,
+        #: in cluster time, dated from the decision by the agent's own measurements.
+        self.ran: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+
+    def measured_run(self, now: float) -> tuple[float, float] | None:
+        """The job's run ``(start, end)`` as its agents measured it, if every part said.
+
+        Start: the last part's process running (the job runs whole from then); end:
+        the last part's exit; both within the decision and ``now`` (the scheduler hears
+        of an exit after it happened, never before).
+        """
+        if self.decided is None or set(self.ended) != set(self.parts):
+            return None
+        start = min(max(self.decided, *self.ran.values()), now)
+        end = min(max(start, *self.ended.values()), now)
+        return start, end
 
     def part(self, machine: str) -> PartLifecycle | None:
         return self.parts.get(machine)

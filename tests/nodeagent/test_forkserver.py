@@ -9,6 +9,7 @@ test waits for a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from nodeagent.job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, EXIT_USAGE
 from nodeagent.pipe import PUBLISH, read_frame
 from nodeagent.relay import PipeStreams, pipe_streams
 from nodeagent.spawn import Launch
+from tests.nodeagent.harness import HANG
 
 LONG = 3600.0  # work units: a job that runs until the test ends it
 
@@ -185,3 +187,27 @@ async def test_closing_the_server_leaves_no_job_behind() -> None:
         await start(server, launch("late"))
     job.close()
     assert server.stats.restarts == 0
+
+
+async def test_launches_forked_together_hold_none_of_each_others_pipes() -> None:
+    """Launches sent at once are forked as one batch; a child must not inherit the
+    relay pipes of the launches after it. Else a quick job's stdout shows no end of
+    stream while a long sibling lives, and its agent waits for that sibling (seen in
+    a replay: parts reported done seconds late, after a wall-time kill)."""
+    async with fork_server() as server:
+        jobs = await asyncio.gather(
+            *(start(server, launch(f"b{i}", work=LONG if i % 2 else 0.0)) for i in range(8))
+        )
+        try:
+            for job in jobs[::2]:  # no work: done at once
+                assert await job.process.wait() == EXIT_DONE
+                async with asyncio.timeout(HANG):
+                    while await read_frame(job.streams.reader) is not None:
+                        pass  # to the end of its stream, which its exit closed
+            assert all(job.process.returncode is None for job in jobs[1::2])
+        finally:
+            for job in jobs:
+                with contextlib.suppress(ProcessLookupError):
+                    job.process.kill()
+                await job.process.wait()
+                job.close()

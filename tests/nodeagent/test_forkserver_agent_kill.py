@@ -18,7 +18,7 @@ from uuid import uuid4
 
 import pytest
 
-from broker.messages import AgentOnline, JobSpec, PartProgress, PartStarted, StartPart
+from broker.messages import AgentOnline, JobSpec, MpiSpec, PartProgress, PartStarted, StartPart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.forkserver import MODULE
@@ -33,6 +33,14 @@ def children(pid: int) -> list[int]:
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+async def ranks_of(leader: int, count: int) -> list[int]:
+    """The leader's rank processes, once it has forked ``count`` of them."""
+    async with asyncio.timeout(HANG):
+        while len(found := children(leader)) < count:
+            await asyncio.sleep(0.005)
     return found
 
 
@@ -53,7 +61,13 @@ async def gone(pid: int) -> None:
         os.close(fd)
 
 
-async def test_a_killed_agent_leaves_no_launcher_and_no_job(mosquitto: BrokerEndpoint) -> None:
+@pytest.mark.parametrize("workload", ["sleep", "mpi"])
+async def test_a_killed_agent_leaves_no_launcher_and_no_job(
+    mosquitto: BrokerEndpoint, workload: str
+) -> None:
+    """Also an MPI-like job's ranks: nothing of the part outlives its agent (a restarted
+    agent does not adopt running parts: the scheduler requeues them, and a part left
+    running would run twice)."""
     topics = Topics(f"kill-{uuid4().hex[:6]}/v1")
     settings = MqttSettings(mosquitto.host, mosquitto.port)
     agent = await asyncio.create_subprocess_exec(
@@ -76,8 +90,17 @@ async def test_a_killed_agent_leaves_no_launcher_and_no_job(mosquitto: BrokerEnd
             scheduler = Scheduler(bus, "k1", topics)
             reader = tg.create_task(scheduler.read(), name="test-kill-scheduler")
             await scheduler.expect(AgentOnline)
-            job = JobSpec(id="victim", procs=1, walltime=7200.0, work=3600.0)
-            await scheduler.send(StartPart(job=job, cpus=1))
+            mpi = MpiSpec(iterations=100_000, compute=0.01) if workload == "mpi" else None
+            procs = 2 if workload == "mpi" else 1
+            job = JobSpec(
+                id="victim",
+                procs=procs,
+                walltime=7200.0,
+                work=3600.0,
+                workload=workload,  # type: ignore[arg-type]
+                mpi=mpi,
+            )
+            await scheduler.send(StartPart(job=job, cpus=1, job_cpus=1))
             started = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)  # the job process is up
             launchers = [
@@ -87,10 +110,13 @@ async def test_a_killed_agent_leaves_no_launcher_and_no_job(mosquitto: BrokerEnd
             ]
             assert len(launchers) == 1
             assert started.pid in children(launchers[0])
+            ranks = await ranks_of(started.pid, procs if workload == "mpi" else 0)
             agent.send_signal(signal.SIGKILL)
             assert await agent.wait() == -signal.SIGKILL
             await gone(launchers[0])
             await gone(started.pid)
+            for rank in ranks:
+                await gone(rank)
             reader.cancel()
     finally:
         if agent.returncode is None:

@@ -135,7 +135,9 @@ async def test_sleep_job_does_its_work_and_reports_start_and_end() -> None:
         end = await run.report(1)
     first = run.reports[0]
     assert [(p.done, p.rate) for p in run.reports] == [(0.0, 1.0), (100.0, 1.0)]
-    assert 0.1 <= end.at - first.at < 0.1 + 1 / 1024
+    # Dated at the work's completion (0.1 s after its start), not at the reading that
+    # noticed it up to a tick later: the run the agent measures ends with the work.
+    assert end.at - first.at == pytest.approx(0.1, abs=1e-6)  # an epoch float's ulp
 
 
 async def test_work_counts_from_the_agents_start_time() -> None:
@@ -430,3 +432,14 @@ async def test_resize_to_mpl_2_halves_the_rate_of_the_remaining_work() -> None:
     # Before the resize: rate 1 at 100x from the start; after it: rate 0.5, half as fast.
     assert abs(off_the_line(resized, started.at, 0.0, 100.0)) <= REPORT_SKEW
     assert abs(off_the_line(later, resized.at, resized.done, 50.0)) <= REPORT_SKEW
+
+
+async def test_a_run_shorter_than_the_start_up_ends_when_its_work_was_done() -> None:
+    # Started 1/4 s before the job's first reading, with 1/8 s of work (12.5 units at
+    # 100x): the work was complete 1/8 s ago. The last report says so, not "now".
+    clock = ManualClock()
+    started = clock.now - 1 / 4
+    async with sleep_job(launch(work=12.5, time_scale=100.0, start_at=started), clock) as run:
+        assert await run.exit_code() == EXIT_DONE
+        end = await run.report(1)
+    assert (end.done, end.at - started) == (12.5, 1 / 8)

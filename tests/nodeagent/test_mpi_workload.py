@@ -33,6 +33,7 @@ from broker.messages import (
 from model.execution import DEFAULT_MODEL
 from nodeagent.agent import AgentSettings
 from nodeagent.cpuset import allowed_list, children
+from scheduler.dispatch import rank_shares
 from tests.nodeagent.harness import HANG, TOPICS, Running, gone, running_agent
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))[:2]
@@ -295,6 +296,51 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
         retained = broker._retained
         assert not retained.get(TOPICS.job_ranks("x1", 0))
         assert not retained.get(TOPICS.job_ranks("x1", 1))
+
+
+async def test_uneven_parts_split_the_ranks_so_they_sum_to_the_job() -> None:
+    """3 ranks over two parts of 1 CPU (MPL 1.5): 1 + 2 (the scheduler's split), and
+    every rank's allreduce sums to 3. Split per part by CPUs at the job's MPL, as
+    before, each part took round(1.5) = 2 ranks: 4 in all, and every sum was wrong."""
+    broker = MemoryBroker()
+    async with (
+        running_agent(cpus=1, settings=SETTINGS, name="ua", broker=broker) as one,
+        running_agent(cpus=1, settings=SETTINGS, name="ub", broker=broker) as two,
+    ):
+        spec = mpi_job("u1", procs=3, iterations=20, compute=0.002, message_bytes=64)
+        shares = rank_shares(3, [1, 1])
+        assert shares == [(1, 0), (2, 1)]
+        for i, (run, cpus) in enumerate(((one, 1), (two, 1))):
+            ranks, offset = shares[i]
+            start = StartPart(
+                job=spec,
+                cpus=cpus,
+                part=i,
+                parts=2,
+                job_cpus=2,
+                time_scale=1.0,
+                ranks=ranks,
+                rank_offset=offset,
+            )
+            await run.scheduler.send(start)
+        for run, ranks in ((one, 1), (two, 2)):
+            started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "u1")
+            assert len(await ranks_of(started.pid, ranks)) == ranks
+        for run in (one, two):
+            done = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "u1")
+            assert (done.reason, done.exit_code, done.detail) == ("done", 0, None)
+            last = run.scheduler.all(PartProgress, lambda p: p.job_id == "u1")[-1]
+            assert last.iteration == 20
+
+
+async def test_a_share_beyond_the_job_is_refused() -> None:
+    async with running_agent(cpus=2, settings=SETTINGS, name="uc") as run:
+        spec = mpi_job("u2", procs=4)
+        start = StartPart(job=spec, cpus=2, part=1, parts=2, job_cpus=4, ranks=2, rank_offset=3)
+        await run.scheduler.send(start)
+        refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "u2")
+        assert (refused.reason, refused.exit_code) == ("failed", -1)
+        assert run.scheduler.all(PartStarted) == []
 
 
 async def test_an_agent_killed_while_ranks_run_leaves_none_and_restarts_clean() -> None:

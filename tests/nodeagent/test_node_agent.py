@@ -87,9 +87,18 @@ async def test_start_part_runs_a_process_and_reports_done() -> None:
         assert started.agent_id == "node1"
         assert started.pid > 0
         assert finished == PartFinished(
-            job_id="j1", agent_id="node1", exit_code=0, at=finished.at, reason="done", attempt=1
+            job_id="j1",
+            agent_id="node1",
+            exit_code=0,
+            at=finished.at,
+            reason="done",
+            attempt=1,
+            run_seconds=finished.run_seconds,
         )
         assert finished.at >= started.at
+        # Its run, measured by the agent: at least its 10 units at 1000 units a second.
+        assert finished.run_seconds is not None
+        assert finished.run_seconds >= 10.0 / 1000.0
         # The job process itself reported its start and its end.
         progress = run.scheduler.all(PartProgress)
         assert [p.done for p in progress] == sorted(p.done for p in progress)

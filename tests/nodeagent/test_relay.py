@@ -8,10 +8,15 @@ socket pair and count what leaks (must be nothing) and what is dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+
+import pytest
 
 from broker.bus import BusError, Delivery
 from broker.codec import decode, encode
@@ -19,10 +24,11 @@ from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, PartFinished, PartProgress
 from broker.topics import Topics
 from nodeagent.forkserver import ForkServer
-from nodeagent.job import EXIT_CANCELLED
+from nodeagent.job import EXIT_CANCELLED, EXIT_DONE
 from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
-from nodeagent.relay import Relay, RelaySpawn
+from nodeagent.relay import Relay, RelaySpawn, _Session, pipe_streams
 from nodeagent.spawn import Launch
+from tests.nodeagent.harness import HANG
 
 T = Topics()
 AGENT = "a1"
@@ -144,6 +150,32 @@ async def test_a_forked_job_is_relayed_both_ways() -> None:
         assert w.relay.stats.forged_publish == w.relay.stats.forged_subscribe == 0
 
 
+async def test_a_forked_jobs_work_ends_where_its_account_says_not_at_its_exit() -> None:
+    """The run an agent reports (``nodeagent.runs``) is the fork to the work's end, which
+    the relay keeps from the job's last report: 50 units at 1000x is 50 ms after the
+    fork, exactly, however long the process took to start or to tear down."""
+    async with world() as w, ForkServer() as server:
+        the_launch = Launch(
+            agent=AGENT,
+            job_id="timed",
+            procs=1,
+            cpus=1,
+            pace=1.0,
+            work=50.0,
+            time_scale=1000.0,
+            start_at=time.time(),
+        )
+        process = await RelaySpawn(server, w.relay)(the_launch)
+        assert await process.wait() == EXIT_DONE
+        done = process.work_done.at
+        assert done is not None
+        # (Within 0.1 ms: the job reads its wall and monotonic clocks a few µs apart.)
+        assert done - process.started_at == pytest.approx(0.05, abs=1e-4)
+        # The process itself lived longer: its exit (reaped) came after that end.
+        assert process.exited_mono is not None
+        assert process.exited_mono - process.started_mono >= done - process.started_at
+
+
 async def test_a_job_reaches_only_its_own_topics() -> None:
     job = launch("mine", attempt=2)
     own = "accordion/v1/jobs/mine"
@@ -256,3 +288,25 @@ async def test_periodic_progress_is_thinned_but_never_its_news() -> None:
             assert message.done == done
         assert w.relay.stats.coalesced == 3
         assert w.relay.stats.forged_publish == 0
+
+
+async def test_a_delivery_to_a_job_that_just_exited_is_dropped_not_raised() -> None:
+    """Seen in the demo: a resize relayed as its job ended. uvloop raises RuntimeError
+    writing to the broken pipe (not ConnectionError), which ended the agent; the
+    relay's writer now stops quietly, as for any job that is gone."""
+    up_r, up_w = os.pipe2(os.O_CLOEXEC)
+    down_r, down_w = os.pipe2(os.O_CLOEXEC)
+    streams = await pipe_streams(up_r, down_w)  # the agent's ends, as RelayedJob has them
+    os.close(up_w)
+    os.close(down_r)  # the job process is gone: its pipe is broken
+    writer = streams.writer
+    writer.write(b"x")
+    with contextlib.suppress(ConnectionError):
+        await writer.drain()  # EPIPE: the transport closes itself
+    async with world() as w:
+        session = _Session(launch=launch("gone"), subtree=f"{T.root}/jobs/gone/")
+        session.queue.put_nowait(Delivery(T.job_control("gone"), b"late"))
+        async with asyncio.timeout(HANG):
+            await w.relay._down(session, writer)
+    assert w.relay.stats.delivered == 0
+    streams.close()
