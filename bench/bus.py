@@ -16,9 +16,7 @@ import argparse
 import asyncio
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,7 +28,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config  # noqa: E402
+from bench.private_mosquitto import mosquitto  # noqa: E402
 from broker.mqtt import MqttBus, MqttSettings  # noqa: E402
 
 
@@ -97,25 +95,11 @@ def main() -> int:
     parser.add_argument("--in-flight", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    binary = mosquitto_binary()
-    if binary is None:
-        print("mosquitto is not installed", file=sys.stderr)
-        return 1
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        conf = Path(tmp) / "mosquitto.conf"
-        conf.write_text(mosquitto_config(host="127.0.0.1", port=port))
-        proc = subprocess.Popen([binary, "-c", str(conf)], stderr=subprocess.DEVNULL)
-        try:
-            while not accepts("127.0.0.1", port):
-                time.sleep(0.02)
-            times: dict[str, list[float]] = {"aiomqtt.Client (yardstick)": [], "MqttBus": []}
-            for _ in range(args.rounds):
-                for name, run in (("aiomqtt.Client (yardstick)", bare), ("MqttBus", bus)):
-                    times[name].append(asyncio.run(run(port, args.messages, args.in_flight)))
-        finally:
-            proc.terminate()
-            proc.wait()
+    with mosquitto() as port:
+        times: dict[str, list[float]] = {"aiomqtt.Client (yardstick)": [], "MqttBus": []}
+        for _ in range(args.rounds):
+            for name, run in (("aiomqtt.Client (yardstick)", bare), ("MqttBus", bus)):
+                times[name].append(asyncio.run(run(port, args.messages, args.in_flight)))
     table = Table(title=f"QoS 1 publish + delivery, {args.messages} messages, "
                   f"{args.in_flight} in flight, median of {args.rounds} rounds")  # fmt: skip
     for col in ("client", "messages/s", "vs yardstick"):

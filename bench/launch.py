@@ -33,17 +33,14 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
-from broker.bus import Bus
+from broker.bus import Bus, Delivery
 from broker.codec import decode, encode
-from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 from broker.memory import MemoryBroker
 from broker.messages import (
     AgentOnline,
@@ -64,6 +61,9 @@ from nodeagent.relay import PipeStreams, Relay, RelaySpawn, pipe_streams
 from nodeagent.spawn import JOB_MODULE, Launch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: the benches' shared modules
+
+from bench.private_mosquitto import mosquitto  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -150,26 +150,6 @@ async def one_launch(samples: int) -> dict[str, tuple[list[float], list[float]]]
     return out
 
 
-@contextmanager
-def mosquitto() -> Iterator[int]:
-    """A private Mosquitto on a free loopback port (``accordion up``'s configuration)."""
-    binary = mosquitto_binary()
-    if binary is None:
-        raise SystemExit("mosquitto is not installed: use --broker memory")
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        conf = Path(tmp) / "mosquitto.conf"
-        conf.write_text(mosquitto_config(host="127.0.0.1", port=port))
-        proc = subprocess.Popen([binary, "-c", str(conf)], stderr=subprocess.DEVNULL)
-        try:
-            while not accepts("127.0.0.1", port):
-                time.sleep(0.02)
-            yield port
-        finally:
-            proc.terminate()
-            proc.wait()
-
-
 def clients(kind: str, port: int) -> tuple[
     AbstractAsyncContextManager[Bus], AbstractAsyncContextManager[Bus]
 ]:  # fmt: skip
@@ -179,6 +159,44 @@ def clients(kind: str, port: int) -> tuple[
         return broker.client("agent-bench"), broker.client("scheduler")
     settings = MqttSettings("127.0.0.1", port)
     return MqttBus(settings, "agent-bench"), MqttBus(settings, "scheduler")
+
+
+TOPICS = Topics("bench/v1")
+
+
+@asynccontextmanager
+async def hosted_agent(
+    kind: str, port: int, cpus: int
+) -> AsyncIterator[tuple[Bus, NodeAgent, ForkServer, AsyncIterator[Delivery]]]:
+    """A real agent ``bench`` of ``cpus`` CPUs, launching through a fork server and
+    relaying its job processes, online; and the scheduler's side: its connection,
+    subscribed to the agent's events and state, with their deliveries."""
+    agent_client, sched_client = clients(kind, port)
+    async with (
+        agent_client as bus,
+        sched_client as sched,
+        ForkServer() as server,
+        asyncio.TaskGroup() as tg,
+    ):
+        await sched.subscribe(TOPICS.agent_events("bench"))
+        await sched.subscribe(TOPICS.agent_state("bench"))
+        relay = Relay(bus, TOPICS, "bench")
+        pump = tg.create_task(relay.pump(), name="bench-relay")
+        agent = NodeAgent(
+            bus=relay.agent_bus,
+            topics=TOPICS,
+            machine=Machine(id="bench", cpus=cpus, speed=1.0),
+            spawn=RelaySpawn(server, relay),
+            settings=AgentSettings(lease=0.0, kill_grace=1.0),
+        )
+        running = tg.create_task(agent.run(), name="bench-agent")
+        events = sched.deliveries()
+        while not isinstance(decode((await anext(events)).payload), AgentOnline):
+            pass  # commands sent before the agent subscribed would be lost
+        yield sched, agent, server, events
+        agent.stop()
+        await running
+        pump.cancel()
 
 
 async def burst(
@@ -191,34 +209,10 @@ async def burst(
     processes up to their first report): what the burst costs whatever else
     the machine is running.
     """
-    topics = Topics("bench/v1")
-    agent_client, sched_client = clients(kind, port)
-    machine = Machine(id="bench", cpus=n, speed=1.0)
     times: list[float] = []
     launches: list[float] = []
     cpus: list[float] = []
-    async with (
-        agent_client as bus,
-        sched_client as sched,
-        ForkServer() as server,
-        asyncio.TaskGroup() as tg,
-    ):
-        await sched.subscribe(topics.agent_events("bench"))
-        await sched.subscribe(topics.agent_state("bench"))
-        relay = Relay(bus, topics, "bench")
-        pump = tg.create_task(relay.pump(), name="bench-relay")
-        spawn = RelaySpawn(server, relay)
-        agent = NodeAgent(
-            bus=relay.agent_bus,
-            topics=topics,
-            machine=machine,
-            spawn=spawn,
-            settings=AgentSettings(lease=0.0, kill_grace=1.0),
-        )
-        running = tg.create_task(agent.run(), name="bench-agent")
-        events = sched.deliveries()
-        while not isinstance(decode((await anext(events)).payload), AgentOnline):
-            pass  # commands sent before the agent subscribed would be lost
+    async with hosted_agent(kind, port, n) as (sched, agent, server, events):
         for r in range(rounds):
             ids = [f"b{r}-{i}" for i in range(n)]
             starts = [
@@ -235,7 +229,7 @@ async def burst(
             async with asyncio.TaskGroup() as sends:
                 for start in starts:
                     sends.create_task(
-                        sched.publish(topics.agent_commands("bench"), encode(start)),
+                        sched.publish(TOPICS.agent_commands("bench"), encode(start)),
                         name="bench-start",
                     )
             up: set[str] = set()
@@ -257,12 +251,9 @@ async def burst(
             count = server.stats.launches - observed[0]
             launches.append((server.stats.latency_sum - observed[1]) / max(count, 1))
             for j in ids:
-                await sched.publish(topics.agent_commands("bench"), encode(CancelPart(job_id=j)))
+                await sched.publish(TOPICS.agent_commands("bench"), encode(CancelPart(job_id=j)))
             while agent.stats().parts_running:
                 await asyncio.sleep(0.05)  # a bench, not a test: polling the agent is fine here
-        agent.stop()
-        await running
-        pump.cancel()
     return times, launches, cpus
 
 
@@ -274,31 +265,8 @@ async def mpi_job(n: int, rounds: int, kind: str = "mosquitto", port: int = 0) -
     running whole). The agent declares ``n`` CPUs on this machine's cores (emulated
     packing, as ``accordion up --demo`` does).
     """
-    topics = Topics("bench/v1")
-    agent_client, sched_client = clients(kind, port)
-    machine = Machine(id="bench", cpus=n, speed=1.0)
     times: list[float] = []
-    async with (
-        agent_client as bus,
-        sched_client as sched,
-        ForkServer() as server,
-        asyncio.TaskGroup() as tg,
-    ):
-        await sched.subscribe(topics.agent_events("bench"))
-        await sched.subscribe(topics.agent_state("bench"))
-        relay = Relay(bus, topics, "bench")
-        pump = tg.create_task(relay.pump(), name="bench-relay")
-        agent = NodeAgent(
-            bus=relay.agent_bus,
-            topics=topics,
-            machine=machine,
-            spawn=RelaySpawn(server, relay),
-            settings=AgentSettings(lease=0.0, kill_grace=1.0),
-        )
-        running = tg.create_task(agent.run(), name="bench-agent")
-        events = sched.deliveries()
-        while not isinstance(decode((await anext(events)).payload), AgentOnline):
-            pass
+    async with hosted_agent(kind, port, n) as (sched, agent, _server, events):
         for r in range(rounds):
             job_id = f"m{r}"
             # Ranks compute from their fork on: 1 ms a rank per iteration and a barrier,
@@ -306,18 +274,15 @@ async def mpi_job(n: int, rounds: int, kind: str = "mosquitto", port: int = 0) -
             mpi = MpiSpec(iterations=1_000_000, compute=0.001, message_bytes=0, pattern="barrier")
             spec = JobSpec(id=job_id, procs=n, walltime=1e6, work=1e6, workload="mpi", mpi=mpi)
             t0 = time.perf_counter()
-            await sched.publish(topics.agent_commands("bench"), encode(StartPart(job=spec, cpus=n)))
+            await sched.publish(TOPICS.agent_commands("bench"), encode(StartPart(job=spec, cpus=n)))
             while True:
                 message = decode((await anext(events)).payload)
                 if isinstance(message, PartProgress) and message.job_id == job_id:
                     break
             times.append(time.perf_counter() - t0)
-            await sched.publish(topics.agent_commands("bench"), encode(CancelPart(job_id=job_id)))
+            await sched.publish(TOPICS.agent_commands("bench"), encode(CancelPart(job_id=job_id)))
             while agent.stats().parts_running:
                 await asyncio.sleep(0.05)  # a bench, not a test: polling the agent is fine here
-        agent.stop()
-        await running
-        pump.cancel()
     return times
 
 
@@ -353,7 +318,7 @@ def main() -> None:
     worst = 0.0
     for kind in kinds:
         if kind == "mosquitto":
-            with mosquitto() as port:
+            with mosquitto(": use --broker memory") as port:
                 times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind, port))
         else:
             times, latency, cpu = asyncio.run(burst(args.procs, args.rounds, kind))
@@ -366,7 +331,7 @@ def main() -> None:
             f"(agent, fork server, the {args.procs} processes to their first report): median "
             f"{statistics.median(cpu):.3f} s"
         )
-    with mosquitto() as port:
+    with mosquitto(": use --broker memory") as port:
         ranks = asyncio.run(mpi_job(args.procs, args.rounds, "mosquitto", port))
     print(
         f"one MPI-like job of {args.procs} ranks on one agent (mosquitto broker), StartPart to "
