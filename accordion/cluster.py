@@ -364,7 +364,13 @@ class LocalCluster:
             if due is None:
                 if code == USAGE_ERROR:
                     raise child.died()
-                child.finish(0)  # reap it and whatever it left in its group
+                if child.role == "agent":
+                    # Reaped, but its job processes are left running: within their
+                    # lease, the restarted agent adopts them (or kills them), and
+                    # past it they have stopped themselves (nodeagent.adoption).
+                    child.process.wait()
+                else:
+                    child.finish(0)  # reap it and whatever it left in its group
                 ran = now - child.started_at
                 in_a_row = 0 if ran >= STABLE else self._in_a_row.get(child.name, 0)
                 self._in_a_row[child.name] = in_a_row + 1
@@ -474,6 +480,10 @@ class LocalCluster:
             lease=self.lease,
             walltime_grace=self.walltime_grace,
         )
+        # This cluster's own state directory per agent: a restarted agent adopts the
+        # parts its predecessor left (nodeagent.adoption), and two clusters on one
+        # host with the same machine names never share one.
+        argv.append(f"--state-dir={self.run_dir / 'agents' / machine.id}")
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
         self._agents.append(child)

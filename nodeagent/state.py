@@ -45,6 +45,8 @@ from typing import Any
 
 RECORD_VERSION = 1
 _KEY = re.compile(r"^(?P<job>[A-Za-z0-9_.:@-]{1,200})@(?P<attempt>[0-9]{1,9})$")
+MAX_SOCKET_PATH = 107
+"""Bytes of a unix socket's path (``sun_path`` holds 108 with its NUL)."""
 MAX_RECORD = 1 << 16
 """64 KiB: a record is well under 2 KiB; anything larger is not ours."""
 
@@ -227,6 +229,11 @@ class StateDir:
 
     def create(self) -> None:
         """Make the directory (0700); refuse one another user owns or others may read."""
+        if len(os.fsencode(self.socket_path)) > MAX_SOCKET_PATH:
+            raise StateError(
+                f"state directory {self.path} is too deep for a unix socket in it "
+                f"({MAX_SOCKET_PATH} bytes at most): choose a shorter --state-dir"
+            )
         for folder in (self.path, self.parts):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = folder.stat()
