@@ -20,9 +20,9 @@ K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
 from __future__ import annotations
 
 import argparse
-import math
 import asyncio
 import logging
+import math
 import signal
 import sys
 import time

@@ -186,6 +186,8 @@ class FakeAgent:
         speed: float = 1.0,
         incarnation: str = "i1",
         auto_finish: bool = False,
+        lease: float = 0.0,
+        adopts: bool = False,
     ) -> None:
         self.broker = broker
         self.id = agent_id
@@ -193,6 +195,9 @@ class FakeAgent:
         self.speed = speed
         self.incarnation = incarnation
         self.auto_finish = auto_finish
+        #: What it declares: its lease, and whether its parts outlive it (adoption).
+        self.lease = lease
+        self.adopts = adopts
         self.commands: list[Message] = []
         self.running: dict[str, StartPart] = {}
         self.bus: MemoryBus | None = None
@@ -216,6 +221,8 @@ class FakeAgent:
             machine=MachineSpec(id=self.id, cpus=self.cpus, speed=self.speed),
             incarnation=self.incarnation,
             running=tuple(running),
+            lease=self.lease,
+            adopts=self.adopts,
         )
         await self.publish(TOPICS.agent_state(self.id), online, retain=True)
 
