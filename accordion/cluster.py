@@ -217,6 +217,8 @@ class LocalCluster:
         self._agents: list[Child] = []
         self._on_restart = on_restart
         self._clock = clock
+        #: Children the supervisor leaves dead (``keep_down``).
+        self._kept_down: set[str] = set()
         #: Dead children waiting for their restart: name -> clock time it is due.
         self._due: dict[str, float] = {}
         self._in_a_row: dict[str, int] = {}
@@ -357,7 +359,7 @@ class LocalCluster:
         now = self._clock()
         done: list[Restart] = []
         for child in self.children():
-            if child.alive():
+            if child.alive() or child.name in self._kept_down:
                 continue
             code = child.exit_code()
             due = self._due.get(child.name)
@@ -387,6 +389,10 @@ class LocalCluster:
             for restart in done:
                 self._on_restart(restart)
         return done
+
+    def keep_down(self, name: str) -> None:
+        """Never restart the child ``name`` again (a bench's fault that must last)."""
+        self._kept_down.add(name)
 
     async def supervise_forever(self, period: float = 0.2) -> None:
         """:meth:`supervise` every ``period`` wall seconds, until cancelled."""
