@@ -262,6 +262,11 @@ async def survey(state: StateDir, agent_id: str, relay: Relay, *, adopt: bool) -
             log.warning("agent %s: killing part %s (pid %d): %s", agent_id, key, forked.pid, why)
             await _kill_and_wait(pidfd)
         state.remove_key(key)
+        if record is not None and forked is None:
+            # Admitted, never forked: nothing ran. Not reported: the scheduler, which
+            # never heard it started, sends that start again (``scheduler.agent_hold``).
+            log.info("agent %s: part %s was never forked: dropped", agent_id, key)
+            continue
         if job_id and attempt_text.isdigit() and int(attempt_text) >= 1:
             result.lost.append(Lost(job_id, int(attempt_text), why or "unknown"))
             log.warning("agent %s: part %s not adopted: %s", agent_id, key, why)

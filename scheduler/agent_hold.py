@@ -19,7 +19,10 @@ while the old one still counted as alive, the lost-agent rule waits:
 - :func:`adopt` (a new incarnation registered in time): the parts it lists
   with the job's current attempt are reconciled and go on, their run
   continuous (``adopted`` event, ``accordion_agents_adopted_parts_total``);
-  each one it does not list is lost by the old rule (requeued or failed);
+  a part whose start was never acknowledged (no ``PartStarted``: the old
+  process died before its fork, which a record would otherwise show) is sent
+  the same start again, once, uncharged; any other it does not list is lost
+  by the old rule (requeued or failed);
 - :func:`expire` (the periodic check): a hold-off that passed applies the old
   rule to everything still on the agent. Requeueing then cannot run a job
   twice: its parts stopped by their lease, which started no later than the
@@ -39,6 +42,8 @@ from collections.abc import Iterable
 from broker.messages import JobEvent
 from scheduler.agent_lifecycle import AgentInput, AgentState
 from scheduler.context import Agent, Context
+from scheduler.dispatch import start_commands
+from scheduler.part_lifecycle import PartState
 
 log = logging.getLogger("scheduler.actor")
 
@@ -87,7 +92,7 @@ def adopt(ctx: Context, agent: str, ag: Agent, running: Reported, now: float) ->
     lose the rest (the agent has just moved to ONLINE)."""
     ctx.cordoned.discard(agent)
     ctx.dirty = True
-    adopted = 0
+    adopted = restarted = 0
     for job_id in _jobs_on(ctx, agent):
         live = ctx.placements[job_id]
         part = live.parts[agent]
@@ -96,10 +101,27 @@ def adopt(ctx: Context, agent: str, ag: Agent, running: Reported, now: float) ->
             adopted += 1
             ctx.event(job_id, ADOPTED, now, f"its part on {agent} adopted by a new incarnation")
             continue
+        if part.state is PartState.STARTING and agent not in live.resent:
+            # Its start never reached the old process's fork: every part it forked has
+            # a record the new one adopts or kills and reports (``nodeagent.state``).
+            # The same start goes to the new incarnation, once, uncharged.
+            live.resent.add(agent)
+            for machine, command in start_commands(
+                ctx, job_id, live.layout(), live.attempt, ctx.wall()
+            ):
+                if machine == agent:
+                    ctx.command(machine, command)
+            restarted += 1
+            continue
         ctx.job_lost(job_id, now, f"its part on {agent} was not adopted by the new incarnation")
     ctx.metrics.adopted_parts.inc(adopted)
     ctx.metrics.agent_holds.labels(outcome="adopted").inc()
-    log.warning("agent %s: new incarnation adopted %d running part(s)", agent, adopted)
+    log.warning(
+        "agent %s: new incarnation adopted %d running part(s); %d start(s) it never had sent again",
+        agent,
+        adopted,
+        restarted,
+    )
 
 
 def rejoined(ctx: Context, agent: str) -> None:

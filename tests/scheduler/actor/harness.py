@@ -188,6 +188,7 @@ class FakeAgent:
         auto_finish: bool = False,
         lease: float = 0.0,
         adopts: bool = False,
+        ack_starts: bool = True,
     ) -> None:
         self.broker = broker
         self.id = agent_id
@@ -198,6 +199,8 @@ class FakeAgent:
         #: What it declares: its lease, and whether its parts outlive it (adoption).
         self.lease = lease
         self.adopts = adopts
+        #: False: a start is recorded but never answered (a process killed before it).
+        self.ack_starts = ack_starts
         self.commands: list[Message] = []
         self.running: dict[str, StartPart] = {}
         self.bus: MemoryBus | None = None
@@ -246,6 +249,8 @@ class FakeAgent:
             assert message.job is not None
             job_id = message.job.id
             self.running[job_id] = message
+            if not self.ack_starts:
+                return
             await self.event(
                 PartStarted(job_id=job_id, agent_id=self.id, pid=1, attempt=message.attempt)
             )

@@ -211,3 +211,25 @@ async def test_a_scheduler_restart_during_the_hold_requeues_after_it(journal_pat
         assert c.state("j") == "queued"
     finally:
         await c.stop()
+
+
+async def test_a_start_the_old_incarnation_never_had_is_sent_again_uncharged(
+    cluster: Cluster,
+) -> None:
+    a1 = await cluster.agent("a1", 4, lease=LEASE, adopts=True, ack_starts=False)
+    await cluster.client.submit(spec("j", 2))
+    await eventually(lambda: a1.started("j"))
+    await a1.kill()  # before it acknowledged (or forked) the start
+    await eventually(lambda: cluster.agent_state("a1") == "held")
+    a1.ack_starts = True
+    a1.running.clear()
+    await _restart(a1, "i2", [])
+    await eventually(lambda: len(a1.starts()) == 2)
+    again = a1.starts()[-1]
+    assert again.attempt == 1  # the same start: no requeue charged
+    await a1.finish("j")
+    await eventually(lambda: cluster.state("j") == "finished")
+    with Journal(cluster.path) as journal:
+        row = journal.job("j")
+    assert row is not None
+    assert row.requeues == 0
