@@ -206,9 +206,9 @@ class Admission(PartRuns):
         part.slots = self._pool.take(part.cpus)
         if self._state_dir is not None:
             # Before the fork: a next incarnation finds every part that may run.
+            self._record(part)
             if launch.lease_file is not None:
                 self._new_part_lease(launch.lease_file)
-            self._record(part)
         self._parts[job.id] = part
         self._busy += part.cpus
         # The launch and the supervision run in a task of their own: the next command

@@ -261,10 +261,12 @@ async def survey(state: StateDir, agent_id: str, relay: Relay, *, adopt: bool) -
             result.killed += 1
             log.warning("agent %s: killing part %s (pid %d): %s", agent_id, key, forked.pid, why)
             await _kill_and_wait(pidfd)
+        ran = forked is not None or state.has_pid_file(key)
         state.remove_key(key)
-        if record is not None and forked is None:
-            # Admitted, never forked: nothing ran. Not reported: the scheduler, which
-            # never heard it started, sends that start again (``scheduler.agent_hold``).
+        if not ran:
+            # No pid file: never forked (the fork server writes it before the child may
+            # run), so nothing ran. Not reported: the scheduler, which never heard it
+            # started, sends that start again (``scheduler.agent_hold``).
             log.info("agent %s: part %s was never forked: dropped", agent_id, key)
             continue
         if job_id and attempt_text.isdigit() and int(attempt_text) >= 1:

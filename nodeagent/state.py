@@ -324,6 +324,10 @@ class StateDir:
             why = why or str(exc)
         return record, forked, why
 
+    def has_pid_file(self, key: str) -> bool:
+        """Whether the fork server noted a process for ``key`` (readable or not)."""
+        return _KEY.match(key) is not None and (self.parts / f"{key}.pid").exists()
+
     def remove_key(self, key: str) -> None:
         if _KEY.match(key) is None:
             return

@@ -244,7 +244,9 @@ async def test_reused_pid_and_garbage_records_are_refused(
     mosquitto: BrokerEndpoint, tmp_path: Path
 ) -> None:
     """A record naming a live unrelated process (its pid reused) is never adopted nor
-    signalled; garbage records are refused and counted; the agent goes on."""
+    signalled; garbage records are refused and counted; the agent goes on. Parts with
+    a pid file (something may have run) are reported ``fenced``; one without (never
+    forked) is dropped unreported, its start to be sent again."""
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
     parts = state / "parts"
@@ -292,7 +294,7 @@ async def test_reused_pid_and_garbage_records_are_refused(
                 assert online.running == ()
                 reported = [
                     await scheduler.expect(PartFinished, lambda f, j=j: f.job_id == j)  # type: ignore[misc]
-                    for j in ("victim", "junk", "other")
+                    for j in ("victim", "junk")
                 ]
                 assert {f.reason for f in reported} == {"fenced"}
                 assert bystander.returncode is None
@@ -301,10 +303,13 @@ async def test_reused_pid_and_garbage_records_are_refused(
                 await scheduler.send(_sleep_job("ok", work=0.1))
                 done = await scheduler.expect(PartFinished, lambda f: f.job_id == "ok")
                 assert done.reason == "done"
+                assert "other" not in {f.job_id for f in scheduler.all(PartFinished)}
             finally:
                 await _kill(agent)
         text = log.read_text()
         assert "refused" in text
+        assert "3 bad record(s)" in text
+        assert sorted(p.name for p in parts.iterdir()) == []
         assert await _alive(bystander.pid)
     finally:
         bystander.kill()
