@@ -6,8 +6,11 @@ the broker through the agent's own connection (``nodeagent.relay``): they
 hold no credentials and open no connection. The loop is uvloop when
 installed, and SIGINT/SIGTERM ask for the clean shutdown of
 ``nodeagent.agent`` (parts ended and reported ``lost``, then a retained
-goodbye). Exit status: 0 after a clean goodbye, 1 if the broker connection
-failed or was lost (the broker has then published the will).
+goodbye). Before it registers, it adopts the parts a killed predecessor for
+the same machine left running in its state directory (``--state-dir``;
+``nodeagent.adoption``). Exit status: 0 after a clean goodbye, 1 if the broker
+connection failed or was lost (the broker has then published the will), 2 on a
+usage error or a state directory another agent holds.
 """
 
 from __future__ import annotations

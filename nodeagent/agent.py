@@ -13,7 +13,9 @@ Lifecycle, on the agent's topics (``broker.topics``):
 
 - start: subscribe to ``agent_commands(id)``, publish ``AgentOnline``
   (retained) on ``agent_state(id)`` with the machine, a fresh incarnation and
-  no running parts. The bus must carry :func:`agent_will` as its Last Will, so
+  the parts it adopted from a killed predecessor (``nodeagent.adoption``: with
+  a state directory, ``--state-dir``, its parts outlive it within their
+  lease). The bus must carry :func:`agent_will` as its Last Will, so
   a killed agent is announced ``AgentOffline(reason="lost")`` by the broker;
 - every ``heartbeat_interval`` wall seconds: ``Heartbeat(seq, running)`` on
   ``agent_events(id)``, the first one at once;
@@ -68,7 +70,10 @@ processes on its CPUs, its real MPL.
 
 Unclean end. If the bus fails (or the agent's task is cancelled), ``run()``
 raises and the supervisors kill their processes: the broker publishes the
-will, and the scheduler counts those parts lost without a report.
+will, and the scheduler counts those parts lost without a report. An agent
+killed outright (SIGKILL) cannot: its parts go on within their lease, and a
+next incarnation adopts them (``nodeagent.adoption``; the scheduler holds
+them for the lease meanwhile, ``scheduler.agent_hold``).
 
 Shutdown rule. A stopping agent does not take the scheduler's decisions for
 it: it terminates its parts, reports each as ``PartFinished(reason="lost")``
