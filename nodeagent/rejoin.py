@@ -238,7 +238,7 @@ class RejoiningBus:
         self._close()
         self.breaks += 1
         if self._path is None:
-            self._dead = BusError(f"the agent's pipe is closed ({why})")
+            self._dead = BusError(f"the agent closed the pipe ({why})")
             self._up.set()
             return
         log.warning("job %s: %s; rejoining its agent at %s", self._key, why, self._path)
