@@ -58,6 +58,8 @@ async def _agent(
             "--cpus=3",
             "--heartbeat=0.2",
             f"--state-dir={state}",
+            # Long enough for a restart on a loaded machine (the last --lease wins).
+            "--lease=20",
             *extra,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdin=asyncio.subprocess.DEVNULL,
