@@ -298,8 +298,15 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
     if message.reason == "fenced":
         # The agent would not run this attempt (a start delayed past its lease, or the
         # lease lapsed under it): that job goes back to the queue; the agent stays.
+        # A start refused before its fork (exit -1, never heard started) never ran:
+        # its requeue is not charged to the job's budget.
+        never_ran = part.state is PartState.STARTING and message.exit_code == -1
         part.apply(PartInput.LOST)
-        ctx.job_lost(job_id, now, detail)
+        if never_ran:
+            left = ctx.core.job_lost(job_id, now, charged=False)
+            ctx.after_loss(left, now, f"{detail}, before it ran: not charged", also_cancel=None)
+        else:
+            ctx.job_lost(job_id, now, detail)
         return
     if message.reason == "lost":
         # An agent gives parts up only when it stops: the lost-agent rule for all of

@@ -7,9 +7,10 @@ parts; a new incarnation listing them within the lease adopts them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from broker.messages import JobEvent, RunningPart
+from broker.messages import JobEvent, PartFinished, PartStarted, RunningPart
 from scheduler.journal import Journal
 from tests.scheduler.actor.harness import SETTINGS, Cluster, FakeAgent, eventually, spec
 
@@ -233,3 +234,30 @@ async def test_a_start_the_old_incarnation_never_had_is_sent_again_uncharged(
         row = journal.job("j")
     assert row is not None
     assert row.requeues == 0
+
+
+async def test_a_start_fenced_before_it_ran_is_requeued_uncharged(cluster: Cluster) -> None:
+    """More fenced refusals than the requeue budget (2): the job is never failed for
+    them, and a part fenced after it ran is charged as before."""
+    a1 = await cluster.agent("a1", 4, ack_starts=False)
+    await cluster.client.submit(spec("j", 2))
+    for attempt in (1, 2, 3, 4):
+        await eventually(lambda n=attempt: len(a1.starts()) == n)  # type: ignore[misc]
+        assert a1.starts()[-1].attempt == attempt
+        fenced = PartFinished(
+            job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt
+        )
+        await a1.event(fenced)
+    await eventually(lambda: len(a1.starts()) == 5)
+    assert cluster.state("j") == "running"
+    # Fenced after it ran (the lease lapsed under it): charged, the budget applies.
+    await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=5))
+    for attempt in (5, 6, 7):
+        await eventually(lambda n=attempt: len(a1.starts()) >= n)  # type: ignore[misc]
+        await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt))
+        lapsed = PartFinished(
+            job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt
+        )
+        await a1.event(lapsed)
+    await eventually(lambda: cluster.state("j") == "failed")
+    assert len(a1.starts()) == 7
