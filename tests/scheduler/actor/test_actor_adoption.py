@@ -119,7 +119,6 @@ async def test_the_hold_ends_after_the_lease_and_the_job_is_requeued_once(
 
 
 async def test_a_hold_off_of_zero_requeues_at_once(journal_path: Path) -> None:
-    from dataclasses import replace
 
     c = Cluster(journal_path, settings=replace(SETTINGS, adopt_hold_off=0.0))
     await c.client.start()
@@ -158,7 +157,6 @@ async def test_a_new_incarnation_without_a_will_first_adopts_too(cluster: Cluste
 
 
 async def test_a_scheduler_restart_during_the_hold_waits_it_out(journal_path: Path) -> None:
-    from dataclasses import replace
 
     # A lease longer than the restart's reconcile grace: the journaled hold decides.
     c = Cluster(journal_path, settings=replace(SETTINGS, reconcile_grace=2.0))
@@ -193,7 +191,6 @@ async def test_a_scheduler_restart_during_the_hold_waits_it_out(journal_path: Pa
 
 
 async def test_a_scheduler_restart_during_the_hold_requeues_after_it(journal_path: Path) -> None:
-    from dataclasses import replace
 
     c = Cluster(journal_path, settings=replace(SETTINGS, reconcile_grace=2.0))
     await c.client.start()
