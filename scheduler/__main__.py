@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import math
 import signal
 import sys
 import time
@@ -99,14 +98,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--reconcile-grace", type=float, default=10.0, help="restart grace for agents, wall s"
     )
-    p.add_argument(
-        "--adopt-hold-off",
-        type=float,
-        default=math.inf,
-        help="wall s, at most, that a lost agent's parts are held for a new incarnation to "
-        "adopt (the hold is the lease the agent declared, capped by this; 0: requeue at "
-        "once; default: the lease)",
-    )
     p.add_argument("--max-requeues", type=int, default=2, help="requeues before a lost job fails")
     p.add_argument(
         "--execution-model",
@@ -179,7 +170,6 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         settings = ActorSettings(
             heartbeat_interval=args.heartbeat_interval,
             reconcile_grace=args.reconcile_grace,
-            adopt_hold_off=args.adopt_hold_off,
             max_requeues=args.max_requeues,
             silence_factor=args.silence_factor,
             startup_grace=args.startup_grace,

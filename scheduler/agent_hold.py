@@ -12,10 +12,13 @@ So when such an agent's Last Will arrives, or a new incarnation registers
 while the old one still counted as alive, the lost-agent rule waits:
 
 - :func:`hold` moves the agent to HELD (``scheduler.agent_lifecycle``) for
-  the *hold-off*: its declared lease, capped by ``adopt_hold_off`` (0: no
-  hold, the rule applies at once). Its parts stay as they are (their CPUs
-  held, their run going on), its machine is cordoned (no new parts), and a
-  ``held`` event is journaled for each of its jobs with the hold-off in it;
+  the *hold-off*: exactly its declared lease. Its parts stay as they are
+  (their CPUs held, their run going on), its machine is cordoned (no new
+  parts), and a ``held`` event is journaled for each of its jobs with the
+  hold-off in it. No setting shortens it: requeueing sooner could run a job
+  twice while its parts still run (they may, for the lease). An agent run
+  with ``--no-adopt`` declares no adoption; its parts die with it, and the
+  rule applies at once as before;
 - :func:`adopt` (a new incarnation registered in time): the parts it lists
   with the job's current attempt are reconciled and go on, their run
   continuous (``adopted`` event, ``accordion_agents_adopted_parts_total``);
@@ -56,11 +59,12 @@ Reported = dict[str, tuple[int | None, int]]
 
 
 def hold_off(ctx: Context, ag: Agent) -> float:
-    """Wall seconds this agent's parts are held after its will (0: not held)."""
+    """Wall seconds this agent's parts are held after its will (0: not held): its lease
+    when its parts outlive it, since they may run that long."""
     life = ag.life
     if not life.adopts or life.lease <= 0:
         return 0.0
-    return min(life.lease, ctx.settings.adopt_hold_off)
+    return life.lease
 
 
 def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:

@@ -7,7 +7,6 @@ cluster seconds with the clock's time scale where it compares them with
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,12 +55,6 @@ class ActorSettings:
     #: reply, instead of one more per job (about 160 us of paho time each: with
     #: ``all`` a batched submission runs at ~3,700 jobs/s on MQTT, ~30,000 without).
     job_events: JobEvents = "lifecycle"
-    #: Wall seconds, at most, that the parts of an agent whose Last Will arrived (or
-    #: which re-registered) are held for a new incarnation to adopt, instead of being
-    #: requeued at once (``scheduler.agent_hold``). The hold is the lease the agent
-    #: declared (past it, its parts stopped themselves), capped by this; 0: requeue at
-    #: once, as before adoption existed.
-    adopt_hold_off: float = math.inf
     #: Also publish each job's events on its owner's ``users/<user>/events`` (on when
     #: the scheduler logs in: with ACLs, a user reads only that topic).
     owner_events: bool = False
@@ -94,8 +87,6 @@ class ActorSettings:
             raise ValueError(
                 "summary_interval, startup_grace, max_requeues and vanish_misses must be >= 0"
             )
-        if not self.adopt_hold_off >= 0:
-            raise ValueError(f"adopt_hold_off must be >= 0, got {self.adopt_hold_off!r}")
         if self.job_events not in ("all", "lifecycle", "none"):
             raise ValueError(f"job_events must be all, lifecycle or none, not {self.job_events!r}")
 

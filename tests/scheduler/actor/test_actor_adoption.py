@@ -118,23 +118,6 @@ async def test_the_hold_ends_after_the_lease_and_the_job_is_requeued_once(
     assert sample(cluster, "accordion_scheduler_requeues_total") == 1
 
 
-async def test_a_hold_off_of_zero_requeues_at_once(journal_path: Path) -> None:
-
-    c = Cluster(journal_path, settings=replace(SETTINGS, adopt_hold_off=0.0))
-    await c.client.start()
-    await c.start()
-    try:
-        a1 = await c.agent("a1", 4, lease=LEASE, adopts=True)
-        other = await c.agent("other", 4)
-        await c.client.submit(spec("j", 4))
-        await eventually(lambda: a1.started("j"))
-        await a1.kill()
-        await eventually(lambda: other.started("j"))
-        assert c.agent_state("a1") == "lost"
-    finally:
-        await c.stop()
-
-
 async def test_an_agent_that_does_not_adopt_is_lost_at_once(cluster: Cluster) -> None:
     a1 = await cluster.agent("a1", 4, lease=LEASE, adopts=False)
     other = await cluster.agent("other", 4)
