@@ -217,8 +217,7 @@ class LocalCluster:
         self._agents: list[Child] = []
         self._on_restart = on_restart
         self._clock = clock
-        #: Children the supervisor leaves dead (``keep_down``).
-        self._kept_down: set[str] = set()
+        self._kept_down: set[str] = set()  # children left dead (keep_down)
         #: Dead children waiting for their restart: name -> clock time it is due.
         self._due: dict[str, float] = {}
         self._in_a_row: dict[str, int] = {}
@@ -367,9 +366,7 @@ class LocalCluster:
                 if code == USAGE_ERROR:
                     raise child.died()
                 if child.role == "agent":
-                    # Reaped, but its job processes are left running: within their
-                    # lease, the restarted agent adopts them (or kills them), and
-                    # past it they have stopped themselves (nodeagent.adoption).
+                    # Its parts are left: the restarted agent adopts them within their lease.
                     child.process.wait()
                 else:
                     child.finish(0)  # reap it and whatever it left in its group
@@ -486,9 +483,7 @@ class LocalCluster:
             lease=self.lease,
             walltime_grace=self.walltime_grace,
         )
-        # This cluster's own state directory per agent: a restarted agent adopts the
-        # parts its predecessor left (nodeagent.adoption), and two clusters on one
-        # host with the same machine names never share one.
+        # Its own state directory (nodeagent.state): two clusters never share one.
         argv.append(f"--state-dir={self.run_dir / 'agents' / machine.id}")
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"
