@@ -158,7 +158,9 @@ async def _main(
                 found.killed,
                 found.bad_records,
             )
-            rejoin = RejoinServer(state, {adopted_key(a): a.process for a in found.adopted})
+            rejoin = RejoinServer(
+                state, {adopted_key(a): a.process for a in found.adopted}, relay.stats
+            )
             await stack.enter_async_context(rejoin)
             agent = NodeAgent(
                 bus=relay.agent_bus,

@@ -46,7 +46,7 @@ from typing import Any
 
 from nodeagent.job import EXIT_LOST, job_parser
 from nodeagent.pipe import HELLO, WELCOME, Frame, PipeError, read_frame
-from nodeagent.relay import Relay, WorkDone
+from nodeagent.relay import Relay, RelayStats, WorkDone
 from nodeagent.spawn import Launch, LaunchError
 from nodeagent.state import Forked, PartRecord, StateDir, StateError, part_key, start_time
 
@@ -284,20 +284,16 @@ def _peer_pid(writer: asyncio.StreamWriter) -> int | None:
     return int(pid)
 
 
-@dataclass(slots=True)
-class RejoinStats:
-    rejoined: int = 0
-    refused: int = 0
-
-
 class RejoinServer:
     """The agent's relay socket: adopted jobs rejoin here (module docstring)."""
 
-    def __init__(self, state: StateDir, adopted: dict[str, AdoptedProcess]) -> None:
+    def __init__(
+        self, state: StateDir, adopted: dict[str, AdoptedProcess], stats: RelayStats
+    ) -> None:
         self._state = state
         self._adopted = adopted
         self._server: asyncio.AbstractServer | None = None
-        self.stats = RejoinStats()
+        self.stats = stats
 
     async def __aenter__(self) -> RejoinServer:
         path = self._state.socket_path
@@ -334,7 +330,7 @@ class RejoinServer:
         await detached  # the connection is the relay's until the job is gone
 
     def _refuse(self, writer: asyncio.StreamWriter, why: str) -> None:
-        self.stats.refused += 1
+        self.stats.rejoin_refused += 1
         log.warning("relay socket: connection refused: %s", why)
         with contextlib.suppress(ConnectionError, RuntimeError):
             writer.write(Frame(WELCOME, "").pack())

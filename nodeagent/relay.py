@@ -90,6 +90,10 @@ class RelayStats:
     overflow: int = 0
     #: Periodic progress reports not forwarded (see ``Relay.progress_every``).
     coalesced: int = 0
+    #: Adopted job processes that rejoined over the relay socket, and connections
+    #: refused there (not an adopted part's process, no HELLO: ``nodeagent.adoption``).
+    rejoined: int = 0
+    rejoin_refused: int = 0
 
 
 @dataclass(slots=True)

@@ -13,6 +13,7 @@ import select
 import signal
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from uuid import uuid4
 
 import pytest
 
+from broker.local import free_port
 from broker.messages import (
     AgentOffline,
     AgentOnline,
@@ -335,7 +337,10 @@ async def test_forged_rejoin_is_refused_and_counted(
             await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
             await _kill(agent)
-            agent = await _agent(mosquitto, topics, state, log)
+            port = free_port()
+            agent = await _agent(
+                mosquitto, topics, state, log, f"--metrics-port={port}", "--metrics-addr=127.0.0.1"
+            )
             await scheduler.expect(AgentOnline, lambda o: o.incarnation != first.incarnation)
             reader, writer = await asyncio.open_unix_connection(str(state / "relay.sock"))
             writer.write(Frame(HELLO, "s@1").pack())
@@ -348,9 +353,22 @@ async def test_forged_rejoin_is_refused_and_counted(
             writer.close()
             done = await scheduler.expect(PartFinished, lambda f: f.job_id == "s")
             assert (done.reason, done.exit_code) == ("done", 0)
+            metrics = await asyncio.to_thread(_scrape, port)
+            assert (
+                'accordion_agent_relay_dropped_total{agent="a1",reason="rejoin_refused"} 1.0'
+                in metrics
+            )
+            assert 'accordion_agent_rejoins_total{agent="a1"} 1.0' in metrics
+            assert 'accordion_agent_parts_adopted_total{agent="a1"} 1.0' in metrics
         finally:
             await _kill(agent)
     assert "connection refused" in log.read_text()
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()
 
 
 async def test_part_finishing_while_agent_is_down_is_reported_by_the_next(
