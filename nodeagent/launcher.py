@@ -60,12 +60,15 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
+from nodeagent.job import EXIT_LOST
 from nodeagent.job import main as job_main
 from nodeagent.spawn import JOB_MODULE
 from nodeagent.state import Forked, StateError, start_time, write_atomic
 
 MODULE = "nodeagent.launcher"
 MAX_MESSAGE = 1 << 16
+GATE_OPEN = b"g"
+"""What the server writes on a batch's gate, once per launch, to let its children run."""
 """64 KiB: a launch's command line is well under 1 KiB."""
 
 _FDS = socket.CMSG_SPACE(2 * array.array("i", [0]).itemsize)
@@ -124,9 +127,11 @@ def _child(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for fd in closing:
             os.close(fd)
-        # Wait for the rest of this batch to be forked (see ``serve``): EOF once the
-        # server closed the gate's write end (every sibling closed its copy above).
-        os.read(gate, 1)
+        # Wait for the rest of this batch to be forked (see ``_launch_batch``): one
+        # byte each once the server has recorded them all. End-of-file means the
+        # server died first: the job must not run unrecorded (nobody could adopt it).
+        if os.read(gate, 1) != GATE_OPEN:
+            os._exit(EXIT_LOST)
         os.close(gate)
         os.dup2(stdio[0], 0)
         os.dup2(stdio[1], 1)
@@ -207,6 +212,11 @@ def _launch_batch(sock: socket.socket, closing: Sequence[int]) -> bool:
             later = [fd for _, fds_after in batch[i + 1 :] for fd in fds_after]
             _launch(sock, request, request_fds, (*closing, gate_w, *later), gate)
     finally:
+        # One byte per launch opens the gate: a child that reads end-of-file instead
+        # (this server died after its fork, perhaps before its pid file was written)
+        # never runs, so no job process runs unrecorded. Surplus bytes are harmless.
+        with contextlib.suppress(OSError):
+            os.write(gate_w, GATE_OPEN * len(batch))
         os.close(gate_w)  # the batch runs
         os.close(gate)
     return message is not None
