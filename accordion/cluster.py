@@ -20,9 +20,9 @@ backoff that doubles with each restart in a row (from :data:`BACKOFF_FIRST`
 up to :data:`BACKOFF_CAP` seconds; a child that ran :data:`STABLE` seconds
 starts again from the first). The others ride it out as they do in a real
 deployment: clients reconnect to a restarted broker, a restarted scheduler
-reconciles from its journal, a restarted agent registers with a new
-incarnation. A child that exits with status 2 (its usage error) is not
-restarted: it would only fail again. The stop is in order: the agents first
+reconciles from its journal, a restarted agent adopts the parts left
+running in its state directory. A child that exits with status 2 (its usage
+error) is not restarted: it would only fail again. The stop is in order: the agents first
 (each ends its job processes and says goodbye), then the scheduler (it
 finishes its batch and closes its journal), then the broker
 (:mod:`accordion.processes` has the details). The run directory holds the
@@ -83,8 +83,7 @@ DEFAULT_CLUSTER: Final = REPO / "examples" / "cluster.toml"
 #: first ends its job processes (their own grace is 5 s), then says goodbye.
 STOP_GRACE: Final = {"agent": 10.0, "scheduler": 10.0, "broker": 5.0}
 
-#: Wall seconds before the first restart of a child that died, doubling with
-#: each restart in a row up to the cap.
+#: Wall seconds before the first restart of a child that died, doubling up to the cap.
 BACKOFF_FIRST: Final = 0.5
 BACKOFF_CAP: Final = 30.0
 #: Wall seconds a child must have run for its next death to count as a first one.
@@ -217,6 +216,7 @@ class LocalCluster:
         self._agents: list[Child] = []
         self._on_restart = on_restart
         self._clock = clock
+        self._kept_down: set[str] = set()
         #: Dead children waiting for their restart: name -> clock time it is due.
         self._due: dict[str, float] = {}
         self._in_a_row: dict[str, int] = {}
@@ -339,10 +339,9 @@ class LocalCluster:
                 for e in self.endpoints()
             ],
         }
-        tmp = path.with_suffix(".json.tmp")
+        tmp = path.with_suffix(".json.tmp")  # readers never see half a file
         tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)  # readers never see half a file
-        return path
+        return tmp.replace(path)
 
     # -- supervision -----------------------------------------------------------------
 
@@ -357,14 +356,17 @@ class LocalCluster:
         now = self._clock()
         done: list[Restart] = []
         for child in self.children():
-            if child.alive():
+            if child.alive() or child.name in self._kept_down:
                 continue
             code = child.exit_code()
             due = self._due.get(child.name)
             if due is None:
                 if code == USAGE_ERROR:
                     raise child.died()
-                child.finish(0)  # reap it and whatever it left in its group
+                if child.role == "agent":
+                    child.process.wait()  # its parts are left for its successor to adopt
+                else:
+                    child.finish(0)  # reap it and whatever it left in its group
                 ran = now - child.started_at
                 in_a_row = 0 if ran >= STABLE else self._in_a_row.get(child.name, 0)
                 self._in_a_row[child.name] = in_a_row + 1
@@ -381,6 +383,10 @@ class LocalCluster:
             for restart in done:
                 self._on_restart(restart)
         return done
+
+    def keep_down(self, name: str) -> None:
+        """Never restart the child ``name`` again (a bench's fault that must last)."""
+        self._kept_down.add(name)
 
     async def supervise_forever(self, period: float = 0.2) -> None:
         """:meth:`supervise` every ``period`` wall seconds, until cancelled."""
@@ -473,6 +479,7 @@ class LocalCluster:
             heartbeat=self.heartbeat,
             lease=self.lease,
             walltime_grace=self.walltime_grace,
+            state_dir=self.run_dir / "agents" / machine.id,
         )
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"

@@ -226,6 +226,7 @@ class Wiring:
         heartbeat: float,
         lease: float,
         walltime_grace: float,
+        state_dir: Path,
     ) -> list[str]:
         host, port = self.broker_address()
         argv = [
@@ -249,6 +250,8 @@ class Wiring:
             # the agent's 2 s default, since on a small machine a burst of job processes
             # starting together can take seconds to get going.
             f"--walltime-grace={walltime_grace!r}",
+            # Its own (nodeagent.state): where a restarted agent finds the parts to adopt.
+            f"--state-dir={state_dir}",
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")

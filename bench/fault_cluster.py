@@ -46,6 +46,8 @@ class Result:
     queued: int = 0
     lost: int = 0
     requeued: int = 0
+    #: Parts a restarted agent adopted (the journal's ``adopted`` events).
+    adopted: int = 0
     #: Jobs run twice at once beyond the fencing bound (``bench.fault_sampler``).
     duplicated: int = 0
     #: Jobs whose attempts overlapped only within the bound (an old one exiting).
@@ -108,6 +110,17 @@ async def wait_offline(cluster: LocalCluster, machine: str) -> None:
             await asyncio.sleep(0.05)
 
 
+async def wait_requeued(cluster: LocalCluster, accepted: set[str]) -> None:
+    """Until the journal shows a requeue of one of ``accepted`` (bounded)."""
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        with Journal(cluster.journal) as journal:
+            if any(e.state == "requeued" for e in journal.job_events(sorted(accepted))):
+                return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("no job was requeued within the bound")
+
+
 async def wait_healthy(cluster: LocalCluster, since: float) -> float:
     """Wall seconds from ``since`` until the scheduler answers with every machine online."""
     wanted = {m.id for m in cluster.spec.machines}
@@ -159,7 +172,9 @@ def scrape_bad(cluster: LocalCluster) -> float:
 def tally(result: Result, journal_path: Path, accepted: set[str]) -> None:
     with Journal(journal_path) as journal:
         rows = {row.spec.id: row for row in journal.load().jobs}
+        events = journal.job_events(sorted(accepted))
     result.accepted = len(accepted)
+    result.adopted = sum(1 for e in events if e.state == "adopted")
     for job_id in accepted:
         row = rows.get(job_id)
         if row is None or row.state not in FINAL:

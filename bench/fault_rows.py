@@ -25,6 +25,7 @@ from bench.fault_cluster import (
     submit_all,
     wait_healthy,
     wait_offline,
+    wait_requeued,
     workload,
 )
 from bench.fault_sampler import Sampler
@@ -41,13 +42,33 @@ async def row_baseline(
 async def row_agent_kill(
     bench: Bench, cluster: LocalCluster, sampler: Sampler, result: Result, tag: str
 ) -> set[str]:
+    """SIGKILL an agent that is not restarted: its parts stop by their lease and the
+    scheduler requeues them once the hold for adoption (the lease) is over."""
+    accepted = await row_baseline(bench, cluster, sampler, result, tag)
+    await running_at_least(cluster, 10)
+    machine = cluster.spec.machines[0].id
+    cluster.keep_down(f"agent-{machine}")
+    t0 = time.monotonic()
+    os.kill(agent_child(cluster), signal.SIGKILL)
+    await wait_offline(cluster, machine)
+    await wait_requeued(cluster, accepted)
+    result.recovery = time.monotonic() - t0
+    result.note = "not restarted; recovery: until its jobs were requeued (after the hold)"
+    return accepted
+
+
+async def row_agent_restart(
+    bench: Bench, cluster: LocalCluster, sampler: Sampler, result: Result, tag: str
+) -> set[str]:
+    """SIGKILL an agent and let the supervisor restart it at once: the new incarnation
+    adopts the parts still running (expect adopted > 0, requeued 0)."""
     accepted = await row_baseline(bench, cluster, sampler, result, tag)
     await running_at_least(cluster, 10)
     t0 = time.monotonic()
     os.kill(agent_child(cluster), signal.SIGKILL)
     await wait_offline(cluster, cluster.spec.machines[0].id)
     result.recovery = await wait_healthy(cluster, t0)
-    result.note = "recovery: until the restarted agent is online again"
+    result.note = "restarted at once; recovery: until the new incarnation is online"
     return accepted
 
 

@@ -28,7 +28,13 @@ accepted job has ended, and prints one line of the matrix:
 - **effects**: for the rows with logins, what a forgery or a takeover did
   (must be 0).
 
-Rows: ``baseline`` (no fault), ``agent-kill`` (SIGKILL an agent),
+- **adopted**: parts a restarted agent adopted (the journal's ``adopted``
+  events): they went on, neither requeued nor run twice;
+
+Rows: ``baseline`` (no fault), ``agent-kill`` (SIGKILL an agent that is not
+restarted: its parts stop by their lease, and the scheduler requeues them
+after its hold for adoption), ``agent-restart`` (SIGKILL an agent and restart
+it at once for the same machine: it adopts its running parts),
 ``agent-freeze`` (SIGSTOP an agent past the scheduler's silence limit, then
 SIGCONT), ``scheduler-kill`` (SIGKILL the scheduler during a burst of
 ``--burst`` single submissions; the client resends what was not answered, as
@@ -85,6 +91,7 @@ from bench.fault_cluster import (  # noqa: E402
 from bench.fault_rows import (  # noqa: E402
     row_agent_freeze,
     row_agent_kill,
+    row_agent_restart,
     row_baseline,
     row_broker_kill,
     row_job_crash,
@@ -99,6 +106,7 @@ AUTH_ROWS = ("forged", "takeover")
 ROWS: dict[str, Row] = {
     "baseline": row_baseline,
     "agent-kill": row_agent_kill,
+    "agent-restart": row_agent_restart,
     "agent-freeze": row_agent_freeze,
     "scheduler-kill": row_scheduler_kill,
     "broker-kill": row_broker_kill,

@@ -240,6 +240,10 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     #: machine) and its relative spread over the benchmark's rounds; None if not measured.
     speed_score: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
     speed_spread: Annotated[float, msgspec.Meta(ge=0, le=1e6)] | None = None
+    #: True when this agent's parts outlive it within ``lease`` and a next incarnation
+    #: for the machine adopts them (``nodeagent.adoption``): on its will, the scheduler
+    #: holds its parts for the lease instead of requeueing them at once.
+    adopts: bool = False
 
 
 class AgentOffline(Message, tag="agent_offline", frozen=True):

@@ -6,14 +6,18 @@ the broker through the agent's own connection (``nodeagent.relay``): they
 hold no credentials and open no connection. The loop is uvloop when
 installed, and SIGINT/SIGTERM ask for the clean shutdown of
 ``nodeagent.agent`` (parts ended and reported ``lost``, then a retained
-goodbye). Exit status: 0 after a clean goodbye, 1 if the broker connection
-failed or was lost (the broker has then published the will).
+goodbye). Before it registers, it adopts the parts a killed predecessor for
+the same machine left running in its state directory (``--state-dir``;
+``nodeagent.adoption``). Exit status: 0 after a clean goodbye, 1 if the broker
+connection failed or was lost (the broker has then published the will), 2 on a
+usage error or a state directory another agent holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import signal
 import socket
@@ -26,6 +30,7 @@ from broker.bus import BusError
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
+from nodeagent.adoption import RejoinServer, adopted_key, survey
 from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
 from nodeagent.cpuset import checked_cpuset, parse_cpuset
 from nodeagent.exporter import serve_metrics
@@ -35,6 +40,7 @@ from nodeagent.launch_exporter import LauncherCollector
 from nodeagent.lease import DEFAULT_LEASE
 from nodeagent.relay import Relay, RelaySpawn
 from nodeagent.runner import run
+from nodeagent.state import StateDir, StateError, default_state_dir
 
 log = logging.getLogger("nodeagent")
 
@@ -92,11 +98,27 @@ def _parser() -> argparse.ArgumentParser:
         "ACL grants each agent its own topics by client id (the compose testbed's "
         "pattern rules on %%c) needs --client-id={name}",
     )
+    p.add_argument(
+        "--state-dir",
+        default=None,
+        help="this machine's state directory: part records, leases, the relay socket "
+        "(created 0700; default $XDG_RUNTIME_DIR/accordion/<name>, else "
+        "/tmp/accordion-<uid>/<name>). A restarted agent for the same machine adopts "
+        "the parts it finds there",
+    )
+    p.add_argument(
+        "--no-adopt",
+        action="store_true",
+        help="parts stop with their agent, and a restarted agent kills what it finds "
+        "instead of adopting it (the scheduler then requeues at once)",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
 
 
-async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSettings) -> int:
+async def _main(
+    args: argparse.Namespace, machine: Machine, settings: AgentSettings, state: StateDir, lock: int
+) -> int:
     topics = Topics(args.root)
     incarnation = new_incarnation()
     will = agent_will(topics, machine.id, incarnation)
@@ -116,19 +138,39 @@ async def _main(args: argparse.Namespace, machine: Machine, settings: AgentSetti
     client_id = args.client_id.replace("{name}", machine.id)
     try:
         async with (
+            contextlib.AsyncExitStack() as stack,
             MqttBus(mqtt, client_id, will=will, on_reconnect=reconnected) as bus,
-            ForkServer() as launcher,
+            ForkServer(hold_fds=(lock,)) as launcher,
             asyncio.TaskGroup() as tg,
         ):
             relay = Relay(bus, topics, machine.id)
             pump = tg.create_task(relay.pump(), name=f"agent-{machine.id}-relay")
+            # Before registering: the parts the previous incarnation left (adopted, or
+            # killed and reported), so the first announcement lists what runs here.
+            found = await survey(
+                state, machine.id, relay, adopt=settings.adopt and settings.lease > 0
+            )
+            log.info(
+                "agent %s: %d part(s) adopted, %d not (%d killed), %d bad record(s)",
+                machine.id,
+                len(found.adopted),
+                len(found.lost),
+                found.killed,
+                found.bad_records,
+            )
+            rejoin = RejoinServer(
+                state, {adopted_key(a): a.process for a in found.adopted}, relay.stats
+            )
+            await stack.enter_async_context(rejoin)
             agent = NodeAgent(
                 bus=relay.agent_bus,
                 topics=topics,
                 machine=machine,
-                spawn=RelaySpawn(launcher, relay),
+                spawn=RelaySpawn(launcher, relay, state),
                 settings=settings,
                 incarnation=incarnation,
+                state=state,
+                survey=found,
             )
             agents.append(agent)
             loop = asyncio.get_running_loop()
@@ -192,7 +234,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cpuset=cpuset,
             speed_score=None if score is None else score.score,
             speed_spread=None if score is None else score.spread,
+            adopt=not args.no_adopt,
         )
+        state = StateDir(args.state_dir or default_state_dir(machine.id))
+        state.create()
     except (MachineError, ValueError) as exc:
         parser.error(str(exc))
     logging.basicConfig(
@@ -207,7 +252,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings.speed_score,
             100 * (settings.speed_spread or 0.0),
         )
-    return run(_main(args, machine, settings))
+    try:
+        # Waits for an old incarnation's fork server to be gone (it holds the lock too).
+        lock = state.lock(patience=max(10.0, settings.lease))
+    except StateError as exc:
+        log.error("agent %s: %s", machine.id, exc)
+        return 2
+    try:
+        return run(_main(args, machine, settings, state, lock))
+    finally:
+        state.unlock()
 
 
 def measured_speed(text: str) -> tuple[float, Score | None]:

@@ -100,9 +100,22 @@ class Admission(PartRuns):
             root=self._topics.root,
             attempt=max(1, command.attempt),
             execution=execution_model(command.execution),
-            lease_file=None if self._lease is None else str(self._lease.path),
+            lease_file=self._part_lease(job.id, max(1, command.attempt)),
             lease=self.settings.lease,
+            relay_socket=(
+                str(self._state_dir.socket_path)
+                if self._state_dir is not None and self._lease is not None and self.settings.adopt
+                else None
+            ),
         )
+
+    def _part_lease(self, job_id: str, attempt: int) -> str | None:
+        """The part's lease file: its own in a state directory, else the agent's."""
+        if self._lease is None:
+            return None
+        if self._state_dir is None:
+            return str(self._lease.path)
+        return str(self._state_dir.part_lease(job_id, attempt))
 
     def _failure_file(self, job_id: str, attempt: int) -> str:
         folder = self.settings.lease_dir or tempfile.gettempdir()
@@ -191,6 +204,11 @@ class Admission(PartRuns):
         )
         part.failure_file = launch.failure_file
         part.slots = self._pool.take(part.cpus)
+        if self._state_dir is not None:
+            # Before the fork: a next incarnation finds every part that may run.
+            self._record(part)
+            if launch.lease_file is not None:
+                self._new_part_lease(launch.lease_file)
         self._parts[job.id] = part
         self._busy += part.cpus
         # The launch and the supervision run in a task of their own: the next command
@@ -239,6 +257,7 @@ class Admission(PartRuns):
         self._counters.resizes += 1
         part.deadline = self._deadline(now, part.budget, rate, scale)
         self._busy += growth
+        self._record(part)
         forward = ResizePart(
             job_id=command.job_id,
             cpus=command.cpus,

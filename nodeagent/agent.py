@@ -13,7 +13,9 @@ Lifecycle, on the agent's topics (``broker.topics``):
 
 - start: subscribe to ``agent_commands(id)``, publish ``AgentOnline``
   (retained) on ``agent_state(id)`` with the machine, a fresh incarnation and
-  no running parts. The bus must carry :func:`agent_will` as its Last Will, so
+  the parts it adopted from a killed predecessor (``nodeagent.adoption``: with
+  a state directory, ``--state-dir``, its parts outlive it within their
+  lease). The bus must carry :func:`agent_will` as its Last Will, so
   a killed agent is announced ``AgentOffline(reason="lost")`` by the broker;
 - every ``heartbeat_interval`` wall seconds: ``Heartbeat(seq, running)`` on
   ``agent_events(id)``, the first one at once;
@@ -68,7 +70,10 @@ processes on its CPUs, its real MPL.
 
 Unclean end. If the bus fails (or the agent's task is cancelled), ``run()``
 raises and the supervisors kill their processes: the broker publishes the
-will, and the scheduler counts those parts lost without a report.
+will, and the scheduler counts those parts lost without a report. An agent
+killed outright (SIGKILL) cannot: its parts go on within their lease, and a
+next incarnation adopts them (``nodeagent.adoption``; the scheduler holds
+them for the lease meanwhile, ``scheduler.agent_hold``).
 
 Shutdown rule. A stopping agent does not take the scheduler's decisions for
 it: it terminates its parts, reports each as ``PartFinished(reason="lost")``
@@ -112,6 +117,7 @@ from broker.messages import (
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.admission import Admission
+from nodeagent.adoption import Survey
 from nodeagent.cpuset import SlotPool, checked_cpuset, own_cpuset
 from nodeagent.lease import LeaseFile
 from nodeagent.outbox import Outbox
@@ -119,6 +125,7 @@ from nodeagent.parts import Counters, Exited, Launched, Mail, Part, RanksFound, 
 from nodeagent.registration import agent_will, execution_model, machine_spec, new_incarnation
 from nodeagent.settings import REASONS, AgentSettings, AgentStats, Reason
 from nodeagent.spawn import Spawn
+from nodeagent.state import StateDir
 
 __all__ = [
     "REASONS",
@@ -149,8 +156,14 @@ class NodeAgent(Admission):
         incarnation: str | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        state: StateDir | None = None,
+        survey: Survey | None = None,
     ) -> None:
         self._bus = bus
+        #: The machine's state directory (records, leases, relay socket) and what this
+        #: incarnation found there at start (``nodeagent.adoption``); None: no records.
+        self._state_dir = state
+        self._survey = survey
         self._topics = topics
         self.machine = machine
         self._spawn = spawn
@@ -205,6 +218,8 @@ class NodeAgent(Admission):
             cores=len(self._pool.cores),
             speed_score=self.settings.speed_score,
             resizes=c.resizes,
+            adopted=c.adopted,
+            not_adopted=c.not_adopted,
         )
 
     def stop(self) -> None:
@@ -223,8 +238,14 @@ class NodeAgent(Admission):
         scheduler learns of them from the will.
         """
         if self.settings.lease > 0:
-            self._lease = LeaseFile(self.settings.lease_dir, prefix=f"accordion-{self.agent_id}-")
+            self._lease = (
+                LeaseFile(path=self._state_dir.lease_path)
+                if self._state_dir is not None
+                else LeaseFile(self.settings.lease_dir, prefix=f"accordion-{self.agent_id}-")
+            )
             self._lease.renew()
+        if self._survey is not None:
+            self._take_over(self._survey)
         try:
             await self._serve()
         finally:
@@ -233,11 +254,18 @@ class NodeAgent(Admission):
 
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
-        await self._publish(self._state, self._online(()), retain=True)
-        log.info("agent %s online (incarnation %s)", self.agent_id, self.incarnation)
+        # Adopted parts (if any) are listed as running from the first announcement.
+        await self._publish(self._state, self._online(self._running()), retain=True)
+        log.info(
+            "agent %s online (incarnation %s, %d adopted part(s))",
+            self.agent_id,
+            self.incarnation,
+            len(self._parts),
+        )
         async with asyncio.TaskGroup() as tg:
             self._tg = tg
             self._outbox.bind(tg)
+            await self._supervise_adopted()
             reader = tg.create_task(self._read_bus(), name=f"agent-{self.agent_id}-bus")
             try:
                 await tg.create_task(self._drain(), name=f"agent-{self.agent_id}-mailbox")
@@ -348,6 +376,7 @@ class NodeAgent(Admission):
         self._counters.heartbeats += 1
         if self._lease is not None:
             self._lease.renew()
+            self._renew_parts()
 
     async def reconnected(self) -> None:
         """The bus's ``on_reconnect``: announce this agent and its parts again.
@@ -377,7 +406,13 @@ class NodeAgent(Admission):
             emulated=self._pool.emulated,
             speed_score=self.settings.speed_score,
             speed_spread=self.settings.speed_spread,
+            adopts=self.adopts,
         )
+
+    @property
+    def adopts(self) -> bool:
+        """Whether this agent's parts outlive it within their lease, to be adopted."""
+        return self._state_dir is not None and self.settings.adopt and self.settings.lease > 0
 
     def _running(self) -> tuple[RunningPart, ...]:
         """The parts this agent runs, as heartbeats and announcements list them."""

@@ -118,6 +118,15 @@ class SlotPool:
     def give(self, slots: Iterable[int]) -> None:
         self._free.update(slots)
 
+    def claim(self, slots: Iterable[int]) -> tuple[int, ...]:
+        """Take exactly ``slots`` (an adopted part's: ``nodeagent.adoption``); raises
+        :class:`CpusetError` if any is not a free slot of this pool."""
+        wanted = set(slots)
+        if not wanted <= self._free:
+            raise CpusetError(f"slots {sorted(wanted - self._free)} are not free")
+        self._free.difference_update(wanted)
+        return tuple(sorted(wanted))
+
     def resize(self, slots: tuple[int, ...], count: int) -> tuple[int, ...]:
         """``slots`` grown or shrunk to ``count`` (a shrink gives back its highest)."""
         if count <= len(slots):

@@ -113,6 +113,16 @@ class AgentCollector(Collector):
                 s.speed_score,
             )
         yield counter("accordion_agent_resizes", "Resizes applied (ranks re-pinned).", s.resizes)
+        yield counter(
+            "accordion_agent_parts_adopted",
+            "Parts a previous incarnation left running that this one adopted at start.",
+            s.adopted,
+        )
+        yield counter(
+            "accordion_agent_parts_not_adopted",
+            "Parts a previous incarnation left that this one could not adopt (reported fenced).",
+            s.not_adopted,
+        )
 
 
 @dataclass(frozen=True, slots=True)

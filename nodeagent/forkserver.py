@@ -155,8 +155,16 @@ class ForkServer:
     :meth:`launch` starts the server on first use and again after it died.
     """
 
-    def __init__(self, *, python: str = sys.executable, ready_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        python: str = sys.executable,
+        ready_timeout: float = 60.0,
+        hold_fds: Sequence[int] = (),
+    ) -> None:
         self._python = python
+        #: Fds the server keeps open for as long as it lives (the state directory's lock).
+        self._hold = tuple(hold_fds)
         self._ready_timeout = ready_timeout
         self._sock: socket.socket | None = None
         self._process: asyncio.subprocess.Process | None = None
@@ -195,7 +203,8 @@ class ForkServer:
                     "-m",
                     MODULE,
                     f"--fd={theirs.fileno()}",
-                    pass_fds=(theirs.fileno(),),
+                    *(f"--hold-fd={fd}" for fd in self._hold),
+                    pass_fds=(theirs.fileno(), *self._hold),
                     stdin=asyncio.subprocess.DEVNULL,
                     # Job processes reach the broker only through their agent: they get
                     # none of its login (not even the path of its secret).
@@ -221,8 +230,11 @@ class ForkServer:
                 ) from exc
             log.info("fork server %d ready", process.pid)
 
-    async def launch(self, argv: Sequence[str], stdin: int, stdout: int) -> ForkedProcess:
-        """Fork ``python -m nodeagent.job *argv`` on these two pipe ends (its relay)."""
+    async def launch(
+        self, argv: Sequence[str], stdin: int, stdout: int, *, pidfile: str | None = None
+    ) -> ForkedProcess:
+        """Fork ``python -m nodeagent.job *argv`` on these two pipe ends (its relay);
+        ``pidfile``: where the server notes the child before it runs (``nodeagent.state``)."""
         if self._closing:
             raise ForkServerError("the fork server is closing")
         if self._sock is None:
@@ -234,7 +246,10 @@ class ForkServer:
         request = self._next_id
         future: asyncio.Future[ForkedProcess] = asyncio.get_running_loop().create_future()
         self._pending[request] = future
-        data = json.dumps({"op": "launch", "id": request, "argv": list(argv)}).encode()
+        ask: dict[str, Any] = {"op": "launch", "id": request, "argv": list(argv)}
+        if pidfile is not None:
+            ask["pidfile"] = pidfile
+        data = json.dumps(ask).encode()
         fds = array.array("i", [stdin, stdout])
         try:
             await self._sendmsg(sock, data, fds)

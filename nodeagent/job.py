@@ -37,6 +37,11 @@ handlers are installed, so a SIGTERM from then on is a clean cancel
 (:data:`EXIT_CANCELLED`, not death by the signal). Whoever must know the
 process is up (the tests, a watcher) waits for that report, not for a time.
 
+Over the relay (``--pipe``) the bus is ``nodeagent.rejoin.RejoiningBus``: a
+job launched with ``--relay-socket`` outlives its agent within its lease and
+rejoins the next incarnation; every relayed job says its exit code as its
+last frame.
+
 Exit codes: :data:`EXIT_DONE` (the work is done), :data:`EXIT_CANCELLED`,
 :data:`EXIT_LOST` (the bus, the agent's pipe or the agent itself is gone, so
 nobody would hear of the result), :data:`EXIT_USAGE` (bad options, or a
@@ -65,10 +70,11 @@ from broker.messages import CancelPart, PartProgress, ResizePart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.lease import lease_expired
-from nodeagent.pipe import PipeBus
 from nodeagent.ranks import Rank, fork_ranks
+from nodeagent.rejoin import RejoiningBus
 from nodeagent.runner import run
 from nodeagent.spawn import Launch, LaunchError
+from nodeagent.state import part_key
 
 log = logging.getLogger(__name__)
 
@@ -348,6 +354,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def job_parser() -> argparse.ArgumentParser:
+    """The job module's command line (an adopting agent rebuilds launches with it)."""
+    return _parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.workload not in WORKLOADS:
@@ -389,7 +400,14 @@ async def _main(args: argparse.Namespace, launch: Launch, ranks: list[Rank]) -> 
     client_id = f"job-{launch.agent}-{launch.job_id}"
     if args.pipe:
         try:
-            return await _serve(await PipeBus.stdio(client_id), launch, ranks, None)
+            bus = await RejoiningBus.stdio(
+                client_id,
+                key=part_key(launch.job_id, launch.attempt),
+                socket_path=launch.relay_socket,
+                lease_file=launch.lease_file,
+                lease=launch.lease,
+            )
+            return await _serve(bus, launch, ranks, None)
         except (BusError, _NotConnectedError) as exc:
             log.error("job %s: %s", launch.job_id, exc.__cause__ or exc)
             return EXIT_LOST
@@ -445,6 +463,11 @@ async def _serve(
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, job.cancel)
         code = await job.run()
+        if isinstance(bus, RejoiningBus) and not await bus.finish(code):
+            # Its end was not heard (the lease lapsed with no agent to rejoin, or the
+            # agent refused it): the part is lost to the scheduler, whatever it did.
+            log.error("job %s: its end (exit %d) reached no agent", launch.job_id, code)
+            code = EXIT_LOST
     except BusError as exc:
         log.error("job %s: %s", launch.job_id, exc)
     finally:

@@ -71,6 +71,14 @@ class LauncherCollector(Collector):
             ("forged_subscribe", r.forged_subscribe),
             ("bad_frame", r.bad_frames),
             ("overflow", r.overflow),
+            ("rejoin_refused", r.rejoin_refused),
         ):
             dropped.add_metric([self._agent, reason], value)
         yield dropped
+        rejoins = CounterMetricFamily(
+            "accordion_agent_rejoins",
+            "Adopted job processes that rejoined this agent over its relay socket.",
+            labels=["agent"],
+        )
+        rejoins.add_metric(agent, r.rejoined)
+        yield rejoins

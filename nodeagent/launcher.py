@@ -13,7 +13,10 @@ The wire, over a ``SOCK_SEQPACKET`` unix socket pair (one JSON message per
 packet; file descriptors ride along as ``SCM_RIGHTS``):
 
 - agent to server: ``{"op": "launch", "id": n, "argv": [...]}`` with two
-  fds, the job's ends of its two relay pipes (its stdin and stdout). The
+  fds, the job's ends of its two relay pipes (its stdin and stdout), and
+  optionally ``"pidfile": path``: the server writes the child's pid, start
+  time and fork instants there (``nodeagent.state.Forked``) before the child
+  may run, so an agent killed meanwhile leaves no job process unrecorded. The
   agent may send many before any answer: the server forks all those waiting
   back to back, in order, and only then lets their children run (a *batch*,
   see ``_launch_batch``);
@@ -26,7 +29,12 @@ packet; file descriptors ride along as ``SCM_RIGHTS``):
   p, "code": c, "mono": m}`` (negative ``c``: killed by that signal; ``mono``:
   when it was reaped), as the server reaps its children on SIGCHLD.
 
-The agent dies: the server reads EOF and exits. SIGINT and SIGTERM do not
+The agent dies: the server reads EOF and exits; its children are left
+running (no ``PR_SET_PDEATHSIG``, no signal to its group): they outlive their
+agent within their lease, for a new incarnation to adopt
+(``nodeagent.adoption``). ``--hold-fd`` is an fd the server keeps open and
+its children never get: the agent's lock on its state directory
+(``nodeagent.state``), held until the server is gone too. SIGINT and SIGTERM do not
 stop the server (a Ctrl-C at a terminal reaches the agent's whole process
 group, and the agent stops its parts first). Children get the default
 handlers back before the job module runs.
@@ -47,15 +55,20 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
+from nodeagent.job import EXIT_LOST
 from nodeagent.job import main as job_main
 from nodeagent.spawn import JOB_MODULE
+from nodeagent.state import Forked, StateError, start_time, write_atomic
 
 MODULE = "nodeagent.launcher"
 MAX_MESSAGE = 1 << 16
+GATE_OPEN = b"g"
+"""What the server writes on a batch's gate, once per launch, to let its children run."""
 """64 KiB: a launch's command line is well under 1 KiB."""
 
 _FDS = socket.CMSG_SPACE(2 * array.array("i", [0]).itemsize)
@@ -114,9 +127,11 @@ def _child(
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for fd in closing:
             os.close(fd)
-        # Wait for the rest of this batch to be forked (see ``serve``): EOF once the
-        # server closed the gate's write end (every sibling closed its copy above).
-        os.read(gate, 1)
+        # Wait for the rest of this batch to be forked (see ``_launch_batch``): one
+        # byte each once the server has recorded them all. End-of-file means the
+        # server died first: the job must not run unrecorded (nobody could adopt it).
+        if os.read(gate, 1) != GATE_OPEN:
+            os._exit(EXIT_LOST)
         os.close(gate)
         os.dup2(stdio[0], 0)
         os.dup2(stdio[1], 1)
@@ -141,7 +156,7 @@ def _child(
     os._exit(code)
 
 
-def serve(sock: socket.socket) -> int:
+def serve(sock: socket.socket, hold: Sequence[int] = ()) -> int:
     """The fork server's loop, until its agent closes ``sock``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -155,7 +170,7 @@ def serve(sock: socket.socket) -> int:
     selector.register(sock, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     # What a child must not keep: it is its agent's launcher's, not the job's.
-    closing = (sock.fileno(), wake_r, wake_w, selector.fileno())
+    closing = (sock.fileno(), wake_r, wake_w, selector.fileno(), *hold)
     while True:
         for key, _ in selector.select():
             if key.fd == wake_r:
@@ -197,6 +212,11 @@ def _launch_batch(sock: socket.socket, closing: Sequence[int]) -> bool:
             later = [fd for _, fds_after in batch[i + 1 :] for fd in fds_after]
             _launch(sock, request, request_fds, (*closing, gate_w, *later), gate)
     finally:
+        # One byte per launch opens the gate: a child that reads end-of-file instead
+        # (this server died after its fork, perhaps before its pid file was written)
+        # never runs, so no job process runs unrecorded. Surplus bytes are harmless.
+        with contextlib.suppress(OSError):
+            os.write(gate_w, GATE_OPEN * len(batch))
         os.close(gate_w)  # the batch runs
         os.close(gate)
     return message is not None
@@ -233,6 +253,9 @@ def _launch(
         _child(argv, fds, started, closing, gate)
     for fd in fds:
         os.close(fd)  # the child's now; the next child must not inherit them
+    pidfile = message.get("pidfile")
+    if isinstance(pidfile, str):
+        _note_fork(pidfile, pid, started, mono)
     # The child cannot be reaped before this server waits for it: the pid is its own.
     pidfd = os.pidfd_open(pid)
     try:
@@ -243,6 +266,19 @@ def _launch(
         )
     finally:
         os.close(pidfd)
+
+
+def _note_fork(path: str, pid: int, started: float, mono: float) -> None:
+    """Write the child's pid file; the child waits on the batch's gate meanwhile."""
+    born = start_time(pid)
+    if born is None:
+        return  # it cannot be gone before its gate opens; nothing to adopt if it were
+    try:
+        write_atomic(Path(path), Forked(pid, born, started, mono).dump())
+    except (OSError, StateError) as exc:
+        # The part runs unrecorded: a new incarnation cannot adopt it, and its lease,
+        # renewed by nobody then, stops it. Said, not fatal to the other launches.
+        print(f"fork server: cannot write {path}: {exc}", file=sys.stderr)
 
 
 def _reap(sock: socket.socket) -> None:
@@ -260,11 +296,14 @@ def _reap(sock: socket.socket) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="the agent's socket (inherited)")
+    parser.add_argument(
+        "--hold-fd", type=int, action="append", default=[], help="kept open, never inherited"
+    )
     args = parser.parse_args(argv)
     with socket.socket(fileno=args.fd) as sock:
         sock.setblocking(True)
         try:
-            return serve(sock)
+            return serve(sock, tuple(args.hold_fd))
         except (BrokenPipeError, ConnectionResetError):
             return 0  # the agent went away while we were telling it something
 

@@ -43,10 +43,21 @@ DEFAULT_LEASE = 8.0
 class LeaseFile:
     """The agent's side: one file, renewed on each acknowledged heartbeat."""
 
-    def __init__(self, directory: str | None = None, *, prefix: str = "accordion-lease-") -> None:
-        fd, name = tempfile.mkstemp(prefix=prefix, dir=directory)
-        os.close(fd)
-        self.path = Path(name)
+    def __init__(
+        self,
+        directory: str | None = None,
+        *,
+        prefix: str = "accordion-lease-",
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if path is None:
+            fd, name = tempfile.mkstemp(prefix=prefix, dir=directory)
+            os.close(fd)
+            self.path = Path(name)
+        else:
+            # A stable path (the machine's state directory, ``nodeagent.state``).
+            self.path = Path(path)
+            self.path.touch(mode=0o600)
 
     def renew(self, now: float | None = None) -> None:
         stamp = time.time() if now is None else now

@@ -99,3 +99,8 @@ class Counters:
     stale: int = 0
     #: Resizes applied (the part re-pinned and its process told).
     resizes: int = 0
+    #: Adoption at start (``nodeagent.adoption``): parts taken over, parts found that
+    #: could not be (reported ``fenced``), and records that could not be read.
+    adopted: int = 0
+    not_adopted: int = 0
+    bad_records: int = 0

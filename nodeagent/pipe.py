@@ -13,7 +13,8 @@ noticed by its children at once (their stdin reaches EOF).
 The relay runs inside :meth:`RelayedProcess.wait`, i.e. in the agent's
 supervisor task of that part: no task outlives the process it serves.
 
-Frame: ``op`` (1 byte: ``P`` publish, ``S`` subscribe, ``D`` deliver), a
+Frame: ``op`` (1 byte: ``P`` publish, ``S`` subscribe, ``D`` deliver; ``H``,
+``W`` and ``X`` for rejoining, see :data:`HELLO`), a
 retain flag (1 byte), the topic length (2 bytes, MQTT's bound) and the
 payload length (4 bytes), big-endian, then the topic (UTF-8) and the payload.
 """
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct("!cBHI")
 PUBLISH, SUBSCRIBE, DELIVER = b"P", b"S", b"D"
 _PUBLISH, _SUBSCRIBE, _DELIVER = PUBLISH, SUBSCRIBE, DELIVER
+#: Rejoining (``nodeagent.rejoin``): a job's ``HELLO`` (topic: its part's key) on its
+#: agent's relay socket, the agent's ``WELCOME``; and the job's last frame, ``EXIT``
+#: (payload: its exit code in ASCII), which tells an agent that did not fork it.
+HELLO, WELCOME, EXIT = b"H", b"W", b"X"
+OPS = (PUBLISH, SUBSCRIBE, DELIVER, HELLO, WELCOME, EXIT)
 MAX_PAYLOAD = 1 << 24
 """16 MiB: far above any message of the protocol, low enough to refuse garbage lengths."""
 
@@ -73,7 +79,7 @@ async def read_frame(reader: asyncio.StreamReader) -> Frame | None:
             raise PipeError("stream ended inside a frame header") from exc
         return None
     op, retain, topic_len, payload_len = _HEADER.unpack(head)
-    if op not in (_PUBLISH, _SUBSCRIBE, _DELIVER) or retain > 1 or payload_len > MAX_PAYLOAD:
+    if op not in OPS or retain > 1 or payload_len > MAX_PAYLOAD:
         raise PipeError(f"bad frame header {head!r}")
     try:
         body = await reader.readexactly(topic_len + payload_len)
@@ -103,31 +109,8 @@ class PipeBus:
 
     @classmethod
     async def stdio(cls, client_id: str) -> Self:
-        """Frames on this process's stdin and stdout.
-
-        File descriptor 1 is moved aside for the frames and pointed at stderr,
-        so a stray ``print`` (or a C library's write) can never corrupt them.
-        """
-        for fd in (0, 1):
-            mode = os.fstat(fd).st_mode
-            # Only the relay's pipes make sense here; uvloop even aborts the
-            # process on a write "pipe" that is /dev/null.
-            if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-                raise BusError(f"--pipe needs pipes on stdin and stdout (fd {fd} is not one)")
-        frames_fd = os.dup(1)
-        os.dup2(2, 1)
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        read_transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
-        )
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(frames_fd, "wb", buffering=0)
-        )
-        # drain() then waits until every byte is in the pipe: a published frame is
-        # never left in a buffer that the process's exit would drop.
-        transport.set_write_buffer_limits(high=0)
-        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        """Frames on this process's stdin and stdout (:func:`stdio_streams`)."""
+        reader, writer, read_transport = await stdio_streams()
         return cls(reader, writer, client_id, read_transport)
 
     @property
@@ -172,6 +155,37 @@ class PipeBus:
             if frame.op != _DELIVER:
                 raise PipeError(f"unexpected frame {frame.op!r} from the agent")
             yield Delivery(frame.topic, frame.payload, frame.retain)
+
+
+async def stdio_streams() -> tuple[
+    asyncio.StreamReader, asyncio.StreamWriter, asyncio.BaseTransport
+]:
+    """Streams over this process's stdin and stdout, for frames.
+
+    File descriptor 1 is moved aside for the frames and pointed at stderr,
+    so a stray ``print`` (or a C library's write) can never corrupt them.
+    """
+    for fd in (0, 1):
+        mode = os.fstat(fd).st_mode
+        # Only the relay's pipes make sense here; uvloop even aborts the
+        # process on a write "pipe" that is /dev/null.
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            raise BusError(f"--pipe needs pipes on stdin and stdout (fd {fd} is not one)")
+    frames_fd = os.dup(1)
+    os.dup2(2, 1)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    read_transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), sys.stdin
+    )
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(frames_fd, "wb", buffering=0)
+    )
+    # drain() then waits until every byte is in the pipe: a published frame is
+    # never left in a buffer that the process's exit would drop.
+    transport.set_write_buffer_limits(high=0)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return reader, writer, read_transport
 
 
 BusFactory = Callable[[str], AbstractAsyncContextManager[Bus]]
@@ -240,6 +254,8 @@ class RelayedProcess:
                 await bus.publish(frame.topic, frame.payload, retain=frame.retain)
             elif frame.op == _SUBSCRIBE:
                 await bus.subscribe(frame.topic)
+            elif frame.op == EXIT:
+                pass  # its exit code: this relay learns it from the process itself
             else:
                 raise PipeError(f"unexpected frame {frame.op!r} from a job process")
 

@@ -55,8 +55,9 @@ from broker.codec import WireError, decode
 from broker.messages import PartProgress
 from broker.topics import Topics, matches
 from nodeagent.forkserver import ForkedProcess, ForkServer
-from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
+from nodeagent.pipe import DELIVER, EXIT, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
 from nodeagent.spawn import Launch
+from nodeagent.state import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +90,20 @@ class RelayStats:
     overflow: int = 0
     #: Periodic progress reports not forwarded (see ``Relay.progress_every``).
     coalesced: int = 0
+    #: Adopted job processes that rejoined over the relay socket, and connections
+    #: refused there (not an adopted part's process, no HELLO: ``nodeagent.adoption``).
+    rejoined: int = 0
+    rejoin_refused: int = 0
 
 
 @dataclass(slots=True)
 class WorkDone:
     """When a relayed job said its work was complete (its last ``PartProgress.at``:
-    wall seconds of this host's clock, the one its fork was stamped on)."""
+    wall seconds of this host's clock, the one its fork was stamped on), and the exit
+    code it said in its last frame (``nodeagent.pipe.EXIT``), if it did."""
 
     at: float | None = None
+    code: int | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -238,6 +245,8 @@ class Relay:
             else:
                 self.stats.forged_publish += 1
                 self._forged(session, "publish on", frame.topic)
+        elif frame.op == EXIT:
+            session.done.code = exit_code(frame.payload)
         else:
             raise PipeError(f"unexpected frame {frame.op!r} from a job process")
 
@@ -300,6 +309,17 @@ class Relay:
                 self.stats.delivered += 1
         except ConnectionError:
             return  # the job exited: what it did not read, it no longer needs
+
+
+def exit_code(payload: bytes) -> int:
+    """The code of an ``EXIT`` frame (ASCII, -255..255); PipeError if it is not one."""
+    try:
+        code = int(payload.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise PipeError(f"bad exit frame {payload[:20]!r}") from None
+    if not -255 <= code <= 255:
+        raise PipeError(f"exit code {code} out of range")
+    return code
 
 
 def _inside(pattern: str, subtree: str) -> bool:
@@ -390,12 +410,20 @@ class RelaySpawn:
 
     server: ForkServer
     relay: Relay
+    #: The machine's state directory: the fork server notes each child's pid there
+    #: before it runs (``nodeagent.state``); None: nothing is noted.
+    state: StateDir | None = None
 
     async def __call__(self, launch: Launch) -> RelayedJob:
         down_r, down_w = os.pipe2(os.O_CLOEXEC)
         up_r, up_w = os.pipe2(os.O_CLOEXEC)
+        pidfile = (
+            None if self.state is None else str(self.state.pid_path(launch.job_id, launch.attempt))
+        )
         try:
-            process = await self.server.launch(["--pipe", *launch.argv()], down_r, up_w)
+            process = await self.server.launch(
+                ["--pipe", *launch.argv()], down_r, up_w, pidfile=pidfile
+            )
         except BaseException:
             os.close(down_w)
             os.close(up_r)

@@ -42,13 +42,15 @@ from broker.codec import encode
 from broker.messages import PartFinished, PartStarted, StartPart
 from broker.topics import Topics
 from model.machine import Machine
-from nodeagent.cpuset import SlotPool, find_ranks, pin_part
+from nodeagent.adoption import Adopted, Lost, Survey
+from nodeagent.cpuset import CpusetError, SlotPool, find_ranks, pin_part
 from nodeagent.job import EXIT_LOST
 from nodeagent.lease import LeaseFile
 from nodeagent.outbox import Outbox
 from nodeagent.parts import Counters, Exited, Launched, Mail, Part, RanksFound
 from nodeagent.settings import AgentSettings, Reason
 from nodeagent.spawn import JobProcess, Launch, Spawn, running_since
+from nodeagent.state import PartRecord, StateDir, StateError, renew
 
 log = logging.getLogger("nodeagent.agent")
 
@@ -82,6 +84,8 @@ class PartRuns:
     _counters: Counters
     _tg: asyncio.TaskGroup | None
     _pool: SlotPool
+    _state_dir: StateDir | None
+    _survey: Survey | None
     #: Admits a start (``nodeagent.admission``): an exit frees CPUs a start waited for.
     _start: Callable[[StartPart], Awaitable[None]]
 
@@ -195,6 +199,8 @@ class PartRuns:
         part = self._parts.pop(exited.job_id)
         self._busy -= part.cpus
         self._pool.give(part.slots)
+        if self._state_dir is not None:
+            self._state_dir.remove_part(exited.job_id, exited.attempt)
         detail = _read_failure(part.failure_file) if error is None else error
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
         if reason == "failed" and (exited.code == EXIT_LOST or self.lease_lapsed()):
@@ -254,6 +260,138 @@ class PartRuns:
 
     def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
         return now + budget / (rate * time_scale) + self.settings.walltime_grace
+
+    # -- records and adoption (``nodeagent.state``, ``nodeagent.adoption``) -------------
+
+    def _record(self, part: Part) -> None:
+        """Write (or rewrite, after a resize) the part's record for a next incarnation."""
+        if self._state_dir is None:
+            return
+        launch = part.launch
+        self._state_dir.write_record(
+            PartRecord(
+                job_id=launch.job_id,
+                attempt=part.attempt,
+                cpus=part.cpus,
+                slots=part.slots,
+                argv=tuple(launch.argv()),
+                budget=part.budget,
+                rate=part.rate,
+                changed=part.changed,
+                resized=part.resized,
+            )
+        )
+
+    def _new_part_lease(self, path: str) -> None:
+        """A new part's lease starts where the agent's stands (its last acknowledged
+        heartbeat), never fresher: the bound is from when the broker last heard us."""
+        if self._lease is None:
+            return
+        renew(path, self._lease.path.stat().st_mtime)
+
+    def _renew_parts(self) -> None:
+        """The broker acknowledged a heartbeat: every part's own lease is renewed too."""
+        if self._state_dir is None or self._lease is None:
+            return
+        stamp = self._lease.path.stat().st_mtime
+        for part in self._parts.values():
+            lease = part.launch.lease_file
+            if lease is not None:
+                renew(lease, stamp)
+
+    def _take_over(self, survey: Survey) -> None:
+        """Account for the parts adopted at start as running (before registering)."""
+        self._counters.bad_records += survey.bad_records
+        self._counters.not_adopted += len(survey.lost)
+        for adopted in survey.adopted:
+            try:
+                self._adopt(adopted)
+            except (CpusetError, StateError) as exc:
+                log.error("part %s cannot be adopted: %s: killing it", adopted.launch.job_id, exc)
+                with contextlib.suppress(ProcessLookupError):
+                    adopted.process.kill()
+                survey.lost.append(Lost(adopted.launch.job_id, adopted.record.attempt, str(exc)))
+                self._counters.not_adopted += 1
+
+    def _adopt(self, adopted: Adopted) -> None:
+        record, launch, forked = adopted.record, adopted.launch, adopted.forked
+        if record.cpus > self.machine.cpus - self._busy:
+            raise StateError(f"{record.cpus} CPUs recorded, {self.machine.cpus - self._busy} free")
+        slots = self._pool.claim(record.slots)
+        changed = record.changed if record.resized else forked.mono
+        part = Part(
+            launch=launch,
+            process=adopted.process,
+            cpus=record.cpus,
+            attempt=record.attempt,
+            started=forked.at,
+            received=forked.mono,
+            rate=record.rate,
+            budget=record.budget,
+            changed=changed,
+            deadline=self._deadline(changed, record.budget, record.rate, launch.time_scale),
+            resized=record.resized,
+            slots=slots,
+            failure_file=launch.failure_file,
+            forked=forked.mono,
+        )
+        self._parts[launch.job_id] = part
+        self._busy += part.cpus
+        self._counters.adopted += 1
+        if launch.mpi is not None:
+            # Re-pinned to the same slots: the leader now, its ranks once found.
+            pin_part(self._pool, slots, forked.pid, ())
+
+    async def _supervise_adopted(self) -> None:
+        """Once the task group runs: supervise the adopted parts, report the lost ones."""
+        if self._tg is None:
+            raise RuntimeError("adopted parts are supervised once run() started")
+        survey = self._survey
+        if survey is None:
+            return
+        for lost in survey.lost:
+            # Not remembered as finished here: a (job, attempt) a scheduler with a fresh
+            # journal starts again is a new part, not a duplicate of an old process.
+            self._counters.finished["fenced"] += 1
+            self._post(
+                self._events,
+                PartFinished(
+                    job_id=lost.job_id,
+                    agent_id=self.agent_id,
+                    exit_code=EXIT_LOST,
+                    at=self._clock(),
+                    reason="fenced",
+                    attempt=lost.attempt,
+                    detail=f"not adopted: {lost.why}"[:500],
+                ),
+            )
+        for job_id, part in list(self._parts.items()):
+            process = part.process
+            if process is None:
+                continue
+            self._tg.create_task(
+                self._watch(job_id, part.attempt, process),
+                name=f"agent-{self.agent_id}-adopted-{job_id}",
+            )
+            if part.launch.mpi is not None:
+                self._tg.create_task(
+                    self._find_ranks(job_id, part.attempt, process.pid, part.launch.ranks),
+                    name=f"agent-{self.agent_id}-ranks-{job_id}",
+                )
+
+    async def _watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
+        """The supervisor of an adopted part: its exit, as it said it (or lost)."""
+        try:
+            code = await process.wait()
+        except BaseException:
+            # The agent's unclean end: as for a part it forked (``_run_part``).
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            raise
+        ended = _stamp(process, "exited_mono")
+        await self._mailbox.put(
+            Exited(job_id, code, attempt, self._monotonic() if ended is None else ended)
+        )
 
     async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
         """Helper task: post the part's rank pids once the leader forked them all."""

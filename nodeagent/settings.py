@@ -41,6 +41,10 @@ class AgentSettings:
     #: the registration when the machine's speed was measured (``--speed auto``).
     speed_score: float | None = None
     speed_spread: float | None = None
+    #: Parts outlive a killed agent within their lease and the next incarnation for
+    #: the machine adopts them (``nodeagent.adoption``; needs a state directory and a
+    #: lease). False: they stop with their agent, and are killed by the next one.
+    adopt: bool = True
     #: Wall seconds the agent looks for an MPI-like part's ranks before giving up
     #: pinning them one by one (they stay on the part's cores, inherited).
     rank_search: float = 10.0
@@ -79,3 +83,6 @@ class AgentStats:
     cores: int = 0
     speed_score: float | None = None
     resizes: int = 0
+    #: Parts this incarnation adopted at start, and parts it found but could not adopt.
+    adopted: int = 0
+    not_adopted: int = 0

@@ -93,6 +93,10 @@ class Launch:
     parts: int = 1
     #: Where the process writes why it failed, for ``PartFinished.detail``.
     failure_file: str | None = None
+    #: The agent's relay socket (``nodeagent.state``): when set, a relayed process
+    #: outlives its agent within its lease and rejoins the next incarnation there
+    #: (``nodeagent.rejoin``); None: it stops as soon as its relay breaks.
+    relay_socket: str | None = None
 
     @property
     def cpu_seconds(self) -> float:
@@ -117,6 +121,10 @@ class Launch:
             raise LaunchError(f"job {self.job_id!r}: attempt must be >= 1, got {self.attempt}")
         if self.lease_file is not None and not (self.lease > 0 and math.isfinite(self.lease)):
             raise LaunchError(f"job {self.job_id!r}: a lease file needs a lease > 0")
+        if self.relay_socket is not None and self.lease_file is None:
+            # Rejoining is bounded by the lease: without one a part could outlive its
+            # agent for ever.
+            raise LaunchError(f"job {self.job_id!r}: a relay socket needs a lease file")
         if self.workload == "mpi":
             if self.mpi is None:
                 raise LaunchError(f"job {self.job_id!r}: the mpi workload needs its parameters")
@@ -177,6 +185,7 @@ class Launch:
             f"--model-seed={self.execution.seed}",
             *start,
             *lease,
+            *([] if self.relay_socket is None else [f"--relay-socket={self.relay_socket}"]),
             *self._mpi_argv(),
         ]
 
@@ -221,6 +230,9 @@ class Launch:
         parser.add_argument("--model-seed", type=int, default=0, help="paper model: OV_j's seed")
         parser.add_argument("--lease-file", default=None, help="the agent's lease file")
         parser.add_argument("--lease", type=float, default=0.0, help="lease length (wall s)")
+        parser.add_argument(
+            "--relay-socket", default=None, help="rejoin the agent there if the relay breaks"
+        )
         MpiParams.add_arguments(parser)
         parser.add_argument("--ranks", type=int, default=0, help="this part's rank processes")
         parser.add_argument("--rank-offset", type=int, default=0)
@@ -259,6 +271,7 @@ class Launch:
             execution=_model(args),
             lease_file=args.lease_file,
             lease=args.lease,
+            relay_socket=args.relay_socket,
         )
 
 

@@ -7,6 +7,10 @@ stop for ``suspect_factor`` periods is SUSPECT; for ``silence_factor``
 periods, LOST. Silence is counted only while the scheduler itself is
 connected (``Context.heard_since``), so a broker outage is no one's silence.
 
+*Adoption.* An agent whose parts outlive it (``AgentOnline.adopts``) is not
+lost at once on its will or a new incarnation: its parts are held for its
+lease, for the new incarnation to adopt (``scheduler.agent_hold``).
+
 *The lost-agent rule.* An agent is lost when its Last Will arrives, when it
 is silent, when it re-registers with a new incarnation (the old process's
 parts are gone), or when it gives parts up (``PartFinished(reason="lost")``,
@@ -59,7 +63,7 @@ from broker.messages import (
     RunningPart,
 )
 from model.machine import Machine
-from scheduler import reconcile
+from scheduler import agent_hold, reconcile
 from scheduler.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.context import Agent, Context
 from scheduler.lifecycle import JobState
@@ -111,8 +115,10 @@ def check_liveness(ctx: Context, now: float) -> None:
     s = ctx.settings
     lose = s.silence_limit * ctx.time_scale
     suspect = s.suspect_limit * ctx.time_scale
+    for agent in agent_hold.expired(ctx, now):
+        _left(ctx, agent, now, "will")  # nobody adopted its parts within the lease
     for agent, ag in list(ctx.agents.items()):
-        if not ag.life.available:
+        if not ag.life.available or ag.life.state is AgentState.HELD:
             continue
         silent = now - max(ag.last_heartbeat, ctx.heard_since)
         if silent > lose:
@@ -150,16 +156,36 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
         if ag.life.available:
             _reported(ctx, agent, running, now, complete=False)
         return
+    lease, adopts = message.lease, message.adopts
     if ag is None:
-        ag = Agent(machine, AgentLifecycle(message.incarnation), now)
+        ag = Agent(machine, AgentLifecycle(message.incarnation, lease=lease, adopts=adopts), now)
         ctx.agents[agent] = ag
     else:
         log.warning("agent %s re-registered (incarnation %s)", agent, message.incarnation)
-        if ag.life.available:
+        if (
+            ag.life.available
+            and ag.machine.cpus == machine.cpus
+            and (
+                ag.life.state is AgentState.HELD
+                or agent_hold.hold(ctx, agent, ag, now, "incarnation")
+            )
+        ):
+            # Its parts were held: the new process adopts what it lists.
+            ag.life.apply(AgentInput.REINCARNATED)
+            ag.life.renew(message.incarnation, lease=lease, adopts=adopts)
+            ag.last_heartbeat = now
+            _check_lease(ctx, agent, message.lease)
+            agent_hold.adopt(ctx, agent, ag, running, now)
+            _reported(ctx, agent, running, now, complete=False)
+            return
+        if ag.life.state is AgentState.HELD:
+            ag.life.apply(AgentInput.HOLD_ENDED)  # another machine now: the old rule
+            _left(ctx, agent, now, "incarnation")
+        elif ag.life.available:
             ag.life.apply(AgentInput.REINCARNATED)
             _left(ctx, agent, now, "incarnation")
         ag.life.apply(AgentInput.REINCARNATED)
-        ag.life.renew(message.incarnation)
+        ag.life.renew(message.incarnation, lease=lease, adopts=adopts)
         ag.machine, ag.last_heartbeat = machine, now
     _check_lease(ctx, agent, message.lease)
     ctx.core.machine_joined(machine)
@@ -188,6 +214,8 @@ def _offline(ctx: Context, agent: str, message: AgentOffline, now: float) -> Non
     if message.incarnation not in ("-", ag.life.incarnation):
         return  # the will of an older incarnation, arriving after the new one registered
     if message.reason == "lost":
+        if ag.life.state is AgentState.HELD or agent_hold.hold(ctx, agent, ag, now, "will"):
+            return  # held for adoption (``scheduler.agent_hold``)
         ag.life.apply(AgentInput.WILL)
         _left(ctx, agent, now, "will")
     else:
@@ -217,6 +245,8 @@ def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float)
         log.warning("agent %s heard again: rejoins", agent)
         ctx.core.machine_joined(ag.machine)
         ctx.dirty = True
+    elif state is AgentState.HELD:
+        agent_hold.rejoined(ctx, agent)
     elif state is AgentState.SUSPECT:
         log.info("agent %s heard again: no longer suspect", agent)
         ctx.cordoned.discard(agent)
@@ -268,15 +298,22 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
     if message.reason == "fenced":
         # The agent would not run this attempt (a start delayed past its lease, or the
         # lease lapsed under it): that job goes back to the queue; the agent stays.
+        # A start refused before its fork (exit -1, never heard started) never ran:
+        # its requeue is not charged to the job's budget.
+        never_ran = part.state is PartState.STARTING and message.exit_code == -1
         part.apply(PartInput.LOST)
-        ctx.job_lost(job_id, now, detail)
+        if never_ran:
+            left = ctx.core.job_lost(job_id, now, charged=False)
+            ctx.after_loss(left, now, f"{detail}, before it ran: not charged", also_cancel=None)
+        else:
+            ctx.job_lost(job_id, now, detail)
         return
     if message.reason == "lost":
         # An agent gives parts up only when it stops: the lost-agent rule for all of
         # its jobs at once, so none is started there again until it is heard again.
         part.apply(PartInput.LOST)
         ag = ctx.agents.get(agent)
-        if ag is not None and ag.life.available:
+        if ag is not None and ag.life.available and ag.life.state is not AgentState.HELD:
             ag.life.apply(AgentInput.WILL)
             _left(ctx, agent, now, "goodbye")
         else:

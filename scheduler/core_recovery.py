@@ -6,7 +6,9 @@ share it: every job with a part on the machine leaves its CPUs; it is
 *requeued* (same id, same submit time, back at its place in arrival order; its
 CPUs on the other machines are freed, the caller cancels those parts) unless it
 was already requeued ``max_requeues`` times (default 2), in which case it
-*fails*.
+*fails*. A requeue of a start that never ran (its agent fenced it off before the
+fork) is not charged: it numbers the next attempt but never fails the job. The
+journal keeps only the requeue count, so a restarted scheduler charges them all.
 
 Restart. A restarted live scheduler rebuilds the core from its journal with
 the ``restore_*`` methods: queued jobs in submission order, finished ones for
@@ -19,6 +21,7 @@ applies the lost-machine rule to it.
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from model.job import Job
 from model.machine import Part, parts_cpus
@@ -31,6 +34,12 @@ from scheduler.snapshot import RunningJob
 
 class CoreRecovery(CoreState):
     """Lost machines and journal restore, over the core's state (module docstring)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Requeues not charged to a job's budget (a start fenced before it ran): they
+        #: still number its attempts (``requeues``), but not against ``max_requeues``.
+        self._uncharged: dict[str, int] = {}
 
     def machine_left(self, machine_id: str, now: float) -> list[Left]:
         """A machine is gone: apply the lost-machine rule (module docstring) to its jobs.
@@ -133,32 +142,53 @@ class CoreRecovery(CoreState):
         self._started(run)
         return run
 
-    def job_lost(self, job_id: str, now: float) -> Left:
+    def job_lost(self, job_id: str, now: float, *, charged: bool = True) -> Left:
         """One running or pending job lost a part (its agent no longer runs it, or a
-        restored job was not confirmed): the lost-machine rule, for this job only."""
+        restored job was not confirmed): the lost-machine rule, for this job only.
+
+        ``charged=False``: the part never ran (its start was fenced by its agent), so
+        the requeue does not count against ``max_requeues`` (it never fails the job).
+        """
         run = self._running.get(job_id)
         if run is not None:
-            return self._lose_running(run, now)
+            return self._lose_running(run, now, charged=charged)
         pending = self._pending.pop(job_id, None)
         if pending is None:
             raise KeyError(f"job {job_id!r} is not running")
-        return self._requeue_or_fail(pending.job, pending.start, pending.parts, now)
+        return self._requeue_or_fail(
+            pending.job, pending.start, pending.parts, now, charged=charged
+        )
 
-    def _lose_running(self, run: RunningJob, now: float) -> Left:
+    def charged_requeues(self, job_id: str) -> int:
+        """Requeues of ``job_id`` that count against ``max_requeues``."""
+        return self._requeues.get(job_id, 0) - self._uncharged.get(job_id, 0)
+
+    def _lose_running(self, run: RunningJob, now: float, *, charged: bool = True) -> Left:
         self._running.pop(run.job.id)
         if self._index.awake:
             self._index.remove_running(run)
         release(self._free, run.parts)
         self._charge(run, now)
-        return self._requeue_or_fail(run.job, run.start, run.parts, now)
+        return self._requeue_or_fail(run.job, run.start, run.parts, now, charged=charged)
 
-    def _requeue_or_fail(self, job: Job, start: float, parts: tuple[Part, ...], now: float) -> Left:
+    def _requeue_or_fail(
+        self,
+        job: Job,
+        start: float,
+        parts: tuple[Part, ...],
+        now: float,
+        *,
+        charged: bool = True,
+    ) -> Left:
         """The lost-machine rule for one job that already left its CPUs."""
         done = self._requeues.get(job.id, 0)
-        if done >= self.max_requeues:
+        if charged and self.charged_requeues(job.id) >= self.max_requeues:
             self._state[job.id] = transition(self._state[job.id], JobState.FAILED)
             return Left(job, start, now, parts, JobState.FAILED)
+        # Every requeue numbers the next attempt (fencing), charged or not.
         self._requeues[job.id] = done + 1
+        if not charged:
+            self._uncharged[job.id] = self._uncharged.get(job.id, 0) + 1
         self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
         # A restored job was never queued here: it may be the widest one yet.
         self._widest = max(self._widest, self.cpus_needed(job))

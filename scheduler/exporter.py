@@ -106,11 +106,15 @@ JOURNALED = (
     "agents_suspect",
     "stale_reports",
     "job_resizes",
+    "agent_holds",
+    "adopted_parts",
 )
 #: Accepted submissions: counted from the job rows, not journaled as a total.
 ACCEPTED = (("result", "accepted"),)
 
 SUBMISSION_RESULTS = ("accepted", "rejected", "duplicate")
+#: How an agent's hold for adoption ended (``scheduler.agent_hold``).
+HOLD_OUTCOMES = ("adopted", "rejoined", "expired")
 #: Why a submission was refused: wider than the cluster as configured; beyond the
 #: maximum wall time; an invalid spec; a job id already used by another spec.
 REJECTION_REASONS = ("too_wide", "walltime", "invalid", "id_reused")
@@ -311,6 +315,26 @@ class SchedulerMetrics:
             ),
             tally,
         )
+        self.agent_holds = JournaledCounter(
+            Counter(
+                f"{PREFIX}_agent_holds",
+                "Agents whose parts were held for adoption after their Last Will (or a new "
+                "incarnation), by how the hold ended: adopted (a new incarnation listed "
+                "parts), rejoined (the same process heard again), expired (the lost-agent "
+                "rule after the hold-off).",
+                ["outcome"],
+                registry=own,
+            ),
+            tally,
+        )
+        self.adopted_parts = JournaledCounter(
+            Counter(
+                f"{PREFIX}_agents_adopted_parts",
+                "Running parts a new agent incarnation adopted (kept running, not requeued).",
+                registry=own,
+            ),
+            tally,
+        )
         self.job_wait = Histogram(
             "accordion_job_wait_cluster_seconds",
             "Finished jobs' wait (start - submit), cluster seconds, by policy and size class.",
@@ -344,6 +368,8 @@ class SchedulerMetrics:
             self.jobs_finished.labels(state=final)
         for loss in LOSS_REASONS:
             self.agents_lost.labels(reason=loss)
+        for outcome in HOLD_OUTCOMES:
+            self.agent_holds.labels(outcome=outcome)
         self.job_resizes = JournaledCounter(
             Counter(
                 "accordion_job_resizes",

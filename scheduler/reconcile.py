@@ -28,6 +28,11 @@ from the decision before the restart. What this cannot tell apart: an agent
 that was itself restarted while the scheduler was down, whose old process
 ran the part; that part is started again here, not charged.
 
+*A hold for adoption* (``scheduler.agent_hold``) in progress when the
+scheduler stopped: its jobs are pending like any running one, and the
+reconciliation waits at least until the journaled hold-off ends before it
+declares them lost, so a job whose parts may still run is never requeued.
+
 Each job's event sequence goes on from the journal's last ``seq``.
 """
 
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 
 from broker.messages import ResizePart
 from model.allocation import Allocation
+from scheduler import agent_hold
 from scheduler.context import Context
 from scheduler.dispatch import start_commands
 from scheduler.journal import JournalState
@@ -75,7 +81,11 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
     ctx.seqs.update(seqs)
     result = Reconciliation()
     if core.pending:
-        result = Reconciliation(True, now + ctx.settings.reconcile_grace * ctx.time_scale)
+        until = now + ctx.settings.reconcile_grace * ctx.time_scale
+        # A job held for adoption when the scheduler stopped (``scheduler.agent_hold``)
+        # is not declared lost before its hold ends: its parts may still run until then.
+        holds = agent_hold.held_until(ctx.journal.job_events(list(core.pending)), ctx.time_scale)
+        result = Reconciliation(True, max(until, *holds.values()) if holds else until)
         log.info("restored %d running job(s); reconciling with the agents", len(core.pending))
     ctx.dirty = bool(core.queue)
     log.info(

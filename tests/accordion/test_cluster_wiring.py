@@ -83,6 +83,8 @@ def test_the_command_lines_carry_the_broker_root_and_ports(tmp_path: Path) -> No
         heartbeat=0.5,
         lease=2.0,
         walltime_grace=5.0,
+        state_dir=Path("run/agents/m1"),
     )
+    assert "--state-dir=run/agents/m1" in agent
     for arg in ("--name=m1", "--cpus=4", "--speed=2.0", "--metrics-port=9002", "--labels=gpu"):
         assert arg in agent

@@ -101,6 +101,7 @@ async def test_poison_and_a_broker_restart_end_no_process(
         ) as scheduler,
         child(
             "-m", "nodeagent", *common, "--name", "n1", "--cpus", "2", "--heartbeat", "0.5",
+            "--state-dir", str(tmp_path / "state"),
             log=tmp_path / "agent.log",
         ) as agent,
         MqttBus(settings, "cli") as cli,

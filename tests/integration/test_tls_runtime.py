@@ -74,7 +74,17 @@ def tls_cluster(
     try:
         for login, argv in (
             ("scheduler", ["-m", "scheduler", *common, f"--journal={d / 'j.sqlite'}"]),
-            (f"agent-{MACHINE}", ["-m", "nodeagent", *common, f"--name={MACHINE}", "--cpus=2"]),
+            (
+                f"agent-{MACHINE}",
+                [
+                    "-m",
+                    "nodeagent",
+                    *common,
+                    f"--name={MACHINE}",
+                    "--cpus=2",
+                    f"--state-dir={d / 'state'}",
+                ],
+            ),
         ):
             child_env = {
                 **env,

@@ -124,6 +124,7 @@ async def _start_agent_process(
             f"--metrics-port={metrics_port}",
             "--metrics-addr=127.0.0.1",
             "--heartbeat=0.2",
+            f"--state-dir={log.parent / 'state'}",
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -189,5 +190,7 @@ async def test_killed_cli_agent_is_announced_by_its_will(
         assert offline == AgentOffline(
             agent_id="cli2", incarnation=online.incarnation, reason="lost"
         )
-        # The job process notices its agent is gone and does not run on unseen.
+        # The job process outlives its agent only within its lease (to be adopted by
+        # a next incarnation, which never comes here): it stops, and runs on unseen
+        # no longer than that.
         await gone(started.pid)

@@ -211,3 +211,28 @@ async def test_launches_forked_together_hold_none_of_each_others_pipes() -> None
                     job.process.kill()
                 await job.process.wait()
                 job.close()
+
+
+@pytest.mark.parametrize(("opened", "expected"), [(True, EXIT_USAGE), (False, EXIT_LOST)])
+def test_a_child_runs_only_once_its_server_opened_the_gate(opened: bool, expected: int) -> None:
+    """A fork server that dies between a fork and its pid file must leave no job running
+    unrecorded: its child reads end-of-file on the gate instead of a byte, and exits
+    ``EXIT_LOST`` without running the job (here, a job that would exit ``EXIT_USAGE``
+    on its bogus argument had it run)."""
+    from nodeagent.launcher import GATE_OPEN, _child
+
+    gate, gate_w = os.pipe()
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child never returns)
+        _child(["--no-such-option"], (stdin_r, stdout_w), 0.0, (gate_w, stdin_w, stdout_r), gate)
+    for fd in (gate, stdin_r, stdout_w):
+        os.close(fd)
+    if opened:
+        os.write(gate_w, GATE_OPEN)
+    os.close(gate_w)  # the server's death closes it the same way
+    _, status = os.waitpid(pid, 0)
+    for fd in (stdin_w, stdout_r):
+        os.close(fd)
+    assert os.waitstatus_to_exitcode(status) == expected

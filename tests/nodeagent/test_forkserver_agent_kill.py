@@ -1,10 +1,11 @@
-"""A SIGKILLed agent leaves nothing behind: its launcher and its job processes stop.
+"""A SIGKILLed ``--no-adopt`` agent leaves nothing behind: its launcher and jobs stop.
 
 A real ``python -m nodeagent`` on the session's Mosquitto runs one part; the
 test learns the job's pid from ``PartStarted`` and the launcher's from
 ``/proc``, SIGKILLs the agent, and waits on both pids' pidfds (readable
 once the process is gone): the launcher reads EOF on its socket, the job
-reads EOF on its relay pipe, and both exit on their own.
+reads EOF on its relay pipe, and both exit on their own. (An adopting agent's
+parts outlive it within their lease instead: ``test_adoption``.)
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ async def gone(pid: int) -> None:
 
 @pytest.mark.parametrize("workload", ["sleep", "mpi"])
 async def test_a_killed_agent_leaves_no_launcher_and_no_job(
-    mosquitto: BrokerEndpoint, workload: str
+    mosquitto: BrokerEndpoint, workload: str, tmp_path: Path
 ) -> None:
-    """Also an MPI-like job's ranks: nothing of the part outlives its agent (a restarted
-    agent does not adopt running parts: the scheduler requeues them, and a part left
-    running would run twice)."""
+    """Also an MPI-like job's ranks: nothing of the part outlives a ``--no-adopt``
+    agent (the scheduler requeues its parts at once, and a part left running would
+    run twice)."""
     topics = Topics(f"kill-{uuid4().hex[:6]}/v1")
     settings = MqttSettings(mosquitto.host, mosquitto.port)
     agent = await asyncio.create_subprocess_exec(
@@ -80,6 +81,8 @@ async def test_a_killed_agent_leaves_no_launcher_and_no_job(
         "--name=k1",
         "--cpus=1",
         "--heartbeat=0.2",
+        "--no-adopt",
+        f"--state-dir={tmp_path / 'state'}",
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stderr=asyncio.subprocess.DEVNULL,
     )

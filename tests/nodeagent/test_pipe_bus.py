@@ -35,7 +35,7 @@ async def test_frames_round_trip() -> None:
     [
         pytest.param(Frame(b"P", "t", b"xyz").pack()[:-1], id="truncated-body"),
         pytest.param(Frame(b"P", "t", b"xyz").pack()[:3], id="truncated-header"),
-        pytest.param(b"X" + Frame(b"P", "t", b"xyz").pack()[1:], id="unknown-op"),
+        pytest.param(b"Z" + Frame(b"P", "t", b"xyz").pack()[1:], id="unknown-op"),
         pytest.param(b"P\x00\x00\x01\xff\xff\xff\xfft", id="absurd-length"),
         pytest.param(b"P\x00\x00\x01\x00\x00\x00\x00\xff", id="topic-not-utf8"),
     ],

@@ -186,6 +186,9 @@ class FakeAgent:
         speed: float = 1.0,
         incarnation: str = "i1",
         auto_finish: bool = False,
+        lease: float = 0.0,
+        adopts: bool = False,
+        ack_starts: bool = True,
     ) -> None:
         self.broker = broker
         self.id = agent_id
@@ -193,6 +196,11 @@ class FakeAgent:
         self.speed = speed
         self.incarnation = incarnation
         self.auto_finish = auto_finish
+        #: What it declares: its lease, and whether its parts outlive it (adoption).
+        self.lease = lease
+        self.adopts = adopts
+        #: False: a start is recorded but never answered (a process killed before it).
+        self.ack_starts = ack_starts
         self.commands: list[Message] = []
         self.running: dict[str, StartPart] = {}
         self.bus: MemoryBus | None = None
@@ -216,6 +224,8 @@ class FakeAgent:
             machine=MachineSpec(id=self.id, cpus=self.cpus, speed=self.speed),
             incarnation=self.incarnation,
             running=tuple(running),
+            lease=self.lease,
+            adopts=self.adopts,
         )
         await self.publish(TOPICS.agent_state(self.id), online, retain=True)
 
@@ -239,6 +249,8 @@ class FakeAgent:
             assert message.job is not None
             job_id = message.job.id
             self.running[job_id] = message
+            if not self.ack_starts:
+                return
             await self.event(
                 PartStarted(job_id=job_id, agent_id=self.id, pid=1, attempt=message.attempt)
             )

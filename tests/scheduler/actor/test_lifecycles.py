@@ -16,6 +16,7 @@ def agent_in(state: AgentState) -> AgentLifecycle:
     path = {
         A.ONLINE: [],
         A.SUSPECT: [In.MISSED],
+        A.HELD: [In.WILL_HOLD],
         A.LOST: [In.WILL],
         A.GONE: [In.GOODBYE],
     }[state]
@@ -42,6 +43,16 @@ def agent_in(state: AgentState) -> AgentLifecycle:
         (A.LOST, In.HEARTBEAT, A.ONLINE, False, True),
         (A.LOST, In.REINCARNATED, A.ONLINE, False, True),
         (A.GONE, In.REINCARNATED, A.ONLINE, False, True),
+        # Held for adoption: not gone from the cluster until the hold ends.
+        (A.ONLINE, In.WILL_HOLD, A.HELD, False, False),
+        (A.SUSPECT, In.WILL_HOLD, A.HELD, False, False),
+        (A.HELD, In.REINCARNATED, A.ONLINE, False, False),
+        (A.HELD, In.HEARTBEAT, A.ONLINE, False, False),
+        (A.HELD, In.HOLD_ENDED, A.LOST, True, False),
+        (A.HELD, In.GOODBYE, A.GONE, True, False),
+        (A.HELD, In.WILL, A.HELD, False, False),
+        (A.HELD, In.SILENT, A.HELD, False, False),
+        (A.ONLINE, In.HOLD_ENDED, A.ONLINE, False, False),
         # Repeats and messages in flight change nothing.
         (A.LOST, In.WILL, A.LOST, False, False),
         (A.LOST, In.SILENT, A.LOST, False, False),
