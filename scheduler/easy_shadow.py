@@ -237,6 +237,10 @@ def one_machine_shadow(
             return previous, earlier[only] - parts_cpus(previous.parts)
     if at is None:
         return None, left
-    if previous is not None and previous.start == at and previous.parts == (Part(only, need),):
-        return previous, left - need
+    if previous is not None and previous.start == at:
+        # ``previous.parts == (Part(only, need),)``, field by field: no Part built and
+        # compared at every event for the usual answer (the promise unchanged).
+        (kept,) = previous.parts if len(previous.parts) == 1 else (None,)
+        if kept is not None and kept.cpus == need and kept.machine == only:
+            return previous, left - need
     return Reservation(head, at, (Part(only, need),)), left - need
