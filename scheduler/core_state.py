@@ -61,6 +61,8 @@ class CoreState:
         self._state: dict[str, JobState] = {}
         self._reservations: dict[str, Reservation] = {}
         self.usage = UsageLedger(usage_period)
+        # (user, group) pairs already noted in the ledger (see _started).
+        self._noted: set[tuple[str, str]] = set()
         self.counters: dict[str, int] = {}
         # Arrival order of every job, so a requeued job goes back to its place.
         self._order: dict[str, int] = {}
@@ -149,7 +151,8 @@ class CoreState:
         self._known[job.id] = job
         self._state[job.id] = JobState.QUEUED
         self._order[job.id] = len(self._order)
-        self._widest = max(self._widest, self.cpus_needed(job))
+        # cpus_needed, inline: this runs once per job of a replay.
+        self._widest = max(self._widest, job.min_cpus if self._folds else job.procs)
         self._queue.append(job)
         if self._index.awake:
             self._index.add(job)
@@ -162,8 +165,14 @@ class CoreState:
         if self._index.awake:
             self._index.add_running(run)
         # The ledger knows every name that ever held CPUs from the moment it does,
-        # so fair-share counts names seen without walking the running jobs.
-        self.usage.note(user=run.job.user, group=run.job.group)
+        # so fair-share counts names seen without walking the running jobs. A pair
+        # noted before changes nothing in it (both names known, their order set),
+        # so it is noted once: most jobs of a trace come from a known user.
+        job = run.job
+        pair = (job.user, job.group)
+        if pair not in self._noted:
+            self._noted.add(pair)
+            self.usage.note(user=job.user, group=job.group)
 
     def _charge(self, run: RunningJob, now: float) -> None:
         self.usage.charge(
