@@ -42,7 +42,7 @@ from scheduler.core_recovery import CoreRecovery
 from scheduler.lifecycle import JobState, transition
 from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import Decisions, RunningJob, Snapshot
-from scheduler.snapshot_slots import make_snapshot
+from scheduler.snapshot_slots import make_snapshot, refresh_snapshot
 
 __all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
@@ -126,6 +126,8 @@ class SchedulerCore(CoreRecovery):
     # -- scheduling -------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
+        """What the policy sees at ``now``: valid until the next call, since the core
+        keeps one snapshot and refreshes it (``scheduler.snapshot_slots``)."""
         queue: Sequence[Job] = self._queue
         index: QueueIndex | None = self._index
         if self._widest > self._total:
@@ -133,7 +135,13 @@ class SchedulerCore(CoreRecovery):
             queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        return make_snapshot(
+        snap = self._snap
+        # The other fields are the core's own containers, the same objects from one
+        # event to the next; the machines list is replaced when a machine comes or goes.
+        if snap is not None and snap.machines is self._machines and snap.total_cpus == self._total:
+            refresh_snapshot(snap, now, queue, self._reservations, index)
+            return snap
+        snap = self._snap = make_snapshot(
             now,
             self._machines,
             self._free,
@@ -145,9 +153,16 @@ class SchedulerCore(CoreRecovery):
             self._reservations,
             index,
         )
+        return snap
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
+        if not self._queue and self._idle_on_empty:
+            # The policy promised to decide nothing now; what it would have returned
+            # (no reservation) replaces the promises held, as below.
+            if self._reservations:
+                self._reservations = {}
+            return Decisions()
         decisions = self.policy.decide(self.snapshot(now))
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)

@@ -23,7 +23,7 @@ from scheduler.lifecycle import JobState
 from scheduler.placement import sort_machines
 from scheduler.queue_index import QueueIndex
 from scheduler.running_set import RunningSet
-from scheduler.snapshot import Policy, Reservation, RunningJob
+from scheduler.snapshot import Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 
 
@@ -45,6 +45,8 @@ class CoreState:
         #: Jobs are malleable by default, but only a policy that says it folds them
         #: (``folds = True``, FCFS-malleable) may run one on fewer CPUs than processes.
         self._folds = bool(getattr(policy, "folds", False))
+        #: The policy decides nothing on an empty queue (``scheduler.snapshot.Policy``).
+        self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
         self.execution = execution
         self.max_requeues = max_requeues
         self._machines: list[Machine] = []
@@ -75,6 +77,8 @@ class CoreState:
         self._widest = 0
         # Restored running jobs not yet confirmed by their agents: (job, parts, start).
         self._pending: dict[str, PendingJob] = {}
+        # The snapshot handed to the policy, refreshed at every event (core.snapshot).
+        self._snap: Snapshot | None = None
 
     # -- state, read-only -------------------------------------------------
 

@@ -77,6 +77,13 @@ class QueueIndex:
         jobs = self._running[kind].get(name)
         return jobs.values() if jobs is not None else ()
 
+    def running_by_name(self, kind: str) -> Mapping[str, Mapping[str, RunningJob]]:
+        """Every name's running jobs by job id (in start order), read-only: one
+        lookup per event for fair-share, then one per name in a plain dict."""
+        if not self.awake:
+            self._wake()
+        return self._running[kind]
+
     def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
         """``(name, run)`` for every running job of each of ``names``: one call per
         event for fair-share, not one per name."""

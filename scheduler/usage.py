@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, KeysView, Mapping
 
+_TABLES = 8
+"""Tables of decayed sums kept (one per day and parameter set) before starting afresh."""
 _FOLD_AT = 1 << 18
 """Unread notes and charges kept before they are folded in anyway (module docstring)."""
 
@@ -40,7 +42,11 @@ class UsageLedger:
         self._fold_at = fold_at
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
-        self._memo: dict[tuple[str, str], tuple[tuple[int, int, float], float]] = {}
+        # Decayed sums already worked out, one table per (kind, last, count, decay);
+        # a charge drops its names from every table (module docstring of decayed).
+        self._memo: dict[tuple[str, int, int, float], dict[str, float]] = {}
+        # ``decay**k`` for k < count, by (count, decay): a handful of parameter sets.
+        self._weights: dict[tuple[int, float], list[float]] = {}
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
         # a note is a charge of nothing (module docstring).
         self._unfolded: list[tuple[str, str, float, float, int]] = []
@@ -74,8 +80,8 @@ class UsageLedger:
         self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
             return
-        self._memo.pop(("user", user), None)
-        self._memo.pop(("group", group), None)
+        for (kind, *_), table in self._memo.items():
+            table.pop(user if kind == "user" else group, None)
         period = self._period
         index = math.floor(start / period)
         if end <= (index + 1) * period:
@@ -103,35 +109,49 @@ class UsageLedger:
         """
         if self._unfolded:
             self._fold()
-        key = (kind, name)
-        memo = self._memo.get(key)
-        if memo is not None and memo[0] == (last, count, decay):
-            return memo[1]
-        value = decayed_sum(self.recent(kind, name, last, count), decay)
-        self._memo[key] = ((last, count, decay), value)
+        table = self._table(kind, last, count, decay)
+        value = table.get(name)
+        if value is None:
+            # decayed_sum(self.recent(...), decay) with the weights ``decay**k`` worked
+            # out once: the same products added in the same order, so the same float.
+            weights = self._weights.get((count, decay))
+            if weights is None:
+                weights = self._weights[count, decay] = [decay**k for k in range(count)]
+            charged = self._charged
+            value = 0.0
+            for k in range(count):
+                value += weights[k] * charged.get((kind, name, last - k), 0.0)
+            table[name] = value
         return value
+
+    def decayed_table(self, kind: str, last: int, count: int, decay: float) -> Mapping[str, float]:
+        """The :meth:`decayed` sums already worked out for these arguments, by name
+        (read-only; a name not in it is asked of :meth:`decayed`). Fair-share reads
+        it once per event and looks its queued names up in it, instead of calling
+        :meth:`decayed` per name. Tables of other days are dropped as they pile up."""
+        if self._unfolded:
+            self._fold()
+        return self._table(kind, last, count, decay)
+
+    def _table(self, kind: str, last: int, count: int, decay: float) -> dict[str, float]:
+        key = (kind, last, count, decay)
+        table = self._memo.get(key)
+        if table is None:
+            if len(self._memo) >= _TABLES:
+                self._memo.clear()
+            table = self._memo[key] = {}
+        return table
 
     def decayed_known(
         self, kind: str, names: Iterable[str], last: int, count: int, decay: float
     ) -> dict[str, float]:
-        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left
-        out): one call per event for fair-share, not one per name."""
+        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left out)."""
         if self._unfolded:
             self._fold()
         known = self._names[kind]
-        memo = self._memo
-        stamp = (last, count, decay)
-        out: dict[str, float] = {}
-        for name in names:
-            if name not in known:
-                continue
-            hit = memo.get((kind, name))
-            out[name] = (
-                hit[1]
-                if hit is not None and hit[0] == stamp
-                else self.decayed(kind, name, last, count, decay)
-            )
-        return out
+        return {
+            name: self.decayed(kind, name, last, count, decay) for name in names if name in known
+        }
 
     def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
@@ -145,6 +165,12 @@ class UsageLedger:
         if self._unfolded:
             self._fold()
         return name in self._names[kind]
+
+    def known(self, kind: str) -> KeysView[str]:
+        """The users or groups ever charged or noted (a live read-only view)."""
+        if self._unfolded:
+            self._fold()
+        return self._names[kind].keys()
 
     def count(self, kind: str) -> int:
         """How many users or groups were ever charged or noted."""

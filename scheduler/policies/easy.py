@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
@@ -29,6 +30,8 @@ from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
+    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "easy"
