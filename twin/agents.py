@@ -20,7 +20,7 @@ from model.allocation import Allocation
 from model.execution import ExecutionModel
 from model.job import Job
 from model.machine import Part
-from model.outcome import JobOutcome, Segment
+from model.outcome import JobOutcome, Segment, make_outcome, make_segment
 
 
 class ModelError(ValueError):
@@ -104,7 +104,7 @@ class ModelledAgents:
     def finish(self, job_id: str, now: float) -> JobOutcome:
         prog = self._jobs.pop(job_id)
         job = prog.job
-        last = Segment(prog.since, now, prog.alloc.cpus)
+        last = make_segment(prog.since, now, prog.alloc.cpus)
         earlier = prog.segments
         if earlier is None:
             segments: tuple[Segment, ...] = (last,)
@@ -113,11 +113,12 @@ class ModelledAgents:
         else:
             segments = tuple(earlier)
         assert job.runtime is not None
-        return JobOutcome(
-            job=job,
-            start=prog.start,
-            end=now,
-            parts=prog.first.parts,
-            segments=segments,
-            expanded_runtime=prog.first.expanded_runtime(job.runtime, job.ref_speed),
+        # Through the slots: one outcome per job of a trace (model.outcome).
+        return make_outcome(
+            job,
+            prog.start,
+            now,
+            prog.first.parts,
+            segments,
+            prog.first.expanded_runtime(job.runtime, job.ref_speed),
         )

@@ -350,7 +350,7 @@ class FairShare:
         if len(queue) < 2:
             return queue
         index = snapshot.by_account
-        if index is not None and index.submit_sorted:
+        if index is not None and index.submit_sorted(self.by):
             return self._order_by_name(snapshot, index)
         # One key per name, not per job: the per-job part is submit and position.
         rank = {
