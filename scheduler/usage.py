@@ -42,9 +42,12 @@ class UsageLedger:
         self._fold_at = fold_at
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
-        # Decayed sums already worked out, one table per (kind, last, count, decay);
+        # Decayed sums already worked out: per kind, one table per (last, count, decay);
         # a charge drops its names from every table (module docstring of decayed).
-        self._memo: dict[tuple[str, int, int, float], dict[str, float]] = {}
+        self._memo: dict[str, dict[tuple[int, int, float], dict[str, float]]] = {
+            "user": {},
+            "group": {},
+        }
         # ``decay**k`` for k < count, by (count, decay): a handful of parameter sets.
         self._weights: dict[tuple[int, float], list[float]] = {}
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
@@ -80,8 +83,10 @@ class UsageLedger:
         self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
             return
-        for (kind, *_), table in self._memo.items():
-            table.pop(user if kind == "user" else group, None)
+        for table in self._memo["user"].values():
+            table.pop(user, None)
+        for table in self._memo["group"].values():
+            table.pop(group, None)
         period = self._period
         index = math.floor(start / period)
         if end <= (index + 1) * period:
@@ -134,12 +139,13 @@ class UsageLedger:
         return self._table(kind, last, count, decay)
 
     def _table(self, kind: str, last: int, count: int, decay: float) -> dict[str, float]:
-        key = (kind, last, count, decay)
-        table = self._memo.get(key)
+        tables = self._memo[kind]
+        key = (last, count, decay)
+        table = tables.get(key)
         if table is None:
-            if len(self._memo) >= _TABLES:
-                self._memo.clear()
-            table = self._memo[key] = {}
+            if len(tables) >= _TABLES:
+                tables.clear()
+            table = tables[key] = {}
         return table
 
     def decayed_known(
