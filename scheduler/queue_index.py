@@ -122,6 +122,12 @@ class QueueIndex:
             self._wake(kind)
         return self._lists[kind].keys()
 
+    def lists(self, kind: str) -> Mapping[str, Sequence[Job]]:
+        """Every name's queued jobs (arrival order), read-only: one lookup per event."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._lists[kind]
+
     def jobs(self, kind: str, name: str) -> Sequence[Job]:
         """The queued jobs of ``name``, in arrival order."""
         if kind not in self._kinds:

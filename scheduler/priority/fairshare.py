@@ -237,7 +237,7 @@ class FairShare:
         if isinstance(usage, UsageLedger):
             known: Collection[str] = usage.known(kind)
             sums = usage.decayed_table(kind, today, window, decay)
-            fresh = sum(1 for w in candidates if w not in known)
+            fresh = len([w for w in candidates if w not in known])
         else:
             known = {w for w in candidates if usage.knows(kind, w)}
             sums = {}
@@ -372,11 +372,12 @@ class FairShare:
         equal rank have their lists merged by ``(submit, position)`` (a sort of
         their concatenation: the lists are short, and a sort runs in C).
         """
-        kind = self.by
-        if len(index.names(kind)) == 1:
+        # Every name's list, read once per event (no call per name).
+        lists = index.lists(self.by)
+        if len(lists) == 1:
             # One name waiting: the order is its list, whatever its priority.
-            (only,) = index.names(kind)
-            return list(index.jobs(kind, only))
+            (only,) = lists.values()
+            return list(only)
         # (rank, name): the name only makes the sort total; tied names' lists are
         # merged by (submit, arrival), which no two jobs share, so their order
         # among themselves does not show.
@@ -385,7 +386,6 @@ class FairShare:
             for who, (p, share) in self.queue_table(snapshot).items()
         ]
         keys.sort()
-        jobs = index.jobs
         out: list[Job] = []
         k = 0
         n = len(keys)
@@ -395,10 +395,10 @@ class FairShare:
             while tied < n and keys[tied][0] == first and keys[tied][1] == second:
                 tied += 1
             if tied == k + 1:
-                out += jobs(kind, who)
+                out += lists[who]
             else:
                 arrival = index.arrival
-                merged = [j for key in keys[k:tied] for j in jobs(kind, key[2])]
+                merged = [j for key in keys[k:tied] for j in lists[key[2]]]
                 merged.sort(key=lambda j: (j.submit, arrival(j.id)))
                 out += merged
             k = tied
