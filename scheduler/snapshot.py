@@ -5,7 +5,10 @@ jobs, the queue in arrival order, usage history) and returns
 :class:`Decisions` (start job J on parts, resize job J to parts, reservations
 for display). Snapshots are read-only views of the core's state: the sequences
 and mappings are the core's own containers typed as read-only, not copies,
-because a trace replay builds hundreds of thousands of them.
+because a trace replay builds hundreds of thousands of them. For the same
+reason the core hands out one snapshot object and refreshes it at every
+event: a snapshot is valid during the ``decide`` call it was given to, and a
+policy keeps none (its containers would be stale anyway).
 """
 
 from __future__ import annotations
