@@ -41,8 +41,8 @@ from scheduler.booking import book, release
 from scheduler.core_recovery import CoreRecovery
 from scheduler.lifecycle import JobState, transition
 from scheduler.queue_index import QueueIndex
-from scheduler.snapshot import Decisions, Snapshot
-from scheduler.snapshot_slots import make_snapshot
+from scheduler.snapshot import Decisions, RunningJob, Snapshot
+from scheduler.snapshot_slots import make_snapshot, refresh_snapshot
 
 __all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
 
@@ -77,20 +77,32 @@ class SchedulerCore(CoreRecovery):
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
         """A running job ended (its agent reported it, or the twin's model did)."""
+        state = JobState.FAILED if failed else JobState.FINISHED
         run = self._running.pop(job_id)
         if run is None:
             if job_id in self._pending:
-                return self._end_pending(
-                    job_id, now, JobState.FAILED if failed else JobState.FINISHED
-                )
+                return self._end_pending(job_id, now, state)
             raise KeyError(f"job {job_id!r} is not running")
+        self._leave(run, now, state)
+        return Left(run.job, run.start, now, run.parts, state)
+
+    def ended(self, job_id: str, now: float) -> None:
+        """:meth:`finished` for a caller that does not read the answer: the twin's
+        engine, which has the outcome from its modelled agents (one object less
+        per job of a replay). The same state change, for running jobs only."""
+        run = self._running.pop(job_id)
+        if run is None:
+            raise KeyError(f"job {job_id!r} is not running")
+        self._leave(run, now, JobState.FINISHED)
+
+    def _leave(self, run: RunningJob, now: float, state: JobState) -> None:
+        """``run``, already out of the running set, leaves its CPUs for ``state``."""
         if self._index.awake:
             self._index.remove_running(run)
-        state = JobState.FAILED if failed else JobState.FINISHED
+        job_id = run.job.id
         self._state[job_id] = transition(self._state[job_id], state)
         release(self._free, run.parts)
         self._charge(run, now)
-        return Left(run.job, run.start, now, run.parts, state)
 
     def cancel(self, job_id: str, now: float) -> Left | Job | None:
         """Cancel a queued or running job; returns what was cancelled, None if nothing was."""
@@ -107,17 +119,15 @@ class SchedulerCore(CoreRecovery):
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
             assert run is not None  # RUNNING and not pending
-            if self._index.awake:
-                self._index.remove_running(run)
-            self._state[job_id] = transition(state, JobState.CANCELLED)
-            release(self._free, run.parts)
-            self._charge(run, now)
+            self._leave(run, now, JobState.CANCELLED)
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
 
     # -- scheduling -------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
+        """What the policy sees at ``now``: valid until the next call, since the core
+        keeps one snapshot and refreshes it (``scheduler.snapshot_slots``)."""
         queue: Sequence[Job] = self._queue
         index: QueueIndex | None = self._index
         if self._widest > self._total:
@@ -125,7 +135,13 @@ class SchedulerCore(CoreRecovery):
             queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
             if len(queue) < len(self._queue):
                 index = None  # it holds the hidden jobs too
-        return make_snapshot(
+        snap = self._snap
+        # The other fields are the core's own containers, the same objects from one
+        # event to the next; the machines list is replaced when a machine comes or goes.
+        if snap is not None and snap.machines is self._machines and snap.total_cpus == self._total:
+            refresh_snapshot(snap, now, queue, self._reservations, index)
+            return snap
+        snap = self._snap = make_snapshot(
             now,
             self._machines,
             self._free,
@@ -137,9 +153,16 @@ class SchedulerCore(CoreRecovery):
             self._reservations,
             index,
         )
+        return snap
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
+        if not self._queue and self._idle_on_empty:
+            # The policy promised to decide nothing now; what it would have returned
+            # (no reservation) replaces the promises held, as below.
+            if self._reservations:
+                self._reservations = {}
+            return Decisions()
         decisions = self.policy.decide(self.snapshot(now))
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)
@@ -151,8 +174,16 @@ class SchedulerCore(CoreRecovery):
             if self._index.awake:
                 for job in jobs:
                     self._index.remove(job)
-        if decisions.reservations or self._reservations:
-            self._reservations = {r.job.id: r for r in decisions.reservations}
+        reservations = decisions.reservations
+        if reservations or self._reservations:
+            held = self._reservations
+            # The usual event under EASY: the one promise kept, the very same object.
+            if not (
+                len(reservations) == 1
+                and len(held) == 1
+                and held.get(reservations[0].job.id) is reservations[0]
+            ):
+                self._reservations = {r.job.id: r for r in reservations}
         if decisions.counters:
             for key, value in decisions.counters.items():
                 self.counters[key] = self.counters.get(key, 0) + value
@@ -178,14 +209,15 @@ class SchedulerCore(CoreRecovery):
 
     def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         # A job started twice in one decision is RUNNING at its second start.
-        if self._state.get(job.id) is not JobState.QUEUED:
+        states = self._state
+        if states.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
-        cpus = book(self._free, job, parts, self.cpus_needed(job))
-        self._state[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
-        alloc = self._allocs.of(parts)
-        rate = self._allocs.rate(alloc, job)
-        run = self._running.start(job, parts, cpus, rate=rate, start=now, now=now, alloc=alloc)
-        self._started(run)
+        cpus = book(self._free, job, parts, job.min_cpus if self._folds else job.procs)
+        states[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
+        allocs = self._allocs
+        alloc = allocs.of(parts)
+        rate = allocs.rate(alloc, job)
+        self._started(self._running.start_now(job, parts, cpus, rate, now, alloc))
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         run = self._running.get(job.id)

@@ -23,7 +23,7 @@ from scheduler.lifecycle import JobState
 from scheduler.placement import sort_machines
 from scheduler.queue_index import QueueIndex
 from scheduler.running_set import RunningSet
-from scheduler.snapshot import Policy, Reservation, RunningJob
+from scheduler.snapshot import Policy, Reservation, RunningJob, Snapshot
 from scheduler.usage import UsageLedger
 
 
@@ -45,6 +45,8 @@ class CoreState:
         #: Jobs are malleable by default, but only a policy that says it folds them
         #: (``folds = True``, FCFS-malleable) may run one on fewer CPUs than processes.
         self._folds = bool(getattr(policy, "folds", False))
+        #: The policy decides nothing on an empty queue (``scheduler.snapshot.Policy``).
+        self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
         self.execution = execution
         self.max_requeues = max_requeues
         self._machines: list[Machine] = []
@@ -61,6 +63,8 @@ class CoreState:
         self._state: dict[str, JobState] = {}
         self._reservations: dict[str, Reservation] = {}
         self.usage = UsageLedger(usage_period)
+        # (user, group) pairs already noted in the ledger (see _started).
+        self._noted: set[tuple[str, str]] = set()
         self.counters: dict[str, int] = {}
         # Arrival order of every job, so a requeued job goes back to its place.
         self._order: dict[str, int] = {}
@@ -73,6 +77,8 @@ class CoreState:
         self._widest = 0
         # Restored running jobs not yet confirmed by their agents: (job, parts, start).
         self._pending: dict[str, PendingJob] = {}
+        # The snapshot handed to the policy, refreshed at every event (core.snapshot).
+        self._snap: Snapshot | None = None
 
     # -- state, read-only -------------------------------------------------
 
@@ -149,7 +155,8 @@ class CoreState:
         self._known[job.id] = job
         self._state[job.id] = JobState.QUEUED
         self._order[job.id] = len(self._order)
-        self._widest = max(self._widest, self.cpus_needed(job))
+        # cpus_needed, inline: this runs once per job of a replay.
+        self._widest = max(self._widest, job.min_cpus if self._folds else job.procs)
         self._queue.append(job)
         if self._index.awake:
             self._index.add(job)
@@ -162,8 +169,14 @@ class CoreState:
         if self._index.awake:
             self._index.add_running(run)
         # The ledger knows every name that ever held CPUs from the moment it does,
-        # so fair-share counts names seen without walking the running jobs.
-        self.usage.note(user=run.job.user, group=run.job.group)
+        # so fair-share counts names seen without walking the running jobs. A pair
+        # noted before changes nothing in it (both names known, their order set),
+        # so it is noted once: most jobs of a trace come from a known user.
+        job = run.job
+        pair = (job.user, job.group)
+        if pair not in self._noted:
+            self._noted.add(pair)
+            self.usage.note(user=job.user, group=job.group)
 
     def _charge(self, run: RunningJob, now: float) -> None:
         self.usage.charge(

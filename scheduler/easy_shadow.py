@@ -79,7 +79,8 @@ def shadow_for(
     found: tuple[float, tuple[Part, ...]] | None = None
     if len(machines) == 1:
         only = machines[0].id
-        at, left = _one_machine(need, now, free[only], running, started)
+        ends = [(t, parts_cpus(parts)) for t, parts in started]
+        at, left = _one_machine(need, now, free[only], running, ends)
         avail = {only: left}
         if at is not None:
             found = (at, (Part(only, need),))
@@ -138,33 +139,43 @@ def _one_machine(
     now: float,
     free: int,
     running: Sequence[RunningJob],
-    started: Sequence[Release],
+    started: Sequence[tuple[float, int]],
 ) -> tuple[float | None, int]:
     """:func:`_walk` on one machine: every placement rule fits a job there exactly
     when enough CPUs are free, so the walk adds integers (the textbook's) instead
-    of placing at every release."""
+    of placing at every release. ``started`` is this decision's starts as
+    ``(expected end, CPUs)``, merged in as :func:`merged_releases` merges them
+    (sorted by time, a start before a running job that ends at the same instant
+    only if strictly earlier), but read in place: this walk runs at most events of
+    a busy trace, so it takes no generator and no tuple per release."""
     avail = free
     pending: float | None = None
-    if not started:
-        # The running jobs alone, read in place: this walk runs at most events of
-        # a busy trace, so it takes no generator and no tuple per release.
-        for r in running:
-            t = r.est_end if r.est_end > now else now
-            if pending is not None and t > pending and avail >= need:
+    extra = sorted(started, key=_time) if len(started) > 1 else started
+    j, m = 0, len(extra)
+    for r in running:
+        t = r.est_end if r.est_end > now else now
+        while j < m and extra[j][0] < t:
+            at, cpus = extra[j]
+            if pending is not None and at > pending and avail >= need:
                 return pending, avail
-            avail += r.cpus
-            pending = t
-        return (pending if avail >= need else None), avail
-    for t, parts in merged_releases(now, running, started):
+            avail += cpus
+            pending = at
+            j += 1
         if pending is not None and t > pending and avail >= need:
             return pending, avail
-        for p in parts:
-            avail += p.cpus
+        avail += r.cpus
         pending = t
+    while j < m:
+        at, cpus = extra[j]
+        if pending is not None and at > pending and avail >= need:
+            return pending, avail
+        avail += cpus
+        pending = at
+        j += 1
     return (pending if avail >= need else None), avail
 
 
-def _time(release: Release) -> float:
+def _time(release: tuple[float, object]) -> float:
     return release[0]
 
 
@@ -224,19 +235,24 @@ def one_machine_shadow(
     only = machine.id
     need = head.procs
     running = snapshot.running
-    started: list[Release] = []
+    ends: list[tuple[float, int]] = []
     if starts:
         speed = machine.speed
-        started = [(now + s.job.estimate_on(speed), s.parts) for s in starts]
-    at, left = _one_machine(need, now, free, running, started)
+        ends = [(now + s.job.estimate_on(speed), parts_cpus(s.parts)) for s in starts]
+    at, left = _one_machine(need, now, free, running, ends)
     previous = snapshot.reservations.get(head.id)
     if previous is not None and (at is None or previous.start < at):
         # Keep an earlier promise when its CPUs are still free at its start.
+        started = [(t, (Part(only, cpus),)) for t, cpus in ends]
         earlier = _avail_at(previous.start, {only: free}, merged_releases(now, running, started))
         if _fits(previous.parts, earlier):
             return previous, earlier[only] - parts_cpus(previous.parts)
     if at is None:
         return None, left
-    if previous is not None and previous.start == at and previous.parts == (Part(only, need),):
-        return previous, left - need
+    if previous is not None and previous.start == at:
+        # ``previous.parts == (Part(only, need),)``, field by field: no Part built and
+        # compared at every event for the usual answer (the promise unchanged).
+        (kept,) = previous.parts if len(previous.parts) == 1 else (None,)
+        if kept is not None and kept.cpus == need and kept.machine == only:
+            return previous, left - need
     return Reservation(head, at, (Part(only, need),)), left - need

@@ -11,7 +11,7 @@ running job.
 
 The core updates the index as jobs enter and leave the queue and hands it to
 policies in the snapshot (``Snapshot.by_account``), only while the snapshot's
-queue is the whole queue. ``submit_sorted`` says whether every name's list is
+queue is the whole queue. ``submit_sorted(kind)`` says whether every name's list is
 in submit order as well as arrival order (always, unless a job was inserted
 behind a later-submitted one); a source that relies on it checks it.
 
@@ -20,7 +20,9 @@ given a ``source`` starts *dormant*: it keeps nothing, and the core skips its
 updates (``awake`` is false) until a priority source first reads it; it then
 builds itself from the source (the queue in arrival order, the running jobs
 in start order), which gives the lists the updates would have built, and is
-kept up to date from then on.
+kept up to date from then on. It wakes one kind at a time: a fair-share by
+user never reads the groups, so their lists are not kept (half the upkeep of
+every job's arrival, start and end) until something reads a group.
 """
 
 from __future__ import annotations
@@ -43,56 +45,72 @@ Source = Callable[[], "tuple[Iterable[Job], Iterable[RunningJob]]"]
 class QueueIndex:
     """Queued jobs per user and per group, in arrival order (``order``: job id to arrival)."""
 
-    __slots__ = ("_lists", "_order", "_running", "_source", "_submit_sorted", "awake")
+    __slots__ = ("_kinds", "_lists", "_order", "_running", "_source", "_submit_sorted", "awake")
 
     def __init__(self, order: Mapping[str, int], source: Source | None = None) -> None:
         self._order = order
         self._lists: dict[str, dict[str, list[Job]]] = {kind: {} for kind in KINDS}
         self._running: dict[str, dict[str, dict[str, RunningJob]]] = {kind: {} for kind in KINDS}
-        self._submit_sorted = True
+        self._submit_sorted = dict.fromkeys(KINDS, True)
         self._source = source
+        #: The kinds kept up to date: all of them without a source, else those read.
+        self._kinds: tuple[str, ...] = KINDS if source is None else ()
         #: False while dormant (module docstring): updates are the caller's to skip.
         self.awake = source is None
 
-    @property
-    def submit_sorted(self) -> bool:
-        """Whether every name's list is in submit order too (module docstring)."""
-        if not self.awake:
-            self._wake()
-        return self._submit_sorted
+    def submit_sorted(self, kind: str) -> bool:
+        """Whether every name's list of ``kind`` is in submit order too (module docstring)."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._submit_sorted[kind]
 
-    def _wake(self) -> None:
-        assert self._source is not None  # only a dormant index sleeps
+    def _wake(self, kind: str) -> None:
+        assert self._source is not None  # only a dormant kind sleeps
+        if kind not in KINDS:
+            raise KeyError(f"no queue index by {kind!r}")
         queue, running = self._source()
+        self._kinds = (*self._kinds, kind)
         self.awake = True
         for job in queue:
-            self.add(job)
+            self._add(kind, job)
         for run in running:
-            self.add_running(run)
+            self._add_running(kind, run)
 
     def running(self, kind: str, name: str) -> Iterable[RunningJob]:
         """The running jobs of ``name`` (in start order)."""
-        if not self.awake:
-            self._wake()
+        if kind not in self._kinds:
+            self._wake(kind)
         jobs = self._running[kind].get(name)
         return jobs.values() if jobs is not None else ()
+
+    def running_by_name(self, kind: str) -> Mapping[str, Mapping[str, RunningJob]]:
+        """Every name's running jobs by job id (in start order), read-only: one
+        lookup per event for fair-share, then one per name in a plain dict."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._running[kind]
 
     def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
         """``(name, run)`` for every running job of each of ``names``: one call per
         event for fair-share, not one per name."""
-        if not self.awake:
-            self._wake()
+        if kind not in self._kinds:
+            self._wake(kind)
         runs = self._running[kind]
         return [(w, r) for w in names if (jobs := runs.get(w)) for r in jobs.values()]
 
     def add_running(self, run: RunningJob) -> None:
+        for kind in self._kinds:
+            self._add_running(kind, run)
+
+    def _add_running(self, kind: str, run: RunningJob) -> None:
         job = run.job
-        for kind, name in (("user", job.user), ("group", job.group)):
-            self._running[kind].setdefault(name, {})[job.id] = run
+        name = job.user if kind == "user" else job.group
+        self._running[kind].setdefault(name, {})[job.id] = run
 
     def remove_running(self, run: RunningJob) -> None:
         job = run.job
-        for kind, name in (("user", job.user), ("group", job.group)):
+        for kind in self._kinds:
+            name = job.user if kind == "user" else job.group
             runs = self._running[kind][name]
             del runs[job.id]
             if not runs:
@@ -100,14 +118,20 @@ class QueueIndex:
 
     def names(self, kind: str) -> Collection[str]:
         """Users (or groups) with at least one queued job."""
-        if not self.awake:
-            self._wake()
+        if kind not in self._kinds:
+            self._wake(kind)
         return self._lists[kind].keys()
+
+    def lists(self, kind: str) -> Mapping[str, Sequence[Job]]:
+        """Every name's queued jobs (arrival order), read-only: one lookup per event."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._lists[kind]
 
     def jobs(self, kind: str, name: str) -> Sequence[Job]:
         """The queued jobs of ``name``, in arrival order."""
-        if not self.awake:
-            self._wake()
+        if kind not in self._kinds:
+            self._wake(kind)
         return self._lists[kind][name]
 
     def arrival(self, job_id: str) -> int:
@@ -115,23 +139,28 @@ class QueueIndex:
         return self._order[job_id]
 
     def add(self, job: Job) -> None:
+        for kind in self._kinds:
+            self._add(kind, job)
+
+    def _add(self, kind: str, job: Job) -> None:
         order = self._order
-        for kind, name in (("user", job.user), ("group", job.group)):
-            jobs = self._lists[kind].setdefault(name, [])
-            if not jobs or order[jobs[-1].id] < order[job.id]:
-                at = len(jobs)
-                jobs.append(job)
-            else:
-                at = bisect.bisect_right(jobs, order[job.id], key=lambda j: order[j.id])
-                jobs.insert(at, job)
-            if (at > 0 and jobs[at - 1].submit > job.submit) or (
-                at + 1 < len(jobs) and jobs[at + 1].submit < job.submit
-            ):
-                self._submit_sorted = False
+        name = job.user if kind == "user" else job.group
+        jobs = self._lists[kind].setdefault(name, [])
+        if not jobs or order[jobs[-1].id] < order[job.id]:
+            at = len(jobs)
+            jobs.append(job)
+        else:
+            at = bisect.bisect_right(jobs, order[job.id], key=lambda j: order[j.id])
+            jobs.insert(at, job)
+        if (at > 0 and jobs[at - 1].submit > job.submit) or (
+            at + 1 < len(jobs) and jobs[at + 1].submit < job.submit
+        ):
+            self._submit_sorted[kind] = False
 
     def remove(self, job: Job) -> None:
         order = self._order
-        for kind, name in (("user", job.user), ("group", job.group)):
+        for kind in self._kinds:
+            name = job.user if kind == "user" else job.group
             lists = self._lists[kind]
             jobs = lists[name]
             if jobs[0] is job:

@@ -87,6 +87,32 @@ class RunningSet:
         self._list(run)
         return run
 
+    def start_now(  # noqa: PLR0917 - positional on purpose (docstring)
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        cpus: int,
+        rate: float,
+        now: float,
+        alloc: Allocation | None,
+    ) -> RunningJob:
+        """:meth:`start` with ``start == now`` (every start a policy decides), with
+        positional arguments: it runs once per job of a replay."""
+        run = RunningJob(
+            job=job,
+            parts=parts,
+            start=now,
+            est_end=now + job.walltime / rate,
+            cpus=cpus,
+            changed=now,
+            rate=rate,
+            charged_from=now,
+            alloc=alloc,
+        )
+        self._by_id[job.id] = run
+        self._list(run)
+        return run
+
     def resize(
         self,
         run: RunningJob,

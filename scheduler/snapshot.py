@@ -5,7 +5,10 @@ jobs, the queue in arrival order, usage history) and returns
 :class:`Decisions` (start job J on parts, resize job J to parts, reservations
 for display). Snapshots are read-only views of the core's state: the sequences
 and mappings are the core's own containers typed as read-only, not copies,
-because a trace replay builds hundreds of thousands of them.
+because a trace replay builds hundreds of thousands of them. For the same
+reason the core hands out one snapshot object and refreshes it at every
+event: a snapshot is valid during the ``decide`` call it was given to, and a
+policy keeps none (its containers would be stale anyway).
 """
 
 from __future__ import annotations
@@ -120,7 +123,14 @@ class Decisions:
 
 
 class Policy(Protocol):
-    """A scheduling policy: pure, deterministic, no I/O."""
+    """A scheduling policy: pure, deterministic, no I/O.
+
+    A policy may also say ``idle_on_empty_queue = True`` (a class attribute, read
+    with ``getattr``): it then promises to decide nothing at all (no start, resize,
+    reservation or counter) when the queue is empty, and the core does not call it
+    then. Each policy that says so has that promise checked against its own
+    ``decide`` (``tests/scheduler/test_idle_on_empty_queue.py``).
+    """
 
     @property
     def name(self) -> str: ...

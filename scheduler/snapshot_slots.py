@@ -6,6 +6,13 @@ through ``object.__setattr__``, which was a tenth of a replay's time; setting
 the slots through their descriptors builds the same immutable value for less
 (the SWF reader builds its jobs the same way). The field list is checked at
 import, so a field added to ``Snapshot`` cannot be silently left unset.
+
+:func:`refresh_snapshot` goes one step further for the core's own snapshot:
+most fields are the core's containers, the same objects at every event, so
+the core keeps one snapshot and sets only the fields that change (the time,
+the queue view, the promises, the index). That is sound because no policy
+keeps a snapshot past its ``decide`` call: a snapshot's containers are the
+core's live ones, so one kept would be stale anyway.
 """
 
 from __future__ import annotations
@@ -72,3 +79,17 @@ def make_snapshot(  # noqa: PLR0917 - one argument per field, in the fields' ord
     _set_reservations(snap, reservations)
     _set_by_account(snap, by_account)
     return snap
+
+
+def refresh_snapshot(
+    snap: Snapshot,
+    now: float,
+    queue: Sequence[Job],
+    reservations: Mapping[str, Reservation],
+    by_account: QueueIndex | None,
+) -> None:
+    """Set the fields of ``snap`` that change between two events (module docstring)."""
+    _set_now(snap, now)
+    _set_queue(snap, queue)
+    _set_reservations(snap, reservations)
+    _set_by_account(snap, by_account)

@@ -12,29 +12,44 @@ list, and the first read after them folds the list into the tables in the
 order it was written: a read sees exactly what charging at once would have
 given, and a replay that never reads pays a list append per event. The list
 is folded at ``_FOLD_AT`` entries too, so a live scheduler whose policy never
-reads the ledger does not grow it without bound.
+reads the ledger does not grow it without bound. The bound is set above the
+notes and charges of a whole trace (two per job: CTC-SP2 writes 155,000), so a
+replay under a policy that never reads folds nothing at all; at about 100
+bytes an entry it holds at most some 26 MB.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, KeysView, Mapping
 
-_FOLD_AT = 4096
+_TABLES = 8
+"""Tables of decayed sums kept (one per day and parameter set) before starting afresh."""
+_FOLD_AT = 1 << 18
 """Unread notes and charges kept before they are folded in anyway (module docstring)."""
 
 
 class UsageLedger:
     """CPU-seconds charged per ``(kind, name, period)``; ``kind`` is ``"user"`` or ``"group"``."""
 
-    def __init__(self, period: float = 86400.0) -> None:
+    def __init__(self, period: float = 86400.0, *, fold_at: int = _FOLD_AT) -> None:
         if not (period > 0 and math.isfinite(period)):
             raise ValueError(f"usage period must be > 0 seconds, got {period!r}")
+        if fold_at < 1:
+            raise ValueError(f"fold_at must be >= 1 entry, got {fold_at!r}")
         self._period = period
+        self._fold_at = fold_at
         self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
-        self._memo: dict[tuple[str, str], tuple[tuple[int, int, float], float]] = {}
+        # Decayed sums already worked out: per kind, one table per (last, count, decay);
+        # a charge drops its names from every table (module docstring of decayed).
+        self._memo: dict[str, dict[tuple[int, int, float], dict[str, float]]] = {
+            "user": {},
+            "group": {},
+        }
+        # ``decay**k`` for k < count, by (count, decay): a handful of parameter sets.
+        self._weights: dict[tuple[int, float], list[float]] = {}
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
         # a note is a charge of nothing (module docstring).
         self._unfolded: list[tuple[str, str, float, float, int]] = []
@@ -47,14 +62,14 @@ class UsageLedger:
         """Know ``user`` and ``group`` (a job of theirs took CPUs), charging nothing yet."""
         unfolded = self._unfolded
         unfolded.append((user, group, 0.0, 0.0, 0))
-        if len(unfolded) >= _FOLD_AT:
+        if len(unfolded) >= self._fold_at:
             self._fold()
 
     def charge(self, *, user: str, group: str, start: float, end: float, cpus: int) -> None:
         """Charge ``cpus`` CPUs held from ``start`` to ``end``."""
         unfolded = self._unfolded
         unfolded.append((user, group, start, end, cpus))
-        if len(unfolded) >= _FOLD_AT:
+        if len(unfolded) >= self._fold_at:
             self._fold()
 
     def _fold(self) -> None:
@@ -68,8 +83,10 @@ class UsageLedger:
         self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
             return
-        self._memo.pop(("user", user), None)
-        self._memo.pop(("group", group), None)
+        for table in self._memo["user"].values():
+            table.pop(user, None)
+        for table in self._memo["group"].values():
+            table.pop(group, None)
         period = self._period
         index = math.floor(start / period)
         if end <= (index + 1) * period:
@@ -97,35 +114,50 @@ class UsageLedger:
         """
         if self._unfolded:
             self._fold()
-        key = (kind, name)
-        memo = self._memo.get(key)
-        if memo is not None and memo[0] == (last, count, decay):
-            return memo[1]
-        value = decayed_sum(self.recent(kind, name, last, count), decay)
-        self._memo[key] = ((last, count, decay), value)
+        table = self._table(kind, last, count, decay)
+        value = table.get(name)
+        if value is None:
+            # decayed_sum(self.recent(...), decay) with the weights ``decay**k`` worked
+            # out once: the same products added in the same order, so the same float.
+            weights = self._weights.get((count, decay))
+            if weights is None:
+                weights = self._weights[count, decay] = [decay**k for k in range(count)]
+            charged = self._charged
+            value = 0.0
+            for k in range(count):
+                value += weights[k] * charged.get((kind, name, last - k), 0.0)
+            table[name] = value
         return value
+
+    def decayed_table(self, kind: str, last: int, count: int, decay: float) -> Mapping[str, float]:
+        """The :meth:`decayed` sums already worked out for these arguments, by name
+        (read-only; a name not in it is asked of :meth:`decayed`). Fair-share reads
+        it once per event and looks its queued names up in it, instead of calling
+        :meth:`decayed` per name. Tables of other days are dropped as they pile up."""
+        if self._unfolded:
+            self._fold()
+        return self._table(kind, last, count, decay)
+
+    def _table(self, kind: str, last: int, count: int, decay: float) -> dict[str, float]:
+        tables = self._memo[kind]
+        key = (last, count, decay)
+        table = tables.get(key)
+        if table is None:
+            if len(tables) >= _TABLES:
+                tables.clear()
+            table = tables[key] = {}
+        return table
 
     def decayed_known(
         self, kind: str, names: Iterable[str], last: int, count: int, decay: float
     ) -> dict[str, float]:
-        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left
-        out): one call per event for fair-share, not one per name."""
+        """:meth:`decayed` of each of ``names`` the ledger knows (the others are left out)."""
         if self._unfolded:
             self._fold()
         known = self._names[kind]
-        memo = self._memo
-        stamp = (last, count, decay)
-        out: dict[str, float] = {}
-        for name in names:
-            if name not in known:
-                continue
-            hit = memo.get((kind, name))
-            out[name] = (
-                hit[1]
-                if hit is not None and hit[0] == stamp
-                else self.decayed(kind, name, last, count, decay)
-            )
-        return out
+        return {
+            name: self.decayed(kind, name, last, count, decay) for name in names if name in known
+        }
 
     def recent(self, kind: str, name: str, last: int, count: int) -> list[float]:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
@@ -139,6 +171,12 @@ class UsageLedger:
         if self._unfolded:
             self._fold()
         return name in self._names[kind]
+
+    def known(self, kind: str) -> KeysView[str]:
+        """The users or groups ever charged or noted (a live read-only view)."""
+        if self._unfolded:
+            self._fold()
+        return self._names[kind].keys()
 
     def count(self, kind: str) -> int:
         """How many users or groups were ever charged or noted."""

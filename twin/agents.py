@@ -14,13 +14,13 @@ without a core's numbers gives the parts alone and the agents compute them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from model.allocation import Allocation
 from model.execution import ExecutionModel
 from model.job import Job
 from model.machine import Part
-from model.outcome import JobOutcome, Segment
+from model.outcome import JobOutcome, Segment, make_outcome, make_segment
 
 
 class ModelError(ValueError):
@@ -38,7 +38,9 @@ class _Progress:
     done: float = 0.0
     rate: float = 1.0
     version: int = 0
-    segments: list[Segment] = field(default_factory=list)
+    #: The segments before the last resize; None until the first (most jobs never
+    #: resize, and a list per job would be built for nothing).
+    segments: list[Segment] | None = None
 
 
 class ModelledAgents:
@@ -83,6 +85,8 @@ class ModelledAgents:
         assert job.runtime is not None  # checked at start
         prog.done = min(job.runtime, prog.done + (now - prog.since) * prog.rate)
         if now > prog.since:
+            if prog.segments is None:
+                prog.segments = []
             prog.segments.append(Segment(prog.since, now, prog.alloc.cpus))
         prog.since = now
         if alloc is None or rate is None:
@@ -100,15 +104,21 @@ class ModelledAgents:
     def finish(self, job_id: str, now: float) -> JobOutcome:
         prog = self._jobs.pop(job_id)
         job = prog.job
-        segments = prog.segments
-        if now > prog.since or not segments:
-            segments.append(Segment(prog.since, now, prog.alloc.cpus))
+        last = make_segment(prog.since, now, prog.alloc.cpus)
+        earlier = prog.segments
+        if earlier is None:
+            segments: tuple[Segment, ...] = (last,)
+        elif now > prog.since:
+            segments = (*earlier, last)
+        else:
+            segments = tuple(earlier)
         assert job.runtime is not None
-        return JobOutcome(
-            job=job,
-            start=prog.start,
-            end=now,
-            parts=prog.first.parts,
-            segments=tuple(segments),
-            expanded_runtime=prog.first.expanded_runtime(job.runtime, job.ref_speed),
+        # Through the slots: one outcome per job of a trace (model.outcome).
+        return make_outcome(
+            job,
+            prog.start,
+            now,
+            prog.first.parts,
+            segments,
+            prog.first.expanded_runtime(job.runtime, job.ref_speed),
         )

@@ -103,7 +103,7 @@ def simulate(
             _, _, job_id, version = heapq.heappop(ends)
             if not agents.is_current(job_id, version):
                 continue
-            core.finished(job_id, now)
+            core.ended(job_id, now)
             outcomes.append(agents.finish(job_id, now))
             events += 1
         while next_job < n and jobs[next_job].submit <= now:

@@ -15,6 +15,8 @@ its wall time scaled to the pace of the allocation the placement rule picks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
+from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
@@ -28,6 +30,8 @@ from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
+    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "easy"
@@ -135,7 +139,8 @@ class EasyBackfill:
             shadow_time = float("inf")
             extra = 0
             speed = machine.speed
-            for job in order[i + 1 :]:
+            # islice, not a slice: no copy of the rest of a long queue at every event.
+            for job in islice(order, i + 1, None):
                 procs = job.procs
                 if procs > free:
                     continue
@@ -159,7 +164,8 @@ class EasyBackfill:
                     break
         if not computed:
             reservation, _ = one_machine_shadow(snapshot, head, free=free, starts=starts)
-        return Decisions(starts=starts, reservations=[] if reservation is None else [reservation])
+        # Positional: Decisions(starts, resizes, reservations, counters), once per event.
+        return Decisions(starts, [], [] if reservation is None else [reservation], {})
 
 
 def _cap(free: dict[str, int], extra: dict[str, int], *, single: bool) -> int:

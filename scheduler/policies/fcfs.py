@@ -12,6 +12,7 @@ its job mix side by side).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scheduler.alloc import start_while_fit
 from scheduler.placement import Placement
@@ -22,6 +23,8 @@ from scheduler.snapshot import Decisions, Snapshot
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fcfs:
+    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fcfs"

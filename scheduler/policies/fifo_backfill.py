@@ -12,6 +12,7 @@ in seven hours at 89 % utilisation, a test.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scheduler.alloc import take
 from scheduler.placement import Placement
@@ -22,6 +23,8 @@ from scheduler.snapshot import Decisions, Snapshot, Start
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FifoBackfill:
+    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fifo-backfill"

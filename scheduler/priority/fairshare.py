@@ -71,7 +71,7 @@ this was done.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Literal
@@ -206,8 +206,6 @@ class FairShare:
         """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`
         (and of multi-factor's, which reads it without building another table)."""
         kind = self.by
-        # The job's user or group attribute, read in C: this runs per job per event.
-        account = attrgetter(kind)
         usage = snapshot.usage
         period = usage.period
         now = snapshot.now
@@ -216,38 +214,39 @@ class FairShare:
         window_start = (today - window + 1) * period
         decay = self.decay
         by_name = snapshot.by_account
-        knows = usage.knows
-        runs_of: Callable[[str, str], Iterable[RunningJob]]
+        # Each wanted name's running jobs by id, and the names seen that the ledger
+        # has not: with the core's index the ledger knows every running name (the
+        # core noted it at the start), so only queued names can be new to it.
+        runs: Mapping[str, Mapping[str, RunningJob]]
         if by_name is not None:
-            # The index's own view of its names (no copy); nothing below changes it.
+            # The index's own views (no copy); nothing below changes them.
             wanted: Collection[str] = by_name.names(kind)
-            runs_of = by_name.running
-            # The core noted every running job's names in the ledger when it started.
-            fresh: set[str] = set()
+            runs = by_name.running_by_name(kind)
+            candidates: Collection[str] = wanted
         else:
+            account = attrgetter(kind)
             wanted = {account(j) for j in snapshot.queue}
-            grouped: dict[str, list[RunningJob]] = {}
+            grouped: dict[str, dict[str, RunningJob]] = {}
             for run in snapshot.running:
-                grouped.setdefault(account(run.job), []).append(run)
-            fresh = {w for w in grouped if not knows(kind, w)}
-            runs_of = _runs_in(grouped)
-        # The ledger's decayed sums of the queued names it knows, in one call (the
-        # core's own ledger; any other usage view is asked name by name below).
-        sums = (
-            usage.decayed_known(kind, wanted, today, window, decay)
-            if isinstance(usage, UsageLedger)
-            else None
-        )
-        # Names seen so far, counted without listing them: the ledger's, plus the
-        # running and queued ones it has not charged yet.
-        fresh |= (
-            {w for w in wanted if w not in sums}
-            if sums is not None
-            else {w for w in wanted if not knows(kind, w)}
-        )
+                grouped.setdefault(account(run.job), {})[run.job.id] = run
+            runs = grouped
+            candidates = wanted | grouped.keys()
+        # The ledger's remembered decayed sums, looked up per name below; a name
+        # missing from them is asked of the ledger (or, for any other usage view,
+        # of the view), which remembers it.
+        if isinstance(usage, UsageLedger):
+            known: Collection[str] = usage.known(kind)
+            sums = usage.decayed_table(kind, today, window, decay)
+            fresh = len([w for w in candidates if w not in known])
+        else:
+            known = {w for w in candidates if usage.knows(kind, w)}
+            sums = {}
+            fresh = len(candidates) - len(known)
         listed = self._listed
-        seen_listed = sum(1 for n in listed if n in fresh or knows(kind, n)) if listed else 0
-        other_share = self._other_share(usage.count(kind) + len(fresh) - seen_listed)
+        seen_listed = (
+            sum(1 for n in listed if n in candidates or usage.knows(kind, n)) if listed else 0
+        )
+        other_share = self._other_share(usage.count(kind) + fresh - seen_listed)
         capacity = snapshot.total_cpus * period
         scale = self.scale_usage_by_share
         today_start = today * period
@@ -259,33 +258,34 @@ class FairShare:
             # per-period list. Only runs that began before today go period by period.
             today_use = 0.0
             older: dict[int, float] | None = None
-            for run in runs_of(kind, who):
-                cpus = run.cpus
-                if cpus <= 0:
-                    continue
-                # max(start, charged_from, window_start), written out: it runs per job.
-                begin = run.charged_from
-                begin = run.start if run.start > begin else begin
-                begin = window_start if window_start > begin else begin
-                if now <= begin:
-                    continue
-                if begin >= today_start:
-                    today_use += (now - begin) * cpus
-                else:
-                    if older is None:
-                        older = {}
-                    for index, seconds in split_periods(begin, now, period):
-                        older[index] = older.get(index, 0.0) + seconds * cpus
+            mine = runs.get(who)
+            if mine:
+                for run in mine.values():
+                    cpus = run.cpus
+                    if cpus <= 0:
+                        continue
+                    # max(start, charged_from, window_start), written out: it runs per job.
+                    begin = run.charged_from
+                    begin = run.start if run.start > begin else begin
+                    begin = window_start if window_start > begin else begin
+                    if now <= begin:
+                        continue
+                    if begin >= today_start:
+                        today_use += (now - begin) * cpus
+                    else:
+                        if older is None:
+                            older = {}
+                        for index, seconds in split_periods(begin, now, period):
+                            older[index] = older.get(index, 0.0) + seconds * cpus
             share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:
                 if older is None:
                     # A name never charged sums to 0.0 from the ledger, as in _standing.
-                    if sums is not None:
-                        raw = sums.get(who, 0.0)
-                    else:
+                    raw = sums.get(who)
+                    if raw is None:
                         raw = (
-                            0.0 if who in fresh else usage.decayed(kind, who, today, window, decay)
+                            usage.decayed(kind, who, today, window, decay) if who in known else 0.0
                         )
                     raw += today_use
                 else:
@@ -350,7 +350,7 @@ class FairShare:
         if len(queue) < 2:
             return queue
         index = snapshot.by_account
-        if index is not None and index.submit_sorted:
+        if index is not None and index.submit_sorted(self.by):
             return self._order_by_name(snapshot, index)
         # One key per name, not per job: the per-job part is submit and position.
         rank = {
@@ -372,19 +372,20 @@ class FairShare:
         equal rank have their lists merged by ``(submit, position)`` (a sort of
         their concatenation: the lists are short, and a sort runs in C).
         """
-        kind = self.by
-        if len(index.names(kind)) == 1:
+        # Every name's list, read once per event (no call per name).
+        lists = index.lists(self.by)
+        if len(lists) == 1:
             # One name waiting: the order is its list, whatever its priority.
-            (only,) = index.names(kind)
-            return list(index.jobs(kind, only))
+            (only,) = lists.values()
+            return list(only)
         # (rank, name): the name only makes the sort total; tied names' lists are
         # merged by (submit, arrival), which no two jobs share, so their order
         # among themselves does not show.
-        keys = sorted(
+        keys = [
             (-round(p, _TIE_DIGITS), -share, who)
             for who, (p, share) in self.queue_table(snapshot).items()
-        )
-        jobs = index.jobs
+        ]
+        keys.sort()
         out: list[Job] = []
         k = 0
         n = len(keys)
@@ -394,25 +395,14 @@ class FairShare:
             while tied < n and keys[tied][0] == first and keys[tied][1] == second:
                 tied += 1
             if tied == k + 1:
-                out += jobs(kind, who)
+                out += lists[who]
             else:
                 arrival = index.arrival
-                merged = [j for key in keys[k:tied] for j in jobs(kind, key[2])]
+                merged = [j for key in keys[k:tied] for j in lists[key[2]]]
                 merged.sort(key=lambda j: (j.submit, arrival(j.id)))
                 out += merged
             k = tied
         return out
-
-
-def _runs_in(
-    grouped: dict[str, list[RunningJob]],
-) -> Callable[[str, str], Iterable[RunningJob]]:
-    """``QueueIndex.running``'s shape over running jobs grouped by name by hand."""
-
-    def runs(_kind: str, name: str) -> Iterable[RunningJob]:
-        return grouped.get(name, ())
-
-    return runs
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call

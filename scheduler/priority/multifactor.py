@@ -151,9 +151,9 @@ class MultiFactor:
         max_age = self.max_age
         emergency_qos = self.emergency_qos
         max_qos = self.max_qos
+        highest = max(map(_qos, queue))
         if max_qos is None:
             if emergency_qos is None:
-                highest = max(map(_qos, queue))
                 max_qos = highest if highest > 1 else 1
             else:
                 max_qos = max(max((j.qos for j in queue if j.qos < emergency_qos), default=1), 1)
@@ -167,7 +167,11 @@ class MultiFactor:
                 for who, (p, _) in fair.items()
             }
             # No job is an emergency here: ``plain`` keys leave that constant out.
-            self._plain_keys(queue, plain, account, weighted, now, total, max_qos)
+            # With no QoS above 0 in the queue (every job of a trace) every QoS term
+            # is ``w_qos * 0.0 == 0.0``, and adding 0.0 changes no sum: it is left out.
+            self._plain_keys(
+                queue, plain, account, weighted, now, total, max_qos, has_qos=highest > 0
+            )
             return
         # Fair-share is per user (or group): clip once per name, not once per job.
         fs_of = {who: min(max(p, 0.0), 1.0) for who, (p, _) in fair.items()}
@@ -204,6 +208,8 @@ class MultiFactor:
         now: float,
         total: int,
         max_qos: int,
+        *,
+        has_qos: bool = True,
     ) -> None:
         """:meth:`_each`'s sort keys in the common case (no emergency QoS, big jobs
         favoured, CPUs in the cluster): the same arithmetic in the same order, with
@@ -213,6 +219,16 @@ class MultiFactor:
         append = keys.append
         scale = _TIE_SCALE
         round_ = round
+        if not has_qos:
+            for i, job in enumerate(queue):
+                age = (now - job.submit) / max_age
+                age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)
+                size = job.procs / total
+                priority = (
+                    w_age * age + weighted_fs[account(job)] + w_size * (1.0 if size > 1.0 else size)
+                )
+                append((-round_(priority * scale), job.submit, i))
+            return
         for i, job in enumerate(queue):
             age = (now - job.submit) / max_age
             age = 1.0 if age > 1.0 else (0.0 if age < 0.0 else age)

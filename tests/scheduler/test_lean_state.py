@@ -20,12 +20,12 @@ from model.allocation import Allocation, AllocationMemo
 from model.execution import ExecutionModel, ModelKind
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.easy_shadow import one_machine_shadow, shadow_for
+from scheduler.easy_shadow import _one_machine, merged_releases, one_machine_shadow, shadow_for
 from scheduler.placement import Placement
 from scheduler.queue_index import KINDS, QueueIndex
 from scheduler.running_set import RunningSet
 from scheduler.snapshot import Reservation, RunningJob, Snapshot, Start
-from scheduler.usage import _FOLD_AT, UsageLedger, split_periods
+from scheduler.usage import _FOLD_AT, UsageLedger, decayed_sum, split_periods
 
 USERS = st.sampled_from(["ann", "bob", "cid"])
 GROUPS = st.sampled_from(["g1", "g2"])
@@ -88,8 +88,8 @@ def test_a_dormant_index_woken_late_holds_what_an_eager_one_holds(
         elif op == "end" and running:
             r = running.pop(next(iter(running)))
             both("remove_running", r)
-    assert lazy.submit_sorted == eager.submit_sorted
     for kind in KINDS:
+        assert lazy.submit_sorted(kind) == eager.submit_sorted(kind)
         assert sorted(lazy.names(kind)) == sorted(eager.names(kind))
         for name in eager.names(kind):
             assert list(lazy.jobs(kind, name)) == list(eager.jobs(kind, name))
@@ -134,11 +134,16 @@ def test_the_deferred_ledger_reads_what_charging_at_once_gives(
 
 
 def test_the_ledger_folds_without_being_read_so_it_stays_bounded() -> None:
-    ledger = UsageLedger(100.0)
-    for i in range(3 * _FOLD_AT):
+    ledger = UsageLedger(100.0, fold_at=50)
+    for i in range(150):
         ledger.charge(user="u", group="g", start=float(i), end=i + 1.0, cpus=1)
-    assert len(ledger._unfolded) < _FOLD_AT
+    assert len(ledger._unfolded) < 50
     assert ledger.cpu_seconds("user", "u", 0) == 100.0
+
+
+def test_the_default_bound_holds_a_whole_trace_unfolded() -> None:
+    # CTC-SP2 writes two entries per job (a note at its start, a charge at its end).
+    assert _FOLD_AT > 2 * 77_222
 
 
 def test_decayed_known_is_decayed_of_each_known_name() -> None:
@@ -151,6 +156,80 @@ def test_decayed_known_is_decayed_of_each_known_name() -> None:
         "b": 0.0,
     }
     assert sums["a"] == 10.0 + 0.5 * 20.0 + 0.25 * 20.0
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    ops=st.lists(
+        st.tuples(USERS, st.floats(0, 90), st.floats(0, 40), st.integers(0, 4), st.booleans()),
+        max_size=30,
+    ),
+    decay=st.sampled_from([0.0, 0.5, 0.7, 1.0]),
+    count=st.integers(1, 7),
+)
+def test_remembered_decayed_sums_are_decayed_sum_of_recent_bit_for_bit(
+    ops: list[tuple[str, float, float, int, bool]], decay: float, count: int
+) -> None:
+    # Reads between charges fill the ledger's tables; a charge must drop what it changes.
+    ledger = UsageLedger(10.0)
+    for user, start, length, cpus, read in ops:
+        ledger.charge(user=user, group="g", start=start, end=start + length, cpus=cpus)
+        if read:
+            for last in (3, 9, 13):
+                for name in ("ann", "bob", "cid"):
+                    fresh = decayed_sum(ledger.recent("user", name, last, count), decay)
+                    assert ledger.decayed("user", name, last, count, decay) == fresh
+                    table = ledger.decayed_table("user", last, count, decay)
+                    assert table[name] == fresh
+
+
+def _reference_one_machine(
+    need: int, now: float, free: int, running: list[RunningJob], started: list[tuple[float, int]]
+) -> tuple[float | None, int]:
+    """The one-machine walk as it was written before it merged starts inline."""
+    avail = free
+    pending: float | None = None
+    releases = merged_releases(now, running, [(t, (Part("m", c),)) for t, c in started])
+    for t, parts in releases:
+        if pending is not None and t > pending and avail >= need:
+            return pending, avail
+        for p in parts:
+            avail += p.cpus
+        pending = t
+    return (pending if avail >= need else None), avail
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    ends=st.lists(
+        st.tuples(st.integers(1, 8), st.sampled_from([5.0, 10.0, 20.0, 35.5])), max_size=8
+    ),
+    started=st.lists(
+        st.tuples(st.sampled_from([10.0, 15.0, 20.0, 40.0]), st.integers(1, 4)), max_size=4
+    ),
+    need=st.integers(1, 30),
+    free=st.integers(0, 8),
+    now=st.sampled_from([0.0, 10.0, 20.0]),
+)
+def test_the_inline_merge_of_starts_is_the_generators_merge(
+    ends: list[tuple[int, float]],
+    started: list[tuple[float, int]],
+    need: int,
+    free: int,
+    now: float,
+) -> None:
+    # Equal instants on purpose (sampled times): ties are where a merge can go wrong.
+    runs = sorted(
+        (
+            run_of(Job(id=f"r{k}", submit=0.0, procs=c, walltime=100.0), 0.0, end)
+            for k, (c, end) in enumerate(ends)
+        ),
+        key=lambda r: r.est_end,
+    )
+    started = [(now + t, c) for t, c in started]
+    assert _one_machine(need, now, free, runs, started) == _reference_one_machine(
+        need, now, free, runs, started
+    )
 
 
 # -- remembered allocations and rates -------------------------------------------------

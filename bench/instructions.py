@@ -1,0 +1,111 @@
+"""Benchmark: the instructions a replay executes, which do not move with the machine's load.
+
+Run on demand (not a test), where valgrind is installed:
+``.venv/bin/python bench/instructions.py [--trace CTC-SP2] [--jobs 20000]
+[--specs textbook,easy]``. CPU seconds on a shared 2-core machine move by 10
+to 20 % between runs (``bench/replay.py`` takes the best of interleaved runs
+and still does); a count of executed instructions moves by well under 1 %, so
+a change worth a few percent shows. Each spec runs in its own process under
+``valgrind --tool=cachegrind --cache-sim=no`` with ``PYTHONHASHSEED=0``, and
+so does the loading alone; the replay's count is the difference. ``textbook``
+is ``bench/textbook_easy.py``, any other spec a policy as ``accordion
+simulate`` takes it. Instructions are not time (a dict lookup that misses the
+cache costs more than its count says), so the seconds of ``bench/replay.py``
+stay the target's measure; this is the steering wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PWA = ROOT.parent / "shared" / "workloads" / "pwa"
+TRACES = {
+    "KTH-SP2": "KTH-SP2-1996-2.1-cln.swf.gz",
+    "SDSC-SP2": "SDSC-SP2-1998-4.2-cln.swf.gz",
+    "CTC-SP2": "CTC-SP2-1996-3.1-cln.swf.gz",
+}
+_REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
+
+
+def child(trace: str, spec: str, jobs: int | None) -> None:
+    """Runs under valgrind: load the trace, then replay it under ``spec`` (or not)."""
+    from accordion.runs import load_workload
+
+    workload = load_workload(PWA / TRACES[trace], cluster=None, jobs=jobs)
+    if spec == "load-only":
+        return
+    if spec == "textbook":
+        from textbook_easy import textbook_easy  # beside this file, on sys.path[0]
+
+        (machine,) = workload.machines
+        textbook_easy(workload.jobs, machine.cpus)
+        return
+    from scheduler.policies.registry import build_policy
+    from twin.simulate import simulate
+
+    result = simulate(workload.jobs, machines=workload.machines, policy=build_policy(spec))
+    _ = {o.job.id: o.start for o in result.outcomes}  # what bench/replay.py reads too
+
+
+def count(trace: str, spec: str, jobs: int | None) -> int:
+    """Instructions of one child process under cachegrind."""
+    cmd = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        trace,
+        spec,
+    ]
+    if jobs is not None:
+        cmd += ["--jobs", str(jobs)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    found = _REFS.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        sys.exit(f"bench: {trace} {spec} failed under valgrind: {proc.stderr.strip()[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="CTC-SP2", choices=sorted(TRACES))
+    parser.add_argument("--jobs", type=int, default=20000, help="first N jobs (0: all)")
+    parser.add_argument("--specs", default="textbook,easy")
+    parser.add_argument("--child", nargs=2, metavar=("TRACE", "SPEC"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    jobs = args.jobs or None
+    if args.child:
+        trace, spec = args.child
+        child(trace, spec, jobs)
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("bench: valgrind is not installed (apt-get install valgrind)")
+    if not PWA.is_dir():
+        sys.exit(f"bench: {PWA} not found (the shared traces sit beside the checkout)")
+    started = time.perf_counter()
+    base = count(args.trace, "load-only", jobs)
+    specs = [s for s in args.specs.split(",") if s]
+    counts = {spec: count(args.trace, spec, jobs) - base for spec in specs}
+    print(f"{args.trace}, {'all' if jobs is None else f'first {jobs:,}'} jobs")
+    print(f"{'spec':<20} {'M instructions':>15} {'/ first':>8}")
+    first = counts[specs[0]]
+    for spec, n in counts.items():
+        ratio = f"{n / first:>7.2f}x" if first > 0 else "      -"
+        print(f"{spec:<20} {n / 1e6:>15,.0f} {ratio}")
+    print(f"({time.perf_counter() - started:.0f} s under valgrind)")
+
+
+if __name__ == "__main__":
+    main()
