@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from nodeagent.forkserver import PidfdProcess
 from nodeagent.job import EXIT_LOST, job_parser
 from nodeagent.pipe import HELLO, WELCOME, Frame, PipeError, read_frame
 from nodeagent.relay import Relay, RelayStats, WorkDone
@@ -56,15 +57,11 @@ HELLO_TIMEOUT = 5.0
 """Wall seconds a connection to the relay socket has to say ``HELLO``."""
 
 
-class AdoptedProcess:
+class AdoptedProcess(PidfdProcess):
     """A job process this agent did not fork; fits ``nodeagent.spawn.JobProcess``."""
 
     def __init__(self, pid: int, pidfd: int, forked: Forked, relay: Relay, launch: Launch):
-        self._pid = pid
-        self._pidfd: int | None = pidfd
-        self.started_at = forked.at
-        self.started_mono = forked.mono
-        self.exited_mono: float | None = None
+        super().__init__(pid, pidfd, forked.at, forked.mono)
         self._relay = relay
         self._launch = launch
         self.work_done = WorkDone()
@@ -73,21 +70,6 @@ class AdoptedProcess:
         self.attached = False
         #: Set once its relay is over: the socket server's handler waits for it.
         self._detached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def pid(self) -> int:
-        return self._pid
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    def send_signal(self, signum: int) -> None:
-        if self._pidfd is None:
-            raise ProcessLookupError(f"adopted job process {self._pid} has exited")
-        signal.pidfd_send_signal(self._pidfd, signum)
 
     def attach(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -143,8 +125,7 @@ class AdoptedProcess:
         finally:
             loop.remove_reader(pidfd)
         self.exited_mono = time.monotonic()
-        os.close(pidfd)
-        self._pidfd = None
+        self._close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,41 +95,24 @@ class ForkServerStats:
         self.buckets[-1] += 1
 
 
-class ForkedProcess:
-    """A job process forked by the fork server; fits ``nodeagent.spawn.JobProcess``.
+class PidfdProcess:
+    """A job process held by its pidfd: signalled through it, so never a process that
+    reused its pid. ``started_at`` is the wall time of its fork (the part's run starts
+    there); ``started_mono`` the same instant on ``CLOCK_MONOTONIC``; ``exited_mono``
+    when it was seen to end (None until then). What it is and how its end is learnt
+    are the subclasses': :class:`ForkedProcess` here, ``nodeagent.adoption``'s
+    ``AdoptedProcess``."""
 
-    ``started_at`` is the wall time of its fork (the part's run starts there);
-    ``started_mono`` the same instant on ``CLOCK_MONOTONIC``, and ``exited_mono``
-    when the server reaped it (None until then, or when the server died first).
-    """
-
-    def __init__(
-        self,
-        pid: int,
-        pidfd: int,
-        started_at: float,
-        exit_code: asyncio.Future[int],
-        *,
-        started_mono: float | None = None,
-    ):
+    def __init__(self, pid: int, pidfd: int, started_at: float, started_mono: float) -> None:
         self._pid = pid
         self._pidfd: int | None = pidfd
         self.started_at = started_at
-        self.started_mono = time.monotonic() if started_mono is None else started_mono
+        self.started_mono = started_mono
         self.exited_mono: float | None = None
-        self._exit = exit_code
-        exit_code.add_done_callback(lambda _: self._close())
 
     @property
     def pid(self) -> int:
         return self._pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._exit.result() if self._exit.done() else None
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exit)
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
@@ -147,6 +130,36 @@ class ForkedProcess:
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
+
+
+class ForkedProcess(PidfdProcess):
+    """A job process forked by the fork server; fits ``nodeagent.spawn.JobProcess``.
+
+    ``exited_mono`` is when the server reaped it (None until then, or when the
+    server died first).
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        pidfd: int,
+        started_at: float,
+        exit_code: asyncio.Future[int],
+        *,
+        started_mono: float | None = None,
+    ):
+        super().__init__(
+            pid, pidfd, started_at, time.monotonic() if started_mono is None else started_mono
+        )
+        self._exit = exit_code
+        exit_code.add_done_callback(lambda _: self._close())
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.result() if self._exit.done() else None
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
 
 
 class ForkServer:
