@@ -133,6 +133,11 @@ class PartRuns:
                 process.kill()
             await process.wait()
             raise
+        await self._post_exit(job_id, attempt, code, process)
+
+    async def _post_exit(self, job_id: str, attempt: int, code: int, process: JobProcess) -> None:
+        """Post the part's end, dated when its process was seen to end where that is
+        known (the fork server's reap, an adopted pidfd), else now."""
         ended = _stamp(process, "exited_mono")
         await self._mailbox.put(
             Exited(job_id, code, attempt, self._monotonic() if ended is None else ended)
@@ -388,10 +393,7 @@ class PartRuns:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             raise
-        ended = _stamp(process, "exited_mono")
-        await self._mailbox.put(
-            Exited(job_id, code, attempt, self._monotonic() if ended is None else ended)
-        )
+        await self._post_exit(job_id, attempt, code, process)
 
     async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
         """Helper task: post the part's rank pids once the leader forked them all."""
