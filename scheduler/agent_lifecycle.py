@@ -128,6 +128,12 @@ def is_available(state: AgentState) -> bool:
     return state in (AgentState.ONLINE, AgentState.SUSPECT, AgentState.HELD)
 
 
+def is_heard(state: AgentState) -> bool:
+    """Whether its process is heard from: available and not HELD (whose process is
+    dead while its parts run on)."""
+    return state in (AgentState.ONLINE, AgentState.SUSPECT)
+
+
 @dataclass(frozen=True, slots=True)
 class Move:
     """What one input did: ``before`` and ``after`` (equal when nothing changed)."""
@@ -177,7 +183,7 @@ class AgentLifecycle:
                 return Move(before, before, what)
             raise IllegalTransitionError(f"an agent cannot take {what} while {before}")
         self.state = after
-        if not is_available(after) or after is AgentState.HELD:
+        if not is_heard(after):
             self.reason = what.value
         if after is not AgentState.HELD:
             self.held_until = None
@@ -193,3 +199,7 @@ class AgentLifecycle:
     @property
     def available(self) -> bool:
         return is_available(self.state)
+
+    @property
+    def heard(self) -> bool:
+        return is_heard(self.state)

@@ -118,7 +118,7 @@ def check_liveness(ctx: Context, now: float) -> None:
     for agent in agent_hold.expired(ctx, now):
         _left(ctx, agent, now, "will")  # nobody adopted its parts within the lease
     for agent, ag in list(ctx.agents.items()):
-        if not ag.life.available or ag.life.state is AgentState.HELD:
+        if not ag.life.heard:
             continue
         silent = now - max(ag.last_heartbeat, ctx.heard_since)
         if silent > lose:
@@ -313,7 +313,7 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         # its jobs at once, so none is started there again until it is heard again.
         part.apply(PartInput.LOST)
         ag = ctx.agents.get(agent)
-        if ag is not None and ag.life.available and ag.life.state is not AgentState.HELD:
+        if ag is not None and ag.life.heard:
             ag.life.apply(AgentInput.WILL)
             _left(ctx, agent, now, "goodbye")
         else:

@@ -59,7 +59,6 @@ from broker.messages import (
 )
 from broker.topics import Topics
 from model.job import JobError
-from scheduler.agent_lifecycle import AgentState
 from scheduler.context import Context
 from scheduler.core import Left, Rejected
 from scheduler.lifecycle import JobState, is_final
@@ -247,7 +246,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             free=core.free(agent_id) if ag.life.available else 0,
             # A machine held for adoption (its agent dead, its parts running on) is not
             # online: nothing new starts there until an incarnation registers.
-            online=ag.life.available and ag.life.state is not AgentState.HELD,
+            online=ag.life.heard,
         )
         for agent_id, ag in sorted(ctx.agents.items())
     )
