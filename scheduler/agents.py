@@ -303,8 +303,7 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         never_ran = part.state is PartState.STARTING and message.exit_code == -1
         part.apply(PartInput.LOST)
         if never_ran:
-            left = ctx.core.job_lost(job_id, now, charged=False)
-            ctx.after_loss(left, now, f"{detail}, before it ran: not charged", also_cancel=None)
+            ctx.job_lost(job_id, now, f"{detail}, before it ran: not charged", charged=False)
         else:
             ctx.job_lost(job_id, now, detail)
         return

@@ -264,6 +264,8 @@ class Context:
             self.event(job_id, JobState.FAILED.value, now, detail)
         self.dirty = True
 
-    def job_lost(self, job_id: str, now: float, why: str) -> None:
-        """The lost-agent rule for one job (a part vanished, or was never re-announced)."""
-        self.after_loss(self.core.job_lost(job_id, now), now, why, also_cancel=None)
+    def job_lost(self, job_id: str, now: float, why: str, *, charged: bool = True) -> None:
+        """The lost-agent rule for one job (a part vanished, or was never re-announced);
+        ``charged=False`` for a part that never ran (``SchedulerCore.job_lost``)."""
+        left = self.core.job_lost(job_id, now, charged=charged)
+        self.after_loss(left, now, why, also_cancel=None)
