@@ -58,18 +58,10 @@ _HOLD_TEXT = re.compile(r"held for adoption for (?P<wall>[0-9.eE+-]+) s")
 Reported = dict[str, tuple[int | None, int]]
 
 
-def hold_off(ctx: Context, ag: Agent) -> float:
-    """Wall seconds this agent's parts are held after its will (0: not held): its lease
-    when its parts outlive it, since they may run that long."""
-    life = ag.life
-    if not life.adopts or life.lease <= 0:
-        return 0.0
-    return life.lease
-
-
 def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
     """Hold the agent's parts for adoption; False if no hold applies (apply the rule)."""
-    wall = hold_off(ctx, ag)
+    # Held for its lease when its parts outlive it, since they may run that long.
+    wall = ag.life.lease if ag.life.adopts else 0.0
     if wall <= 0:
         return False
     ag.life.apply(AgentInput.WILL_HOLD)
