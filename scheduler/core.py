@@ -217,7 +217,7 @@ class SchedulerCore(CoreRecovery):
         allocs = self._allocs
         alloc = allocs.of(parts)
         rate = allocs.rate(alloc, job)
-        self._started(self._running.start_now(job, parts, cpus, rate, now, alloc))
+        self._started(self._running.start(job, parts, cpus, rate, now, alloc))
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         run = self._running.get(job.id)

@@ -58,19 +58,21 @@ class RunningSet:
         """Running jobs in start order."""
         return self._by_id.values()
 
-    def start(
+    def start(  # noqa: PLR0917 - positional on purpose: it runs once per job of a replay
         self,
         job: Job,
         parts: tuple[Part, ...],
         cpus: int,
-        *,
         rate: float,
-        start: float,
         now: float,
         alloc: Allocation | None = None,
+        start: float | None = None,
     ) -> RunningJob:
-        """``job`` runs on ``parts`` since ``start`` at ``rate`` (``start <= now``; a
-        restored job started before ``now`` has done the wall time of its time since)."""
+        """``job`` runs on ``parts`` at ``rate`` since ``start`` (default ``now``, as for
+        every start a policy decides; a restored job started before ``now`` has done
+        the wall time of its time since)."""
+        if start is None:
+            start = now
         run = RunningJob(
             job=job,
             parts=parts,
@@ -81,32 +83,6 @@ class RunningSet:
             changed=now,
             rate=rate,
             charged_from=start,
-            alloc=alloc,
-        )
-        self._by_id[job.id] = run
-        self._list(run)
-        return run
-
-    def start_now(  # noqa: PLR0917 - positional on purpose (docstring)
-        self,
-        job: Job,
-        parts: tuple[Part, ...],
-        cpus: int,
-        rate: float,
-        now: float,
-        alloc: Allocation | None,
-    ) -> RunningJob:
-        """:meth:`start` with ``start == now`` (every start a policy decides), with
-        positional arguments: it runs once per job of a replay."""
-        run = RunningJob(
-            job=job,
-            parts=parts,
-            start=now,
-            est_end=now + job.walltime / rate,
-            cpus=cpus,
-            changed=now,
-            rate=rate,
-            charged_from=now,
             alloc=alloc,
         )
         self._by_id[job.id] = run
