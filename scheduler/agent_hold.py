@@ -14,11 +14,11 @@ while the old one still counted as alive, the lost-agent rule waits:
 - :func:`hold` moves the agent to HELD (``scheduler.agent_lifecycle``) for
   the *hold-off*: exactly its declared lease. Its parts stay as they are
   (their CPUs held, their run going on), its machine is cordoned (no new
-  parts), and a ``held`` event is journaled for each of its jobs with the
-  hold-off in it. No setting shortens it: requeueing sooner could run a job
-  twice while its parts still run (they may, for the lease). An agent run
-  with ``--no-adopt`` declares no adoption; its parts die with it, and the
-  rule applies at once as before;
+  parts), and the hold's end is journaled in each of its jobs' rows
+  (``Journal.record_hold``) with a ``held`` event. No setting shortens it:
+  requeueing sooner could run a job twice while its parts still run (they
+  may, for the lease). An agent run with ``--no-adopt`` declares no
+  adoption; its parts die with it, and the rule applies at once as before;
 - :func:`adopt` (a new incarnation registered in time): the parts it lists
   with the job's current attempt are reconciled and go on, their run
   continuous (``adopted`` event, ``accordion_agents_adopted_parts_total``);
@@ -32,17 +32,14 @@ while the old one still counted as alive, the lost-agent rule waits:
   will (the scheduler receives the will after the broker last heard the agent).
 
 A scheduler restarted during a hold-off finds the jobs pending
-(``scheduler.reconcile``); :func:`held_until` reads the journaled ``held``
-events so it waits for the rest of the hold-off before declaring them lost.
+(``scheduler.reconcile``) with the hold's end in their journal rows, and waits
+for the rest of the hold-off before declaring them lost.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable
 
-from broker.messages import JobEvent
 from scheduler.agent_lifecycle import AgentInput, AgentState
 from scheduler.context import Agent, Context
 from scheduler.dispatch import start_commands
@@ -52,7 +49,6 @@ log = logging.getLogger("scheduler.actor")
 
 HELD = "held"
 ADOPTED = "adopted"
-_HOLD_TEXT = re.compile(r"held for adoption for (?P<wall>[0-9.eE+-]+) s")
 
 #: job id -> (CPUs when said, attempt) as an agent reported them.
 Reported = dict[str, tuple[int | None, int]]
@@ -65,14 +61,16 @@ def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
     if wall <= 0:
         return False
     ag.life.apply(AgentInput.WILL_HOLD)
-    ag.life.held_until = now + wall * ctx.time_scale
+    until = ag.life.held_until = now + wall * ctx.time_scale
     ctx.cordoned.add(agent)  # no new parts there until it is heard again
     ctx.dirty = True
     jobs = _jobs_on(ctx, agent)
     for job_id in jobs:
-        ctx.event(
-            job_id, HELD, now, f"agent {agent} lost ({why}): held for adoption for {wall!r} s"
-        )
+        detail = f"agent {agent} lost ({why}): held for adoption for {wall!r} s"
+        # In the job's row, not only in the event: a restart must wait whatever
+        # events are journaled (``job_events="none"`` journals none).
+        ctx.journal.record_hold(job_id, now, until, detail)
+        ctx.event(job_id, HELD, now, detail)
     log.warning(
         "agent %s lost (%s): %d job(s) held %.1f s for a new incarnation to adopt",
         agent,
@@ -138,21 +136,6 @@ def expired(ctx: Context, now: float) -> list[str]:
             ctx.metrics.agent_holds.labels(outcome="expired").inc()
             ended.append(agent)
     return ended
-
-
-def held_until(events: Iterable[JobEvent], time_scale: float) -> dict[str, float]:
-    """Per job whose last journaled event is a hold: when that hold ends (cluster s)."""
-    last: dict[str, JobEvent] = {}
-    for event in events:
-        seen = last.get(event.job_id)
-        if seen is None or event.seq > seen.seq:
-            last[event.job_id] = event
-    until = {}
-    for job_id, event in last.items():
-        match = _HOLD_TEXT.search(event.detail) if event.state == HELD else None
-        if match is not None:
-            until[job_id] = event.at + float(match["wall"]) * time_scale
-    return until
 
 
 def _jobs_on(ctx: Context, agent: str) -> list[str]:

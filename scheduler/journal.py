@@ -48,6 +48,12 @@ Totals (schema 4). The scheduler's counters that no job row can tell
 :meth:`Journal.record_totals` in the transaction of the batch that counted
 them, and read back by :meth:`Journal.load` for the exporter to restore.
 
+Holds (schema 5). A job whose parts are held for adoption
+(``scheduler.agent_hold``) has the hold's end in its row (``held_until``,
+written by :meth:`Journal.record_hold` with a ``held`` history event, cleared
+by its next start, requeue or end), so a restarted scheduler waits it out
+before declaring the parts lost, whichever job events it journals.
+
 The tables and their migrations are in ``scheduler.journal_schema``; the
 values a reader gets in ``scheduler.journal_records`` (re-exported here).
 
@@ -238,7 +244,8 @@ class Journal:
         with self.transaction():
             self._update(
                 job_id,
-                "UPDATE jobs SET state=?, start_at=?, end_at=NULL, parts=? WHERE id=?",
+                "UPDATE jobs SET state=?, start_at=?, end_at=NULL, parts=?, held_until=NULL "
+                "WHERE id=?",
                 (JobState.RUNNING.value, start, text, job_id),
             )
             self._event(start, job_id, "started", text)
@@ -260,11 +267,17 @@ class Journal:
         with self.transaction():
             self._update(
                 job_id,
-                "UPDATE jobs SET state=?, start_at=NULL, parts=NULL, requeues=?, detail=? "
-                "WHERE id=?",
+                "UPDATE jobs SET state=?, start_at=NULL, parts=NULL, requeues=?, detail=?, "
+                "held_until=NULL WHERE id=?",
                 (JobState.QUEUED.value, requeues, detail or None, job_id),
             )
             self._event(at, job_id, "requeued", detail)
+
+    def record_hold(self, job_id: str, at: float, until: float, detail: str = "") -> None:
+        """The running job's parts are held for adoption until ``until`` (cluster s)."""
+        with self.transaction():
+            self._update(job_id, "UPDATE jobs SET held_until=? WHERE id=?", (until, job_id))
+            self._event(at, job_id, "held", detail)
 
     def record_end(
         self,
@@ -282,8 +295,8 @@ class Journal:
         with self.transaction():
             self._update(
                 job_id,
-                "UPDATE jobs SET state=?, end_at=?, detail=?, start_at=COALESCE(?, start_at) "
-                "WHERE id=?",
+                "UPDATE jobs SET state=?, end_at=?, detail=?, start_at=COALESCE(?, start_at), "
+                "held_until=NULL WHERE id=?",
                 (state.value, end, detail or None, start, job_id),
             )
             self._event(end, job_id, state.value, detail)

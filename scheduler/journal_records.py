@@ -45,6 +45,9 @@ class JournalJob:
     parts: tuple[Part, ...]
     requeues: int
     detail: str | None
+    #: When the hold of its parts for adoption ends (cluster seconds, schema 5): a
+    #: restarted scheduler does not declare them lost before. None: not held.
+    held_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +108,15 @@ def labels_of(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in json.loads(text).items()))
 
 
-JobRow = tuple[str, float, str, float | None, float | None, str | None, int, str | None]
+JobRow = tuple[
+    str, float, str, float | None, float | None, str | None, int, str | None, float | None
+]
 #: The columns of ``jobs`` that :func:`row_job` reads, in its order.
-JOB_COLUMNS = "spec, submit, state, start_at, end_at, parts, requeues, detail"
+JOB_COLUMNS = "spec, submit, state, start_at, end_at, parts, requeues, detail, held_until"
 
 
 def row_job(row: JobRow) -> JournalJob:
-    spec, submit, state, start, end, parts, requeues, detail = row
+    spec, submit, state, start, end, parts, requeues, detail, held_until = row
     return JournalJob(
         spec=spec_from_json(spec),
         submit=float(submit),
@@ -121,6 +126,7 @@ def row_job(row: JobRow) -> JournalJob:
         parts=parts_of(parts),
         requeues=int(requeues),
         detail=detail,
+        held_until=held_until,
     )
 
 

@@ -19,12 +19,13 @@ the file as it was.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
 from scheduler.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -40,7 +41,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     end_at REAL,
     parts TEXT,
     requeues INTEGER NOT NULL DEFAULT 0,
-    detail TEXT
+    detail TEXT,
+    held_until REAL
 );
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -72,6 +74,9 @@ CREATE TABLE IF NOT EXISTS totals (
 #: seeded from the history when a schema-3 journal is migrated.
 RESIZES_FAMILY = "accordion_job_resizes"
 
+#: How schema 4 wrote a hold's length (wall seconds) into its ``held`` event.
+_SCHEMA4_HOLD = re.compile(r"held for adoption for (?P<wall>[0-9.eE+-]+) s")
+
 
 class JournalError(RuntimeError):
     """The journal cannot be used as asked (wrong time scale, no WAL, newer schema)."""
@@ -98,8 +103,11 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     # columns, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
+    _add_columns(db, "jobs", [("held_until", "REAL")])
     if found < 4:
         _seed_resize_totals(db)
+    if found < 5:
+        _seed_holds(db)
     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
 
 
@@ -132,3 +140,28 @@ def _seed_resize_totals(db: sqlite3.Connection) -> None:
             if n
         ],
     )
+
+
+def _seed_holds(db: sqlite3.Connection) -> None:
+    """``held_until`` of each running job whose last job event is a schema-4 hold.
+
+    Schema 4 journaled the hold only as the text of that event (and not at all
+    with job events off), so this is the one place that reads the text; the
+    hold's end is its event time plus its wall length in cluster seconds.
+    """
+    row = db.execute("SELECT value FROM meta WHERE key='time_scale'").fetchone()
+    if row is None:
+        return  # no scheduler ever ran on this file: nothing was held
+    scale = float(row[0])
+    rows = db.execute(
+        "SELECT e.job_id, e.at, e.detail FROM job_events e JOIN jobs j ON j.id = e.job_id "
+        "WHERE j.state='running' AND e.state='held' AND e.seq = "
+        "(SELECT MAX(seq) FROM job_events WHERE job_id = e.job_id)"
+    ).fetchall()
+    for job_id, at, detail in rows:
+        match = _SCHEMA4_HOLD.search(detail or "")
+        if match is not None:
+            db.execute(
+                "UPDATE jobs SET held_until=? WHERE id=?",
+                (float(at) + float(match["wall"]) * scale, job_id),
+            )

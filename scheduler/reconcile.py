@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 from broker.messages import ResizePart
 from model.allocation import Allocation
-from scheduler import agent_hold
 from scheduler.context import Context
 from scheduler.dispatch import start_commands
 from scheduler.journal import JournalState
@@ -65,6 +64,7 @@ class Reconciliation:
 def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float) -> Reconciliation:
     """Rebuild ``ctx`` from the journal's ``state`` (see the module docstring)."""
     core = ctx.core
+    holds: list[float] = []
     for row in state.jobs:
         spec = row.spec
         job = job_from_spec(spec, row.submit)
@@ -75,6 +75,8 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
             if row.start is None:
                 raise ValueError(f"journal: running job {spec.id!r} has no start")
             core.restore_pending(job, row.parts, row.start, requeues=row.requeues)
+            if row.held_until is not None:
+                holds.append(row.held_until)
             ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)
         else:
             core.restore_final(job, row.state, start=row.start, end=row.end, parts=row.parts)
@@ -84,8 +86,7 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
         until = now + ctx.settings.reconcile_grace * ctx.time_scale
         # A job held for adoption when the scheduler stopped (``scheduler.agent_hold``)
         # is not declared lost before its hold ends: its parts may still run until then.
-        holds = agent_hold.held_until(ctx.journal.job_events(list(core.pending)), ctx.time_scale)
-        result = Reconciliation(True, max(until, *holds.values()) if holds else until)
+        result = Reconciliation(True, max([until, *holds]))
         log.info("restored %d running job(s); reconciling with the agents", len(core.pending))
     ctx.dirty = bool(core.queue)
     log.info(

@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from broker.messages import JobEvent, PartFinished, PartStarted, RunningPart
 from scheduler.journal import Journal
+from scheduler.settings import JobEvents
 from tests.scheduler.actor.harness import SETTINGS, Cluster, FakeAgent, eventually, spec
 
 LEASE = 8.0
@@ -173,9 +176,13 @@ async def test_a_scheduler_restart_during_the_hold_waits_it_out(journal_path: Pa
         await c.stop()
 
 
-async def test_a_scheduler_restart_during_the_hold_requeues_after_it(journal_path: Path) -> None:
-
-    c = Cluster(journal_path, settings=replace(SETTINGS, reconcile_grace=2.0))
+@pytest.mark.parametrize("job_events", ["lifecycle", "none"])
+async def test_a_scheduler_restart_during_the_hold_requeues_after_it(
+    journal_path: Path, job_events: JobEvents
+) -> None:
+    # With no job events journaled, the hold is still in the job's row.
+    settings = replace(SETTINGS, reconcile_grace=2.0, job_events=job_events)
+    c = Cluster(journal_path, settings=settings)
     await c.client.start()
     await c.start()
     try:
