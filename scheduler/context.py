@@ -46,7 +46,9 @@ class JournalWriter(Protocol):
     def record_parts(
         self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
     ) -> None: ...
-    def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None: ...
+    def record_requeue(
+        self, job_id: str, at: float, requeues: int, detail: str = "", *, uncharged: int = 0
+    ) -> None: ...
     def record_hold(self, job_id: str, at: float, until: float, detail: str = "") -> None: ...
     def record_end(
         self,
@@ -253,7 +255,9 @@ class Context:
         live.end_all(PartInput.LOST)
         if left.state is JobState.QUEUED:
             n = self.core.requeues(job_id)
-            self.journal.record_requeue(job_id, now, n, why)
+            # The uncharged ones too, or a restart would count them against the budget.
+            uncharged = n - self.core.charged_requeues(job_id)
+            self.journal.record_requeue(job_id, now, n, why, uncharged=uncharged)
             self.metrics.requeues.inc()
             self.event(
                 job_id, "requeued", now, f"{why}; requeue {n} of {self.settings.max_requeues}"

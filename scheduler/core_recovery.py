@@ -70,11 +70,13 @@ class CoreRecovery(CoreState):
         }
         return lost
 
-    def restore_queued(self, job: Job, *, requeues: int = 0) -> None:
+    def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
         """A journalled queued job, restored in submission order (no width check:
         it was accepted before, and its machines may not have re-registered yet)."""
         self._check_new(job)
         self._requeues[job.id] = requeues
+        if uncharged:
+            self._uncharged[job.id] = uncharged
         self._enqueue(job)
 
     def restore_final(
@@ -100,7 +102,13 @@ class CoreRecovery(CoreState):
             )
 
     def restore_pending(
-        self, job: Job, parts: tuple[Part, ...], start: float, *, requeues: int = 0
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        start: float,
+        *,
+        requeues: int = 0,
+        uncharged: int = 0,
     ) -> None:
         """A journalled running job: known and ``RUNNING``, holding no CPUs until
         :meth:`restore_running` or :meth:`job_lost` settles it."""
@@ -111,6 +119,8 @@ class CoreRecovery(CoreState):
         self._state[job.id] = JobState.RUNNING
         self._order[job.id] = len(self._order)
         self._requeues[job.id] = requeues
+        if uncharged:
+            self._uncharged[job.id] = uncharged
         self._pending[job.id] = PendingJob(job, parts, start)
 
     def restore_running(self, job_id: str, now: float) -> RunningJob:

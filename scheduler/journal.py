@@ -262,14 +262,17 @@ class Journal:
                 (at, job_id, "resized", text, parts_text(before) if before else None),
             )
 
-    def record_requeue(self, job_id: str, at: float, requeues: int, detail: str = "") -> None:
-        """The job went back to the queue (its machine was lost); ``requeues`` so far."""
+    def record_requeue(
+        self, job_id: str, at: float, requeues: int, detail: str = "", *, uncharged: int = 0
+    ) -> None:
+        """The job went back to the queue (its machine was lost); ``requeues`` so far,
+        ``uncharged`` of them not counted against the requeue budget."""
         with self.transaction():
             self._update(
                 job_id,
                 "UPDATE jobs SET state=?, start_at=NULL, parts=NULL, requeues=?, detail=?, "
-                "held_until=NULL WHERE id=?",
-                (JobState.QUEUED.value, requeues, detail or None, job_id),
+                "held_until=NULL, uncharged=? WHERE id=?",
+                (JobState.QUEUED.value, requeues, detail or None, uncharged, job_id),
             )
             self._event(at, job_id, "requeued", detail)
 

@@ -48,6 +48,9 @@ class JournalJob:
     #: When the hold of its parts for adoption ends (cluster seconds, schema 5): a
     #: restarted scheduler does not declare them lost before. None: not held.
     held_until: float | None = None
+    #: Of ``requeues``, those not counted against ``max_requeues`` (schema 5): a
+    #: start fenced before it ran (``scheduler.core_recovery``).
+    uncharged: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,14 +112,16 @@ def labels_of(text: str) -> tuple[tuple[str, str], ...]:
 
 
 JobRow = tuple[
-    str, float, str, float | None, float | None, str | None, int, str | None, float | None
+    str, float, str, float | None, float | None, str | None, int, str | None, float | None, int
 ]
 #: The columns of ``jobs`` that :func:`row_job` reads, in its order.
-JOB_COLUMNS = "spec, submit, state, start_at, end_at, parts, requeues, detail, held_until"
+JOB_COLUMNS = (
+    "spec, submit, state, start_at, end_at, parts, requeues, detail, held_until, uncharged"
+)
 
 
 def row_job(row: JobRow) -> JournalJob:
-    spec, submit, state, start, end, parts, requeues, detail, held_until = row
+    spec, submit, state, start, end, parts, requeues, detail, held_until, uncharged = row
     return JournalJob(
         spec=spec_from_json(spec),
         submit=float(submit),
@@ -127,6 +132,7 @@ def row_job(row: JobRow) -> JournalJob:
         requeues=int(requeues),
         detail=detail,
         held_until=held_until,
+        uncharged=int(uncharged),
     )
 
 

@@ -11,7 +11,14 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    reason, bad messages, agent losses, resizes ...), one row per metric family
    and label set, written with the batch that counted them. Migrating seeds
    the resize totals from the schema-3 ``resized`` events; the other totals of
-   an older journal were never kept and start at zero.
+   an older journal were never kept and start at zero;
+5. ``jobs.held_until``: when the hold of a job's parts for adoption ends
+   (``scheduler.agent_hold``), so a restarted scheduler waits it out whatever
+   events it was set to journal. Migrating reads it from a schema-4 journal's
+   last ``held`` job event of each running job (schema 4 wrote the hold only
+   into that event's text). ``jobs.uncharged``: how many of the job's
+   requeues do not count against ``max_requeues``; 0 in older rows, which
+   never told them apart.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -42,7 +49,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     parts TEXT,
     requeues INTEGER NOT NULL DEFAULT 0,
     detail TEXT,
-    held_until REAL
+    held_until REAL,
+    uncharged INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -103,7 +111,7 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     # columns, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
-    _add_columns(db, "jobs", [("held_until", "REAL")])
+    _add_columns(db, "jobs", [("held_until", "REAL"), ("uncharged", "INTEGER NOT NULL DEFAULT 0")])
     if found < 4:
         _seed_resize_totals(db)
     if found < 5:

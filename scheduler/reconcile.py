@@ -70,11 +70,13 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
         job = job_from_spec(spec, row.submit)
         ctx.specs[spec.id] = spec
         if row.state is JobState.QUEUED:
-            core.restore_queued(job, requeues=row.requeues)
+            core.restore_queued(job, requeues=row.requeues, uncharged=row.uncharged)
         elif row.state is JobState.RUNNING:
             if row.start is None:
                 raise ValueError(f"journal: running job {spec.id!r} has no start")
-            core.restore_pending(job, row.parts, row.start, requeues=row.requeues)
+            core.restore_pending(
+                job, row.parts, row.start, requeues=row.requeues, uncharged=row.uncharged
+            )
             if row.held_until is not None:
                 holds.append(row.held_until)
             ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)

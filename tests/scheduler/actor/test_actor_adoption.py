@@ -248,3 +248,43 @@ async def test_a_start_fenced_before_it_ran_is_requeued_uncharged(cluster: Clust
         await a1.event(lapsed)
     await eventually(lambda: cluster.state("j") == "failed")
     assert len(a1.starts()) == 7
+
+
+async def test_uncharged_requeues_are_uncharged_after_a_scheduler_restart(
+    journal_path: Path,
+) -> None:
+    """Three fenced-before-it-ran requeues, then a restart: the job still has its whole
+    budget of two charged requeues (a restart used to count all three against it)."""
+    c = Cluster(journal_path)
+    await c.client.start()
+    await c.start()
+    try:
+        a1 = await c.agent("a1", 4, ack_starts=False)
+        await c.client.submit(spec("j", 2))
+        for attempt in (1, 2, 3):
+            await eventually(lambda n=attempt: len(a1.starts()) == n)  # type: ignore[misc]
+            fenced = PartFinished(
+                job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt
+            )
+            await a1.event(fenced)
+        await eventually(lambda: len(a1.starts()) == 4)
+        await c.kill_scheduler()
+        with Journal(c.path) as journal:
+            row = journal.job("j")
+        assert row is not None
+        assert (row.requeues, row.uncharged) == (3, 3)
+        await c.start()
+        await a1.heartbeat(running=[])
+        # Lost twice after it ran: charged, within the budget of two.
+        for n in (1, 2):
+            await eventually(lambda k=4 + n: len(a1.starts()) >= k)  # type: ignore[misc]
+            attempt = a1.starts()[-1].attempt
+            await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt))
+            lapsed = PartFinished(
+                job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt
+            )
+            await a1.event(lapsed)
+        await eventually(lambda: len(a1.starts()) >= 7)
+        assert c.state("j") != "failed"
+    finally:
+        await c.stop()

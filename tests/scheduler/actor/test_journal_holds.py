@@ -81,6 +81,7 @@ def test_a_schema_4_journal_keeps_its_running_holds(tmp_path: Path) -> None:
         assert held(journal, "held") == 26.0
         assert held(journal, "adopted") is None  # its last event is not the hold
         assert held(journal, "ended") is None  # not running
+        assert {r.uncharged for r in journal.load().jobs} == {0}  # never told apart
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
             str(SCHEMA_VERSION),
