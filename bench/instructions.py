@@ -65,8 +65,8 @@ def warm(trace: str, spec: str, jobs: int | None) -> None:
     otherwise count the compilation (enough to make a short textbook replay
     come out below the loading it is measured against)."""
     cmd = [sys.executable, __file__, "--child", trace, spec]
-    if jobs is not None:
-        cmd += ["--jobs", str(jobs)]
+    # Always passed: the child's default is the first 20,000, and 0 means all.
+    cmd += ["--jobs", str(jobs or 0)]
     subprocess.run(cmd, check=True, capture_output=True)
 
 
@@ -83,8 +83,8 @@ def count(trace: str, spec: str, jobs: int | None) -> int:
         trace,
         spec,
     ]
-    if jobs is not None:
-        cmd += ["--jobs", str(jobs)]
+    # Always passed: the child's default is the first 20,000, and 0 means all.
+    cmd += ["--jobs", str(jobs or 0)]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     found = _REFS.search(proc.stderr)
