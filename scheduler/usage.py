@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, KeysView, Mapping
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 
 _TABLES = 8
 """Tables of decayed sums kept (one per day and parameter set) before starting afresh."""
+_TOUCHED_AT = 1 << 12
+"""Names a touched list holds before a new one is started (standing_view)."""
 _FOLD_AT = 1 << 18
 """Unread notes and charges kept before they are folded in anyway (module docstring)."""
 
@@ -53,6 +55,10 @@ class UsageLedger:
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
         # a note is a charge of nothing (module docstring).
         self._unfolded: list[tuple[str, str, float, float, int]] = []
+        # Per kind, the names charged or first known, in order (see standing_view);
+        # and how many names each kind had at the last such entry.
+        self._touched: dict[str, list[str]] = {"user": [], "group": []}
+        self._seen: dict[str, int] = {"user": 0, "group": 0}
 
     @property
     def period(self) -> float:
@@ -82,7 +88,13 @@ class UsageLedger:
         self._names["user"].setdefault(user, None)
         self._names["group"].setdefault(group, None)
         if end <= start or cpus <= 0:
+            if len(self._names["user"]) != self._seen["user"] or (
+                len(self._names["group"]) != self._seen["group"]
+            ):
+                # A name first known: readers of touched() count names seen.
+                self._touch(user, group)
             return
+        self._touch(user, group)
         for table in self._memo["user"].values():
             table.pop(user, None)
         for table in self._memo["group"].values():
@@ -99,6 +111,16 @@ class UsageLedger:
             amount = seconds * cpus
             self._charged["user", user, index] += amount
             self._charged["group", group, index] += amount
+
+    def _touch(self, user: str, group: str) -> None:
+        touched = self._touched
+        if len(touched["user"]) >= _TOUCHED_AT:
+            touched["user"] = []
+            touched["group"] = []
+        touched["user"].append(user)
+        touched["group"].append(group)
+        self._seen["user"] = len(self._names["user"])
+        self._seen["group"] = len(self._names["group"])
 
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
@@ -119,9 +141,7 @@ class UsageLedger:
         if value is None:
             # decayed_sum(self.recent(...), decay) with the weights ``decay**k`` worked
             # out once: the same products added in the same order, so the same float.
-            weights = self._weights.get((count, decay))
-            if weights is None:
-                weights = self._weights[count, decay] = [decay**k for k in range(count)]
+            weights = self.weights(count, decay)
             charged = self._charged
             value = 0.0
             for k in range(count):
@@ -137,6 +157,35 @@ class UsageLedger:
         if self._unfolded:
             self._fold()
         return self._table(kind, last, count, decay)
+
+    def standing_view(
+        self, kind: str, last: int, count: int, decay: float
+    ) -> tuple[KeysView[str], int, Mapping[str, float], Sequence[str]]:
+        """:meth:`known`, :meth:`count`, :meth:`decayed_table` and the names touched,
+        in one call, folding once: fair-share reads them all at every event.
+
+        The names touched are those charged or first known, oldest first, so a
+        reader that remembers how far it read knows whose decayed sums may have
+        moved. The list only grows until it holds ``_TOUCHED_AT`` names; then a
+        new one is started, and a reader holding the old one (it compares
+        identity) must look at every name again."""
+        if self._unfolded:
+            self._fold()
+        names = self._names[kind]
+        return (
+            names.keys(),
+            len(names),
+            self._table(kind, last, count, decay),
+            self._touched[kind],
+        )
+
+    def weights(self, count: int, decay: float) -> list[float]:
+        """``[decay**k for k < count]``, worked out once per parameter set: the very
+        floats :func:`decayed_sum` multiplies by (do not change the list)."""
+        weights = self._weights.get((count, decay))
+        if weights is None:
+            weights = self._weights[count, decay] = [decay**k for k in range(count)]
+        return weights
 
     def _table(self, kind: str, last: int, count: int, decay: float) -> dict[str, float]:
         tables = self._memo[kind]

@@ -77,6 +77,7 @@ from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
+from scheduler.priority.fairshare_rank import entries, order_by_rank
 from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import RunningJob, Snapshot
 from scheduler.usage import UsageLedger, decayed_sum, split_periods
@@ -205,6 +206,21 @@ class FairShare:
     def queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
         """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`
         (and of multi-factor's, which reads it without building another table)."""
+        index = snapshot.by_account
+        usage = snapshot.usage
+        if index is not None and isinstance(usage, UsageLedger):
+            # The core's own index and ledger: the standings kept between events.
+            lists, runs, log = index.views(self.by)
+            return {
+                e[3][2]: (e[1], e[2])
+                for e in entries(self, snapshot, index, usage, lists, runs, log)
+            }
+        return self._queue_table(snapshot)
+
+    def _queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+        """:meth:`queue_table` computed from scratch at this event: the reference the
+        kept standings (``fairshare_rank``) must equal bit for bit, and the path of
+        snapshots without the core's index or ledger."""
         kind = self.by
         usage = snapshot.usage
         period = usage.period
@@ -351,6 +367,11 @@ class FairShare:
             return queue
         index = snapshot.by_account
         if index is not None and index.submit_sorted(self.by):
+            usage = snapshot.usage
+            if isinstance(usage, UsageLedger):
+                # The core's index and ledger: ranks from the standings kept
+                # between events (``fairshare_rank``).
+                return order_by_rank(self, snapshot, index, usage)
             return self._order_by_name(snapshot, index)
         # One key per name, not per job: the per-job part is submit and position.
         rank = {

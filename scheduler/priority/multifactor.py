@@ -54,7 +54,9 @@ from typing import NamedTuple
 
 from model.job import Job
 from scheduler.priority.fairshare import FairShare
+from scheduler.priority.multifactor_rank import clock_free_order
 from scheduler.snapshot import Snapshot
+from scheduler.usage import UsageLedger
 
 DEFAULT_MAX_AGE = 7 * 86400.0
 """Seconds after which age stops adding priority (Slurm's ``PriorityMaxAge`` default)."""
@@ -252,6 +254,14 @@ class MultiFactor:
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
+        index = snapshot.by_account
+        usage = snapshot.usage
+        if index is not None and isinstance(usage, UsageLedger):
+            # The core's index and ledger: the order kept between events
+            # (``multifactor_rank``), unless this event is one it does not handle.
+            kept = clock_free_order(self, snapshot, index, usage)
+            if kept is not None:
+                return kept
         keys: list[tuple[bool, int, float, int]] = []
         plain: list[tuple[int, float, int]] = []
         self._each(snapshot, None, keys, plain)
