@@ -114,9 +114,7 @@ class QueueIndex:
 
     def views(
         self, kind: str
-    ) -> tuple[
-        Mapping[str, Sequence[Job]], Mapping[str, Mapping[str, RunningJob]], Sequence[str]
-    ]:
+    ) -> tuple[Mapping[str, Sequence[Job]], Mapping[str, Mapping[str, RunningJob]], Sequence[str]]:
         """:meth:`lists`, :meth:`running_by_name` and :meth:`touched` in one call
         (fair-share reads all three at every event)."""
         if kind not in self._kinds:

@@ -53,21 +53,27 @@ Entry = tuple[float, float, float, tuple[float, float, str]]
 """A name's ``(raw decayed sum, P, S, rank key)``; the rank key sorts names."""
 
 
+OlderParts = tuple[int, "list[float] | None", float, float, float]
+"""``(today, charged, today_start, next_start, window_start)`` of :func:`_older_parts`."""
+
+
 class NameRanks:
     """One source's kept standings on one core (see the module docstring)."""
 
     __slots__ = (
         "capacity",
         "entries",
-        "period",
         "fresh",
+        "last",
         "ledger",
         "ledger_log",
         "ledger_read",
         "live",
         "log",
+        "older",
         "other",
         "owner",
+        "period",
         "read",
         "today",
     )
@@ -84,6 +90,11 @@ class NameRanks:
         self.entries: dict[str, Entry] = {}
         #: Queued names with running jobs (recomputed at every event).
         self.live: set[str] = set()
+        #: Live names with a run that began before today: what of their use does not
+        #: move with the clock (see _older_parts), until they are touched.
+        self.older: dict[str, OlderParts] = {}
+        #: Live names' entries as last computed (for ``floor``; see _add_live).
+        self.last: dict[str, Entry] = {}
         #: Queued names the ledger does not know (they count for the unlisted share).
         self.fresh: set[str] = set()
         # The index's and the ledger's touched-name lists, and how far each was read.
@@ -93,7 +104,7 @@ class NameRanks:
         self.ledger_read = 0
 
 
-def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstring)
+def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
     fs: FairShare,
     snapshot: Snapshot,
     index: QueueIndex,
@@ -101,6 +112,8 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
     lists: Mapping[str, Sequence[Job]],
     runs: Mapping[str, Mapping[str, RunningJob]],
     log: Sequence[str],
+    *,
+    floor: bool = False,
 ) -> list[Entry]:
     """Every queued name's entry (see :data:`Entry`), in no particular order.
 
@@ -108,7 +121,8 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
     bit: names with running jobs go through the same arithmetic at every call,
     and the other names' entries are recomputed only when the index or the
     ledger says the name was touched, or the stamp moved. ``lists``, ``runs``
-    and ``log`` are ``index.views(fs.by)``.
+    and ``log`` are ``index.views(fs.by)``. ``floor``: see :func:`_add_live` (a
+    name's ``P`` below 0 may be returned as an older value below 0).
     """
     memo = index.memos.get(id(fs))
     # Identity checks: an id is reused only after its object is gone, and a memo
@@ -139,8 +153,12 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
         if len(log) > read or len(ledger_log) > ledger_read:
             memo.read = len(log)
             memo.ledger_read = len(ledger_log)
+            older = memo.older
+            last = memo.last
             for who in (*log[read:], *ledger_log[ledger_read:]):
                 kept.pop(who, None)
+                older.pop(who, None)
+                last.pop(who, None)
                 if who in lists:
                     if who in runs:
                         live.add(who)
@@ -174,7 +192,9 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
                     entry = kept[who] = _entry(fs, who, raw, capacity, other_share)
                     out.append(entry)
             if live:
-                _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums)
+                _add_live(
+                    memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor
+                )
             return out
     # Everything again: the first call, a new day, machines came or went, a name
     # first seen moved the unlisted share, or a touched list was started afresh.
@@ -184,6 +204,8 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
     memo.ledger_read = len(ledger_log)
     kept.clear()
     live.clear()
+    memo.older.clear()
+    memo.last.clear()
     fresh = memo.fresh
     fresh.clear()
     fresh.update(w for w in lists if w not in known)
@@ -203,7 +225,7 @@ def entries(  # noqa: PLR0915 - the hot path, written out (see the module docstr
         entry = kept[who] = _entry(fs, who, raw, capacity, other_share)
         out.append(entry)
     if live:
-        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums)
+        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor)
     return out
 
 
@@ -218,18 +240,32 @@ def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     capacity: float,
     other_share: float,
     sums: Mapping[str, float],
+    floor: bool,
 ) -> None:
     """The entries of the queued names with running jobs, appended to ``out``: the
     reference path's arithmetic, name by name (the floats must not move).
 
     A run that began today adds ``(now - begin) * cpus`` to the name's remembered
     decayed sum (today's weight is 1); a name with a run that began before today
-    goes period by period (:func:`_with_older_runs`)."""
+    adds up only today's use again (:func:`_older_parts`), or goes period by
+    period (:func:`_with_runs`) in float corner cases.
+
+    With ``floor``, a name whose ``P`` was below 0 at its last computation gets
+    that entry again: untouched since (the same runs, charges and stamp), its use
+    has only grown, and float sums and products of non-negative terms are
+    monotone, so its ``P`` is still below 0; a caller that clips ``P`` at 0
+    (multi-factor) sees the same factor without the work."""
     period = memo.period
     today_start = today * period
     listed = fs._listed
     scale = fs.scale_usage_by_share
+    last = memo.last
     for who in memo.live:
+        if floor:
+            previous = last.get(who)
+            if previous is not None and previous[1] < 0.0:
+                out.append(previous)
+                continue
         mine = runs[who]
         today_use = 0.0
         older = False
@@ -248,7 +284,15 @@ def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
                 continue
             today_use += (now - begin) * cpus
         if older:
-            out.append(_with_runs(fs, ledger, who, mine, now, today, capacity, other_share, sums))
+            parts = memo.older.get(who)
+            if parts is None or parts[0] != today:
+                parts = memo.older[who] = _older_parts(fs, ledger, who, mine, now, today)
+            if parts[1] is None or not now > today_start:
+                entry = _with_runs(fs, ledger, who, mine, now, today, capacity, other_share, sums)
+            else:
+                entry = _from_parts(fs, ledger, parts, who, mine, now, today, capacity, other_share)
+            last[who] = entry
+            out.append(entry)
             continue
         share = listed.get(who, other_share) if listed else other_share
         used = 0.0
@@ -267,7 +311,8 @@ def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
         if scale:
             used *= share
         p = share - used
-        out.append((raw, p, share, (-round(p, _TIE_DIGITS), -share, who)))
+        entry = last[who] = (raw, p, share, (-round(p, _TIE_DIGITS), -share, who))
+        out.append(entry)
 
 
 def _other(
@@ -362,6 +407,101 @@ def _with_runs(  # noqa: PLR0917 - a hot helper; keywords would cost per call
             weights = ledger.weights(window, fs.decay)
             for k in range(window):
                 raw += weights[k] * (charged[k] + older.get(today - k, 0.0))
+        used = raw / capacity
+    if fs.scale_usage_by_share:
+        used *= share
+    p = share - used
+    return (raw, p, share, (-round(p, _TIE_DIGITS), -share, who))
+
+
+def _older_parts(  # noqa: PLR0917 - one call per name and day
+    fs: FairShare,
+    ledger: UsageLedger,
+    who: str,
+    mine: Mapping[str, RunningJob],
+    now: float,
+    today: int,
+) -> OlderParts:
+    """What of the use of ``who`` (a name with a run begun before today) does not move
+    with the clock while the day, its runs and its charges stay the same: the
+    reference's per-period sums for the periods before today, added to the charges,
+    ``charged[k] + older[today - k]`` for ``k >= 1`` (index 0 holds today's charge
+    alone). A run begun before today adds ``min(now, next_start) - today_start``
+    seconds to today, which is what the reference's ``split_periods`` gives for any
+    ``now`` in ``(today_start, next_start]``; if it does not give that here (float
+    corner cases at a period's edge) the name takes the reference path (``None``)."""
+    period = ledger.period
+    window = fs.window
+    window_start = (today - window + 1) * period
+    today_start = today * period
+    next_start = (today + 1) * period
+    older: dict[int, float] = {}
+    for run in mine.values():
+        cpus = run.cpus
+        if cpus <= 0:
+            continue
+        begin = run.charged_from
+        begin = run.start if run.start > begin else begin
+        begin = window_start if window_start > begin else begin
+        if now <= begin or begin >= today_start:
+            continue
+        pieces = split_periods(begin, now, period)
+        last, seconds = pieces[-1]
+        # The last piece starts at the boundary the piece before it ended on, which
+        # is ``today * period`` when it is today's and not the only one.
+        if len(pieces) < 2 or last != today or seconds != min(now, next_start) - today_start:
+            return (today, None, today_start, next_start, window_start)
+        for index, seconds in pieces[:-1]:
+            older[index] = older.get(index, 0.0) + seconds * cpus
+    charged = ledger.recent(fs.by, who, today, window)
+    for k in range(1, window):
+        charged[k] += older.get(today - k, 0.0)
+    return (today, charged, today_start, next_start, window_start)
+
+
+def _from_parts(  # noqa: PLR0917 - a hot helper; keywords would cost per call
+    fs: FairShare,
+    ledger: UsageLedger,
+    parts: OlderParts,
+    who: str,
+    mine: Mapping[str, RunningJob],
+    now: float,
+    today: int,
+    capacity: float,
+    other_share: float,
+) -> Entry:
+    """:func:`_with_runs` for a name whose :func:`_older_parts` are kept: only today's
+    use is added up again (the same pieces, added in the same order)."""
+    _, kept, today_start, next_start, window_start = parts
+    assert kept is not None
+    today_use = 0.0
+    older_today = 0.0
+    for run in mine.values():
+        cpus = run.cpus
+        if cpus <= 0:
+            continue
+        begin = run.charged_from
+        begin = run.start if run.start > begin else begin
+        begin = window_start if window_start > begin else begin
+        if now <= begin:
+            continue
+        if begin >= today_start:
+            today_use += (now - begin) * cpus
+        else:
+            # split_periods' last piece: from today's start to min(now, next start).
+            upto = now if now <= next_start else next_start
+            older_today += (upto - today_start) * cpus
+    listed = fs._listed
+    share = listed.get(who, other_share) if listed else other_share
+    used = 0.0
+    raw = 0.0
+    if capacity > 0:
+        weights = ledger.weights(fs.window, fs.decay)
+        # The reference's charged[0] += older[today] + today_use, then its sum
+        # 0.0 + w0 * c0 + w1 * c1 + ... (0.0 + x is x: the first term alone).
+        raw = weights[0] * (kept[0] + (older_today + today_use))
+        for k in range(1, len(kept)):
+            raw += weights[k] * kept[k]
         used = raw / capacity
     if fs.scale_usage_by_share:
         used *= share

@@ -84,12 +84,13 @@ class ClockFreeOrder:
         "keys",
         "ledger",
         "log",
-        "mine",
         "max_qos",
+        "mine",
         "odd",
         "owner",
         "qos",
         "read",
+        "slope",
         "submits",
         "total",
         "weights",
@@ -120,7 +121,7 @@ class ClockFreeOrder:
         self.qos: dict[int, int] = {}
         self.max_qos = 1
         w = owner.weight_age + owner.weight_fairshare + owner.weight_size
-        slope = owner.weight_age / owner.max_age
+        slope = self.slope = owner.weight_age / owner.max_age
         self.delta = _CLOSE + _CLOSE_REL * (w + slope * _SUBMIT_BOUND)
 
 
@@ -134,7 +135,8 @@ def clock_free_order(
     if total <= 0 or mf.emergency_qos is not None or mf.favor_small:
         return None
     lists, runs, log = index.views(fs.by)
-    ents = entries(fs, snapshot, index, ledger, lists, runs, log)
+    # floor: W clips P at 0, so a name below 0 need not be worked out again.
+    ents = entries(fs, snapshot, index, ledger, lists, runs, log, floor=True)
     memos = index.memos
     memo = memos.get(id(mf))
     # Identity checks, as in fairshare_rank: a memo holds its owner.
@@ -144,9 +146,7 @@ def clock_free_order(
         memo = memos[id(mf)] = ClockFreeOrder(mf, ledger)
     w_fs = mf.weight_fairshare
     # W per name, as the reference computes it: w_fs * min(max(P, 0), 1).
-    weights = {
-        e[3][2]: w_fs * (1.0 if e[1] > 1.0 else (0.0 if e[1] < 0.0 else e[1])) for e in ents
-    }
+    weights = {e[3][2]: w_fs * (1.0 if e[1] > 1.0 else (0.0 if e[1] < 0.0 else e[1])) for e in ents}
     joblog = index.job_log()
     if memo.log is not joblog or memo.total != total:
         _rebuild(memo, mf, index, lists, weights, total, joblog, memo.max_qos)
@@ -156,9 +156,10 @@ def clock_free_order(
             if kept.get(who) != w:
                 kept[who] = w
                 # The name's kept jobs move (the ones entering below take the new W).
-                for arrival in list(memo.mine.get(who, ())):
-                    job = _remove(memo, arrival)
-                    _insert(memo, mf, job, who, w, arrival, total)
+                mine = memo.mine.get(who)
+                if mine:
+                    for arrival in list(mine):
+                        _move(memo, arrival, w)
         read = memo.read
         if len(joblog) > read:
             memo.read = len(joblog)
@@ -244,8 +245,7 @@ def _insert(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     counts = memo.qos
     counts[qos] = counts.get(qos, 0) + 1
     submit = job.submit
-    slope = mf.weight_age / mf.max_age
-    key = (-(w + z + q - slope * submit), submit, arrival)
+    key = (-(w + z + q - memo.slope * submit), submit, arrival)
     keys = memo.keys
     at = bisect.bisect_left(keys, key)
     keys.insert(at, key)
@@ -294,6 +294,39 @@ def _remove(memo: ClockFreeOrder, arrival: int) -> Job:
         if at < len(keys) and _close(memo, before, keys[at][2]):
             close.add(before)
     return job
+
+
+def _move(memo: ClockFreeOrder, arrival: int, w: float) -> None:
+    """Give a kept job the key its name's new ``W`` makes: :func:`_remove` then
+    :func:`_insert` of what changes (not its submit, QoS or name)."""
+    info = memo.info
+    key, who, z, q = info[arrival]
+    keys = memo.keys
+    jobs = memo.jobs
+    close = memo.close
+    at = bisect.bisect_left(keys, key)
+    del keys[at]
+    job = jobs.pop(at)
+    close.discard(arrival)
+    if at > 0:
+        before = keys[at - 1][2]
+        close.discard(before)
+        if at < len(keys) and _close(memo, before, keys[at][2]):
+            close.add(before)
+    submit = key[1]
+    slope = memo.slope
+    new = (-(w + z + q - slope * submit), submit, arrival)
+    info[arrival] = (new, who, z, q)
+    at = bisect.bisect_left(keys, new)
+    keys.insert(at, new)
+    jobs.insert(at, job)
+    if at > 0:
+        before = keys[at - 1][2]
+        close.discard(before)
+        if _close(memo, before, arrival):
+            close.add(before)
+    if at + 1 < len(keys) and _close(memo, arrival, keys[at + 1][2]):
+        close.add(arrival)
 
 
 def _close(memo: ClockFreeOrder, first: int, second: int) -> bool:
