@@ -305,6 +305,25 @@ def _move(memo: ClockFreeOrder, arrival: int, w: float) -> None:
     jobs = memo.jobs
     close = memo.close
     at = bisect.bisect_left(keys, key)
+    submit = key[1]
+    new = (-(w + z + q - memo.slope * submit), submit, arrival)
+    info[arrival] = (new, who, z, q)
+    n = len(keys)
+    if (at == 0 or keys[at - 1] < new) and (at + 1 == n or new < keys[at + 1]):
+        # Still between the same neighbours (the usual small drift of a live name's
+        # W): the key changes in place, and only its two pairs are looked at again.
+        keys[at] = new
+        if at > 0:
+            before = keys[at - 1][2]
+            if _close(memo, before, arrival):
+                close.add(before)
+            else:
+                close.discard(before)
+        if at + 1 < n and _close(memo, arrival, keys[at + 1][2]):
+            close.add(arrival)
+        else:
+            close.discard(arrival)
+        return
     del keys[at]
     job = jobs.pop(at)
     close.discard(arrival)
@@ -313,10 +332,6 @@ def _move(memo: ClockFreeOrder, arrival: int, w: float) -> None:
         close.discard(before)
         if at < len(keys) and _close(memo, before, keys[at][2]):
             close.add(before)
-    submit = key[1]
-    slope = memo.slope
-    new = (-(w + z + q - slope * submit), submit, arrival)
-    info[arrival] = (new, who, z, q)
     at = bisect.bisect_left(keys, new)
     keys.insert(at, new)
     jobs.insert(at, job)
@@ -344,20 +359,30 @@ def _close(memo: ClockFreeOrder, first: int, second: int) -> bool:
 def _resort_close(
     memo: ClockFreeOrder, mf: MultiFactor, out: list[Job], now: float, total: int
 ) -> None:
-    """Sort each close run of ``out`` by the reference's key at ``now``."""
+    """Sort each close run of ``out`` by the reference's key at ``now``.
+
+    A run is every job reachable from a close pair through neighbours at most
+    ``delta`` apart, identical ones included: a job may be identical to its
+    neighbour and still close to the job beyond it (whose key equals the
+    neighbour's). A run of identical jobs alone is never close (no pair in it
+    is), and needs no sorting: the reference orders them by arrival too."""
     keys = memo.keys
     info = memo.info
-    starts = sorted(bisect.bisect_left(keys, info[a][0]) for a in memo.close)
+    delta = memo.delta
+    last = len(keys) - 1
+    runs: list[tuple[int, int]] = []
+    for at in sorted(bisect.bisect_left(keys, info[a][0]) for a in memo.close):
+        if runs and at <= runs[-1][1]:
+            continue  # inside the run found before
+        lo, hi = at, at + 1
+        while lo > 0 and keys[lo][0] - keys[lo - 1][0] <= delta:
+            lo -= 1
+        while hi < last and keys[hi + 1][0] - keys[hi][0] <= delta:
+            hi += 1
+        runs.append((lo, hi))
     w_age, max_age = mf.weight_age, mf.max_age
     weights = memo.weights
-    k = 0
-    while k < len(starts):
-        lo = starts[k]
-        hi = lo + 1
-        k += 1
-        while k < len(starts) and starts[k] <= hi:
-            hi = starts[k] + 1
-            k += 1
+    for lo, hi in runs:
         run = []
         for at in range(lo, hi + 1):
             key = keys[at]
