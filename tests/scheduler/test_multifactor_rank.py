@@ -69,7 +69,8 @@ def test_near_ties_are_ranked_by_the_reference_key() -> None:
         core.submit(job)
     for now in (6058.0, 7000.0, 12345.5, 80000.0):
         snap = core.snapshot(now)
-        assert isinstance(snap.usage, UsageLedger) and snap.by_account is not None
+        assert isinstance(snap.usage, UsageLedger)
+        assert snap.by_account is not None
         kept = clock_free_order(mf, snap, snap.by_account, snap.usage)
         assert kept is not None
         assert ids(kept) == ids(mf.order(reference(snap)))
@@ -101,7 +102,8 @@ def test_an_aged_queue_takes_the_reference_path() -> None:
     core.submit(Job(id="old", submit=0.0, procs=1, walltime=60.0, user="ann"))
     core.submit(Job(id="new", submit=2 * DAY, procs=2, walltime=60.0, user="bob"))
     snap = core.snapshot(2 * DAY)
-    assert isinstance(snap.usage, UsageLedger) and snap.by_account is not None
+    assert isinstance(snap.usage, UsageLedger)
+    assert snap.by_account is not None
     # "old" is past max_age: its age is clipped, which the clock-free order leaves
     # to the reference.
     assert clock_free_order(mf, snap, snap.by_account, snap.usage) is None
