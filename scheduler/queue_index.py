@@ -133,9 +133,9 @@ class QueueIndex:
 
     def _touch(self, kind: str, name: str) -> None:
         touched = self._touched[kind]
-        if len(touched) >= _TOUCHED_AT:
-            touched = self._touched[kind] = []
         touched.append(name)
+        if len(touched) >= _TOUCHED_AT:
+            self._touched[kind] = []
 
     def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
         """``(name, run)`` for every running job of each of ``names``: one call per

@@ -55,10 +55,8 @@ class UsageLedger:
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
         # a note is a charge of nothing (module docstring).
         self._unfolded: list[tuple[str, str, float, float, int]] = []
-        # Per kind, the names charged or first known, in order (see standing_view);
-        # and how many names each kind had at the last such entry.
+        # Per kind, the names charged or first known, in order (see standing_view).
         self._touched: dict[str, list[str]] = {"user": [], "group": []}
-        self._seen: dict[str, int] = {"user": 0, "group": 0}
 
     @property
     def period(self) -> float:
@@ -85,16 +83,28 @@ class UsageLedger:
             self._apply(user, group, start, end, cpus)
 
     def _apply(self, user: str, group: str, start: float, end: float, cpus: int) -> None:
-        self._names["user"].setdefault(user, None)
-        self._names["group"].setdefault(group, None)
+        users = self._names["user"]
+        groups = self._names["group"]
+        touched = self._touched
+        if cpus <= 0:
+            # A note (or a charge of no CPUs): only a name first known is news to the
+            # readers of the touched names (they count the names seen).
+            if user in users and group in groups:
+                return
+            users[user] = None
+            groups.setdefault(group, None)
+        else:
+            users.setdefault(user, None)
+            groups.setdefault(group, None)
+        # Written out (it runs once per job that ends): the names touched, then a new
+        # list once the bound is reached (standing_view's docstring).
+        touched["user"].append(user)
+        touched["group"].append(group)
+        if len(touched["user"]) >= _TOUCHED_AT:
+            touched["user"] = []
+            touched["group"] = []
         if end <= start or cpus <= 0:
-            if len(self._names["user"]) != self._seen["user"] or (
-                len(self._names["group"]) != self._seen["group"]
-            ):
-                # A name first known: readers of touched() count names seen.
-                self._touch(user, group)
             return
-        self._touch(user, group)
         for table in self._memo["user"].values():
             table.pop(user, None)
         for table in self._memo["group"].values():
@@ -111,16 +121,6 @@ class UsageLedger:
             amount = seconds * cpus
             self._charged["user", user, index] += amount
             self._charged["group", group, index] += amount
-
-    def _touch(self, user: str, group: str) -> None:
-        touched = self._touched
-        if len(touched["user"]) >= _TOUCHED_AT:
-            touched["user"] = []
-            touched["group"] = []
-        touched["user"].append(user)
-        touched["group"].append(group)
-        self._seen["user"] = len(self._names["user"])
-        self._seen["group"] = len(self._names["group"])
 
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""

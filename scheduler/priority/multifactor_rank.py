@@ -145,14 +145,20 @@ def clock_free_order(
             memos.clear()
         memo = memos[id(mf)] = ClockFreeOrder(mf, ledger)
     w_fs = mf.weight_fairshare
-    # W per name, as the reference computes it: w_fs * min(max(P, 0), 1).
-    weights = {e[3][2]: w_fs * (1.0 if e[1] > 1.0 else (0.0 if e[1] < 0.0 else e[1])) for e in ents}
     joblog = index.job_log()
     if memo.log is not joblog or memo.total != total:
+        # W per name, as the reference computes it: w_fs * min(max(P, 0), 1).
+        weights = {
+            e[3][2]: w_fs * (1.0 if e[1] > 1.0 else (0.0 if e[1] < 0.0 else e[1])) for e in ents
+        }
         _rebuild(memo, mf, index, lists, weights, total, joblog, memo.max_qos)
     else:
         kept = memo.weights
-        for who, w in weights.items():
+        for e in ents:
+            p = e[1]
+            # W as the reference computes it: w_fs * min(max(P, 0), 1).
+            w = w_fs * (1.0 if p > 1.0 else (0.0 if p < 0.0 else p))
+            who = e[3][2]
             if kept.get(who) != w:
                 kept[who] = w
                 # The name's kept jobs move (the ones entering below take the new W).
@@ -178,7 +184,8 @@ def clock_free_order(
         highest = max(memo.qos, default=0)
         max_qos = highest if highest > 1 else 1
     if max_qos != memo.max_qos:
-        _rebuild(memo, mf, index, lists, weights, total, joblog, max_qos)
+        # Every queued name's W is up to date in memo.weights by now.
+        _rebuild(memo, mf, index, lists, dict(memo.weights), total, joblog, max_qos)
     if memo.odd:
         return None
     submits = memo.submits
