@@ -155,7 +155,9 @@ def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
             memo.ledger_read = len(ledger_log)
             older = memo.older
             last = memo.last
-            for who in (*log[read:], *ledger_log[ledger_read:]):
+            # A set: a start touches its name twice (queue, running), an end twice
+            # (running, charge); each name is looked at once.
+            for who in {*log[read:], *ledger_log[ledger_read:]}:
                 kept.pop(who, None)
                 older.pop(who, None)
                 last.pop(who, None)
