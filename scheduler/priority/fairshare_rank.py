@@ -32,8 +32,8 @@ queue, a hand-built snapshot) takes the from-scratch path in ``fairshare.py``.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from model.job import Job
 from scheduler.queue_index import QueueIndex
@@ -46,6 +46,10 @@ if TYPE_CHECKING:  # fairshare.py imports this module
 _TIE_DIGITS = 9
 """As in ``fairshare.py``: priorities equal to this many decimals are a tie."""
 
+Mode = Literal["exact", "floor", "rank"]
+"""What :func:`entries` may return for a live name: its exact entry; with "floor",
+an older one when both are below 0 (:func:`_add_live`); with "rank", an older one
+that ranks last either way (:func:`_live_entries`)."""
 _MEMOS = 8
 """Sources' kept standings one index holds before it starts afresh (one is usual)."""
 
@@ -113,7 +117,7 @@ def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
     runs: Mapping[str, Mapping[str, RunningJob]],
     log: Sequence[str],
     *,
-    floor: bool = False,
+    mode: Mode = "exact",
 ) -> list[Entry]:
     """Every queued name's entry (see :data:`Entry`), in no particular order.
 
@@ -121,8 +125,7 @@ def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
     bit: names with running jobs go through the same arithmetic at every call,
     and the other names' entries are recomputed only when the index or the
     ledger says the name was touched, or the stamp moved. ``lists``, ``runs``
-    and ``log`` are ``index.views(fs.by)``. ``floor``: see :func:`_add_live` (a
-    name's ``P`` below 0 may be returned as an older value below 0).
+    and ``log`` are ``index.views(fs.by)``. ``mode``: see :data:`Mode`.
     """
     memo = index.memos.get(id(fs))
     # Identity checks: an id is reused only after its object is gone, and a memo
@@ -194,8 +197,8 @@ def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
                     entry = kept[who] = _entry(fs, who, raw, capacity, other_share)
                     out.append(entry)
             if live:
-                _add_live(
-                    memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor
+                _live_entries(
+                    memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, mode
                 )
             return out
     # Everything again: the first call, a new day, machines came or went, a name
@@ -227,8 +230,59 @@ def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
         entry = kept[who] = _entry(fs, who, raw, capacity, other_share)
         out.append(entry)
     if live:
-        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor)
+        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, False, live)
     return out
+
+
+def _live_entries(  # noqa: PLR0917 - a hot helper; keywords would cost per call
+    memo: NameRanks,
+    fs: FairShare,
+    ledger: UsageLedger,
+    out: list[Entry],
+    runs: Mapping[str, Mapping[str, RunningJob]],
+    now: float,
+    today: int,
+    capacity: float,
+    other_share: float,
+    sums: Mapping[str, float],
+    mode: Mode,
+) -> None:
+    """:func:`_add_live` of every live name, but one that must still rank last.
+
+    A live name untouched since its last computation can only have lost priority
+    (its use grows; float sums and products of non-negative terms are monotone),
+    so its rank key can only have grown. If its last key is above every other
+    name's key now (rank and share, strictly), its key now is too: it ranks last
+    whatever its ``P`` is, and :func:`order_by_rank` may sort its last entry
+    instead of a new one. The name with the highest last key is the only
+    candidate; this holds only in the "rank" mode (fair-share's own order), never
+    for :meth:`FairShare.queue_table`, which shows ``P``."""
+    live = memo.live
+    floor = mode == "floor"
+    if mode != "rank" or len(out) + len(live) < 2:
+        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor, live)
+        return
+    last = memo.last
+    candidate = None
+    best: Entry | None = None
+    for who in live:
+        previous = last.get(who)
+        if previous is not None and (best is None or previous[3] > best[3]):
+            candidate, best = who, previous
+    if best is None:
+        _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor, live)
+        return
+    others = [w for w in live if w != candidate]
+    _add_live(memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor, others)
+    rank, share, key0 = best[3]
+    for entry in out:
+        key = entry[3]
+        if key[0] > rank or (key[0] == rank and key[1] >= share):
+            _add_live(
+                memo, fs, ledger, out, runs, now, today, capacity, other_share, sums, floor, [key0]
+            )
+            return
+    out.append(best)
 
 
 def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
@@ -243,6 +297,7 @@ def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     other_share: float,
     sums: Mapping[str, float],
     floor: bool,
+    names: Iterable[str],
 ) -> None:
     """The entries of the queued names with running jobs, appended to ``out``: the
     reference path's arithmetic, name by name (the floats must not move).
@@ -262,7 +317,7 @@ def _add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     listed = fs._listed
     scale = fs.scale_usage_by_share
     last = memo.last
-    for who in memo.live:
+    for who in names:
         if floor:
             previous = last.get(who)
             if previous is not None and previous[1] < 0.0:
@@ -523,7 +578,7 @@ def order_by_rank(
         # One name waiting: the order is its list, whatever its priority.
         (only,) = lists.values()
         return list(only)
-    keys = [e[3] for e in entries(fs, snapshot, index, ledger, lists, runs, log)]
+    keys = [e[3] for e in entries(fs, snapshot, index, ledger, lists, runs, log, mode="rank")]
     keys.sort()
     out: list[Job] = []
     previous = keys[0]

@@ -136,7 +136,7 @@ def clock_free_order(
         return None
     lists, runs, log = index.views(fs.by)
     # floor: W clips P at 0, so a name below 0 need not be worked out again.
-    ents = entries(fs, snapshot, index, ledger, lists, runs, log, floor=True)
+    ents = entries(fs, snapshot, index, ledger, lists, runs, log, mode="floor")
     memos = index.memos
     memo = memos.get(id(mf))
     # Identity checks, as in fairshare_rank: a memo holds its owner.
