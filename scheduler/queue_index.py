@@ -23,6 +23,14 @@ in start order), which gives the lists the updates would have built, and is
 kept up to date from then on. It wakes one kind at a time: a fair-share by
 user never reads the groups, so their lists are not kept (half the upkeep of
 every job's arrival, start and end) until something reads a group.
+
+What changed since a reader last looked is logged, so a source can keep its
+standings between events and work out again only what moved (issue 7's
+"updated, not rebuilt"): ``touched(kind)`` lists the names whose queued or
+running jobs changed, ``job_log()`` the jobs that entered or left the queue.
+Both only grow (a reader remembers how far it read) until a bound, when a new
+list is started and a reader holding the old one starts afresh. What a source
+keeps lives in ``memos``, on the index, so it belongs to this core alone.
 """
 
 from __future__ import annotations

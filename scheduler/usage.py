@@ -16,6 +16,12 @@ reads the ledger does not grow it without bound. The bound is set above the
 notes and charges of a whole trace (two per job: CTC-SP2 writes 155,000), so a
 replay under a policy that never reads folds nothing at all; at about 100
 bytes an entry it holds at most some 26 MB.
+
+Folding also lists the names charged or first known, per kind, in order
+(``standing_view`` hands the list out with the decayed sums): fair-share keeps
+each name's standing between events and works out again only the names
+listed since it last read (``scheduler.priority.fairshare_rank``). The list is
+started afresh at ``_TOUCHED_AT`` names, which a reader notices by identity.
 """
 
 from __future__ import annotations
