@@ -27,7 +27,6 @@ started afresh at ``_TOUCHED_AT`` names, which a reader notices by identity.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Iterable, KeysView, Mapping, Sequence
 
 _TABLES = 8
@@ -48,7 +47,9 @@ class UsageLedger:
             raise ValueError(f"fold_at must be >= 1 entry, got {fold_at!r}")
         self._period = period
         self._fold_at = fold_at
-        self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
+        # CPU-seconds per kind, name and period index: per name a small dict, so a
+        # decayed sum looks periods up by int, not by a (kind, name, index) tuple.
+        self._charged: dict[str, dict[str, dict[int, float]]] = {"user": {}, "group": {}}
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
         # Decayed sums already worked out: per kind, one table per (last, count, decay);
         # a charge drops its names from every table (module docstring of decayed).
@@ -116,23 +117,31 @@ class UsageLedger:
         for table in self._memo["group"].values():
             table.pop(group, None)
         period = self._period
+        mine = self._charged["user"].get(user)
+        if mine is None:
+            mine = self._charged["user"][user] = {}
+        theirs = self._charged["group"].get(group)
+        if theirs is None:
+            theirs = self._charged["group"][group] = {}
         index = math.floor(start / period)
         if end <= (index + 1) * period:
             # Inside one period (most jobs): split_periods' one piece, without the list.
+            # (0.0 + amount on a first charge, as the defaultdict(float) before it.)
             amount = (end - start) * cpus
-            self._charged["user", user, index] += amount
-            self._charged["group", group, index] += amount
+            mine[index] = mine.get(index, 0.0) + amount
+            theirs[index] = theirs.get(index, 0.0) + amount
             return
         for index, seconds in split_periods(start, end, period):
             amount = seconds * cpus
-            self._charged["user", user, index] += amount
-            self._charged["group", group, index] += amount
+            mine[index] = mine.get(index, 0.0) + amount
+            theirs[index] = theirs.get(index, 0.0) + amount
 
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
         if self._unfolded:
             self._fold()
-        return self._charged.get((kind, name, period_index), 0.0)
+        per = self._charged[kind].get(name)
+        return per.get(period_index, 0.0) if per is not None else 0.0
 
     def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float:
         """:func:`decayed_sum` of :meth:`recent`, remembered until ``name`` is charged again.
@@ -148,10 +157,15 @@ class UsageLedger:
             # decayed_sum(self.recent(...), decay) with the weights ``decay**k`` worked
             # out once: the same products added in the same order, so the same float.
             weights = self.weights(count, decay)
-            charged = self._charged
             value = 0.0
-            for k in range(count):
-                value += weights[k] * charged.get((kind, name, last - k), 0.0)
+            per = self._charged[kind].get(name)
+            if per is not None:
+                get = per.get
+                for k in range(count):
+                    value += weights[k] * get(last - k, 0.0)
+            else:
+                # Never charged: every term is w * 0.0, and 0.0 + 0.0 is 0.0.
+                value = 0.0
             table[name] = value
         return value
 
@@ -218,8 +232,11 @@ class UsageLedger:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
         if self._unfolded:
             self._fold()
-        charged = self._charged
-        return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
+        per = self._charged[kind].get(name)
+        if per is None:
+            return [0.0] * count
+        get = per.get
+        return [get(last - k, 0.0) for k in range(count)]
 
     def knows(self, kind: str, name: str) -> bool:
         """Whether ``name`` (a user or group) was ever charged or noted."""
