@@ -23,6 +23,14 @@ in start order), which gives the lists the updates would have built, and is
 kept up to date from then on. It wakes one kind at a time: a fair-share by
 user never reads the groups, so their lists are not kept (half the upkeep of
 every job's arrival, start and end) until something reads a group.
+
+What changed since a reader last looked is logged, so a source can keep its
+standings between events and work out again only what moved (issue 7's
+"updated, not rebuilt"): ``touched(kind)`` lists the names whose queued or
+running jobs changed, ``job_log()`` the jobs that entered or left the queue.
+Both only grow (a reader remembers how far it read) until a bound, when a new
+list is started and a reader holding the old one starts afresh. What a source
+keeps lives in ``memos``, on the index, so it belongs to this core alone.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ if TYPE_CHECKING:  # the snapshot module holds the index; no import cycle at run
     from scheduler.snapshot import RunningJob
 
 KINDS = ("user", "group")
+_TOUCHED_AT = 1 << 12
+"""Names a touched() list holds before a new one is started (its docstring)."""
 
 Source = Callable[[], "tuple[Iterable[Job], Iterable[RunningJob]]"]
 """The queue in arrival order and the running jobs in start order, for a dormant index."""
@@ -45,18 +55,38 @@ Source = Callable[[], "tuple[Iterable[Job], Iterable[RunningJob]]"]
 class QueueIndex:
     """Queued jobs per user and per group, in arrival order (``order``: job id to arrival)."""
 
-    __slots__ = ("_kinds", "_lists", "_order", "_running", "_source", "_submit_sorted", "awake")
+    __slots__ = (
+        "_joblog",
+        "_kinds",
+        "_lists",
+        "_order",
+        "_running",
+        "_source",
+        "_submit_sorted",
+        "_touched",
+        "awake",
+        "memos",
+    )
 
     def __init__(self, order: Mapping[str, int], source: Source | None = None) -> None:
         self._order = order
         self._lists: dict[str, dict[str, list[Job]]] = {kind: {} for kind in KINDS}
         self._running: dict[str, dict[str, dict[str, RunningJob]]] = {kind: {} for kind in KINDS}
         self._submit_sorted = dict.fromkeys(KINDS, True)
+        # Per kind, the names whose queued or running jobs changed, in order
+        # (see touched()).
+        self._touched: dict[str, list[str]] = {kind: [] for kind in KINDS}
+        # The jobs that entered (True) or left (False) the queue, in order (job_log()).
+        self._joblog: list[tuple[Job, bool]] = []
         self._source = source
         #: The kinds kept up to date: all of them without a source, else those read.
         self._kinds: tuple[str, ...] = KINDS if source is None else ()
         #: False while dormant (module docstring): updates are the caller's to skip.
         self.awake = source is None
+        #: What priority sources keep between events about this core's queue, by
+        #: source (``scheduler.priority.fairshare_rank``): it lives here so that it
+        #: belongs to one core and cannot leak into another core or replay.
+        self.memos: dict[int, object] = {}
 
     def submit_sorted(self, kind: str) -> bool:
         """Whether every name's list of ``kind`` is in submit order too (module docstring)."""
@@ -90,6 +120,31 @@ class QueueIndex:
             self._wake(kind)
         return self._running[kind]
 
+    def views(
+        self, kind: str
+    ) -> tuple[Mapping[str, Sequence[Job]], Mapping[str, Mapping[str, RunningJob]], Sequence[str]]:
+        """:meth:`lists`, :meth:`running_by_name` and :meth:`touched` in one call
+        (fair-share reads all three at every event)."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._lists[kind], self._running[kind], self._touched[kind]
+
+    def touched(self, kind: str) -> Sequence[str]:
+        """The names whose queued or running jobs changed, oldest first (a name once
+        per change), so a reader that remembers how far it read knows which names
+        to look at again. The list only grows, until it reaches ``_TOUCHED_AT``
+        names; then a new list is started, and a reader holding the old one (it
+        compares identity) must look at every name again."""
+        if kind not in self._kinds:
+            self._wake(kind)
+        return self._touched[kind]
+
+    def _touch(self, kind: str, name: str) -> None:
+        touched = self._touched[kind]
+        touched.append(name)
+        if len(touched) >= _TOUCHED_AT:
+            self._touched[kind] = []
+
     def running_pairs(self, kind: str, names: Iterable[str]) -> list[tuple[str, RunningJob]]:
         """``(name, run)`` for every running job of each of ``names``: one call per
         event for fair-share, not one per name."""
@@ -106,6 +161,7 @@ class QueueIndex:
         job = run.job
         name = job.user if kind == "user" else job.group
         self._running[kind].setdefault(name, {})[job.id] = run
+        self._touch(kind, name)
 
     def remove_running(self, run: RunningJob) -> None:
         job = run.job
@@ -115,6 +171,7 @@ class QueueIndex:
             del runs[job.id]
             if not runs:
                 del self._running[kind][name]
+            self._touch(kind, name)
 
     def names(self, kind: str) -> Collection[str]:
         """Users (or groups) with at least one queued job."""
@@ -138,9 +195,24 @@ class QueueIndex:
         """The job's place in arrival order (the queue's order)."""
         return self._order[job_id]
 
+    def job_log(self) -> Sequence[tuple[Job, bool]]:
+        """``(job, True)`` for each job that entered the queue since the index woke,
+        ``(job, False)`` for each that left, oldest first: a reader that keeps
+        per-job state (multi-factor) remembers how far it read. Like
+        :meth:`touched` it is started afresh at ``_TOUCHED_AT`` entries, and a
+        reader holding the old list must build its state again."""
+        return self._joblog
+
+    def _log_job(self, job: Job, entered: bool) -> None:
+        joblog = self._joblog
+        if len(joblog) >= _TOUCHED_AT:
+            joblog = self._joblog = []
+        joblog.append((job, entered))
+
     def add(self, job: Job) -> None:
         for kind in self._kinds:
             self._add(kind, job)
+        self._log_job(job, True)
 
     def _add(self, kind: str, job: Job) -> None:
         order = self._order
@@ -156,6 +228,7 @@ class QueueIndex:
             at + 1 < len(jobs) and jobs[at + 1].submit < job.submit
         ):
             self._submit_sorted[kind] = False
+        self._touch(kind, name)
 
     def remove(self, job: Job) -> None:
         order = self._order
@@ -175,3 +248,5 @@ class QueueIndex:
                 del jobs[at]
             if not jobs:
                 del lists[name]
+            self._touch(kind, name)
+        self._log_job(job, False)

@@ -16,16 +16,23 @@ reads the ledger does not grow it without bound. The bound is set above the
 notes and charges of a whole trace (two per job: CTC-SP2 writes 155,000), so a
 replay under a policy that never reads folds nothing at all; at about 100
 bytes an entry it holds at most some 26 MB.
+
+Folding also lists the names charged or first known, per kind, in order
+(``standing_view`` hands the list out with the decayed sums): fair-share keeps
+each name's standing between events and works out again only the names
+listed since it last read (``scheduler.priority.fairshare_rank``). The list is
+started afresh at ``_TOUCHED_AT`` names, which a reader notices by identity.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterable, KeysView, Mapping
+from collections.abc import Iterable, KeysView, Mapping, Sequence
 
 _TABLES = 8
 """Tables of decayed sums kept (one per day and parameter set) before starting afresh."""
+_TOUCHED_AT = 1 << 12
+"""Names a touched list holds before a new one is started (standing_view)."""
 _FOLD_AT = 1 << 18
 """Unread notes and charges kept before they are folded in anyway (module docstring)."""
 
@@ -40,7 +47,9 @@ class UsageLedger:
             raise ValueError(f"fold_at must be >= 1 entry, got {fold_at!r}")
         self._period = period
         self._fold_at = fold_at
-        self._charged: defaultdict[tuple[str, str, int], float] = defaultdict(float)
+        # CPU-seconds per kind, name and period index: per name a small dict, so a
+        # decayed sum looks periods up by int, not by a (kind, name, index) tuple.
+        self._charged: dict[str, dict[str, dict[int, float]]] = {"user": {}, "group": {}}
         self._names: dict[str, dict[str, None]] = {"user": {}, "group": {}}
         # Decayed sums already worked out: per kind, one table per (last, count, decay);
         # a charge drops its names from every table (module docstring of decayed).
@@ -53,6 +62,8 @@ class UsageLedger:
         # Notes and charges not yet folded in, as (user, group, start, end, cpus);
         # a note is a charge of nothing (module docstring).
         self._unfolded: list[tuple[str, str, float, float, int]] = []
+        # Per kind, the names charged or first known, in order (see standing_view).
+        self._touched: dict[str, list[str]] = {"user": [], "group": []}
 
     @property
     def period(self) -> float:
@@ -79,8 +90,26 @@ class UsageLedger:
             self._apply(user, group, start, end, cpus)
 
     def _apply(self, user: str, group: str, start: float, end: float, cpus: int) -> None:
-        self._names["user"].setdefault(user, None)
-        self._names["group"].setdefault(group, None)
+        users = self._names["user"]
+        groups = self._names["group"]
+        touched = self._touched
+        if cpus <= 0:
+            # A note (or a charge of no CPUs): only a name first known is news to the
+            # readers of the touched names (they count the names seen).
+            if user in users and group in groups:
+                return
+            users[user] = None
+            groups.setdefault(group, None)
+        else:
+            users.setdefault(user, None)
+            groups.setdefault(group, None)
+        # Written out (it runs once per job that ends): the names touched, then a new
+        # list once the bound is reached (standing_view's docstring).
+        touched["user"].append(user)
+        touched["group"].append(group)
+        if len(touched["user"]) >= _TOUCHED_AT:
+            touched["user"] = []
+            touched["group"] = []
         if end <= start or cpus <= 0:
             return
         for table in self._memo["user"].values():
@@ -88,23 +117,31 @@ class UsageLedger:
         for table in self._memo["group"].values():
             table.pop(group, None)
         period = self._period
+        mine = self._charged["user"].get(user)
+        if mine is None:
+            mine = self._charged["user"][user] = {}
+        theirs = self._charged["group"].get(group)
+        if theirs is None:
+            theirs = self._charged["group"][group] = {}
         index = math.floor(start / period)
         if end <= (index + 1) * period:
             # Inside one period (most jobs): split_periods' one piece, without the list.
+            # (0.0 + amount on a first charge, as the defaultdict(float) before it.)
             amount = (end - start) * cpus
-            self._charged["user", user, index] += amount
-            self._charged["group", group, index] += amount
+            mine[index] = mine.get(index, 0.0) + amount
+            theirs[index] = theirs.get(index, 0.0) + amount
             return
         for index, seconds in split_periods(start, end, period):
             amount = seconds * cpus
-            self._charged["user", user, index] += amount
-            self._charged["group", group, index] += amount
+            mine[index] = mine.get(index, 0.0) + amount
+            theirs[index] = theirs.get(index, 0.0) + amount
 
     def cpu_seconds(self, kind: str, name: str, period_index: int) -> float:
         """CPU-seconds charged to ``name`` (a user or group) in period ``period_index``."""
         if self._unfolded:
             self._fold()
-        return self._charged.get((kind, name, period_index), 0.0)
+        per = self._charged[kind].get(name)
+        return per.get(period_index, 0.0) if per is not None else 0.0
 
     def decayed(self, kind: str, name: str, last: int, count: int, decay: float) -> float:
         """:func:`decayed_sum` of :meth:`recent`, remembered until ``name`` is charged again.
@@ -119,13 +156,16 @@ class UsageLedger:
         if value is None:
             # decayed_sum(self.recent(...), decay) with the weights ``decay**k`` worked
             # out once: the same products added in the same order, so the same float.
-            weights = self._weights.get((count, decay))
-            if weights is None:
-                weights = self._weights[count, decay] = [decay**k for k in range(count)]
-            charged = self._charged
+            weights = self.weights(count, decay)
             value = 0.0
-            for k in range(count):
-                value += weights[k] * charged.get((kind, name, last - k), 0.0)
+            per = self._charged[kind].get(name)
+            if per is not None:
+                get = per.get
+                for k in range(count):
+                    value += weights[k] * get(last - k, 0.0)
+            else:
+                # Never charged: every term is w * 0.0, and 0.0 + 0.0 is 0.0.
+                value = 0.0
             table[name] = value
         return value
 
@@ -137,6 +177,35 @@ class UsageLedger:
         if self._unfolded:
             self._fold()
         return self._table(kind, last, count, decay)
+
+    def standing_view(
+        self, kind: str, last: int, count: int, decay: float
+    ) -> tuple[KeysView[str], int, Mapping[str, float], Sequence[str]]:
+        """:meth:`known`, :meth:`count`, :meth:`decayed_table` and the names touched,
+        in one call, folding once: fair-share reads them all at every event.
+
+        The names touched are those charged or first known, oldest first, so a
+        reader that remembers how far it read knows whose decayed sums may have
+        moved. The list only grows until it holds ``_TOUCHED_AT`` names; then a
+        new one is started, and a reader holding the old one (it compares
+        identity) must look at every name again."""
+        if self._unfolded:
+            self._fold()
+        names = self._names[kind]
+        return (
+            names.keys(),
+            len(names),
+            self._table(kind, last, count, decay),
+            self._touched[kind],
+        )
+
+    def weights(self, count: int, decay: float) -> list[float]:
+        """``[decay**k for k < count]``, worked out once per parameter set: the very
+        floats :func:`decayed_sum` multiplies by (do not change the list)."""
+        weights = self._weights.get((count, decay))
+        if weights is None:
+            weights = self._weights[count, decay] = [decay**k for k in range(count)]
+        return weights
 
     def _table(self, kind: str, last: int, count: int, decay: float) -> dict[str, float]:
         tables = self._memo[kind]
@@ -163,8 +232,11 @@ class UsageLedger:
         """CPU-seconds of ``name`` in periods ``last``, ``last - 1``, ... (``count`` of them)."""
         if self._unfolded:
             self._fold()
-        charged = self._charged
-        return [charged.get((kind, name, last - k), 0.0) for k in range(count)]
+        per = self._charged[kind].get(name)
+        if per is None:
+            return [0.0] * count
+        get = per.get
+        return [get(last - k, 0.0) for k in range(count)]
 
     def knows(self, kind: str, name: str) -> bool:
         """Whether ``name`` (a user or group) was ever charged or noted."""

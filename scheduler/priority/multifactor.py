@@ -40,8 +40,19 @@ sorts before every other job, whatever its priority (the text's "highest
 possible priority"); among themselves they sort like the rest.
 
 Ties: equal priority (compared rounded to 1e-9) goes to the earlier submit
-time, then to arrival order. The fair-share standings are computed once per
-call, so the cost per job is a handful of arithmetic operations.
+time, then to arrival order.
+
+Cost: with the core's queue index and ledger, the order is kept between events
+(``multifactor_rank``): while every queued job's age is inside ``[0, 1]``
+(every job of the traces), a job's priority is ``w_age / max_age * now`` plus
+a clock-free part, so the queue is kept sorted by that part, and an event only
+inserts, removes or moves the jobs it touched (a name whose fair-share factor
+moved moves its jobs); neighbours too close to be ordered without the clock
+are re-sorted by the key below at every event. The order is the reference's
+job for job. Otherwise (a job past ``max_age`` or not yet submitted, an
+emergency QoS, ``favor_small``, no index) every job's key is computed at the
+event, a handful of arithmetic operations per job, the fair-share standings
+once per call.
 """
 
 from __future__ import annotations
@@ -54,7 +65,9 @@ from typing import NamedTuple
 
 from model.job import Job
 from scheduler.priority.fairshare import FairShare
+from scheduler.priority.multifactor_rank import clock_free_order
 from scheduler.snapshot import Snapshot
+from scheduler.usage import UsageLedger
 
 DEFAULT_MAX_AGE = 7 * 86400.0
 """Seconds after which age stops adding priority (Slurm's ``PriorityMaxAge`` default)."""
@@ -252,6 +265,14 @@ class MultiFactor:
         queue = snapshot.queue
         if len(queue) < 2:
             return queue
+        index = snapshot.by_account
+        usage = snapshot.usage
+        if index is not None and isinstance(usage, UsageLedger):
+            # The core's index and ledger: the order kept between events
+            # (``multifactor_rank``), unless this event is one it does not handle.
+            kept = clock_free_order(self, snapshot, index, usage)
+            if kept is not None:
+                return kept
         keys: list[tuple[bool, int, float, int]] = []
         plain: list[tuple[int, float, int]] = []
         self._each(snapshot, None, keys, plain)
