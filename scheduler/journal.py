@@ -27,7 +27,7 @@ Tables:
   readable with the ``sqlite3`` shell), submit time, state, start, end, parts
   and how many times it was requeued. Rows are never deleted; the implicit
   rowid is the submission order, which is the queue order on restore;
-- ``events``: append-only history (starts, resizes, requeues, ends) for
+- ``events``: append-only history (starts, resizes, requeues, holds, ends) for
   audits and reports, read with :meth:`Journal.history`; a restart does not
   need it;
 - ``job_events`` (schema 2): every ``JobEvent`` published to watchers, keyed
