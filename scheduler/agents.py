@@ -22,7 +22,11 @@ stop; if not, fencing makes the command harmless to a later incarnation).
 The same rule applies to one job when a part vanishes (a RUNNING part that
 the agent's heartbeats stop listing for ``vanish_misses`` beats in a row) or is
 fenced off by its agent (``PartFinished(reason="fenced")``: a start that
-reached it later than its lease, or a part stopped because the lease lapsed).
+reached it later than its lease, or a part stopped because the lease lapsed),
+and, uncharged, when a start never reached its agent (a STARTING part that a
+heartbeat does not list past the silence limit since the decision: a broker
+killed after acknowledging the ``StartPart`` loses it, and the agent would
+refuse it now as older than its lease).
 A LOST agent heard again (a heartbeat) rejoins; its stale parts are told to
 stop when its heartbeat lists them.
 
@@ -68,6 +72,7 @@ from scheduler.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.context import Agent, Context
 from scheduler.lifecycle import JobState
 from scheduler.part_lifecycle import PartInput, PartState
+from scheduler.placements import LiveJob
 
 log = logging.getLogger("scheduler.actor")
 
@@ -351,7 +356,28 @@ def _reported(ctx: Context, agent: str, running: Reported, now: float, *, comple
             continue
         if job_id in core.pending:
             reconcile.not_running(ctx, job_id, agent, now)
+        elif part.state is PartState.STARTING and _start_expired(ctx, live, agent, now):
+            ctx.job_lost(
+                job_id, now, f"its start never reached {agent}: not charged", charged=False
+            )
         elif part.state is PartState.RUNNING and ctx.settings.vanish_misses:
             part.misses += 1
             if part.misses >= ctx.settings.vanish_misses:
                 ctx.job_lost(job_id, now, f"its part on {agent} vanished")
+
+
+def _start_expired(ctx: Context, live: LiveJob, agent: str, now: float) -> bool:
+    """Whether a start the agent's heartbeat does not list can no longer run there.
+
+    A ``StartPart`` the broker acknowledged can still be lost (a broker killed
+    before it delivered it): the agent never lists the part, never reports it,
+    and the job would stay starting for ever. An agent refuses a start older
+    than its lease (``nodeagent.lease``); past the silence limit since the
+    decision (longer than the lease, with the same margin for the hosts' clocks
+    as the lost-agent rule), a start not listed has not run and never will, so
+    it is lost, uncharged. A start sent again (``live.resent``) is newer than
+    the decision and left to the rule that sent it.
+    """
+    if live.decided is None or agent in live.resent:
+        return False
+    return now - live.decided > ctx.settings.silence_limit * ctx.time_scale

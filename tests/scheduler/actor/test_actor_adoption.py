@@ -288,3 +288,33 @@ async def test_uncharged_requeues_are_uncharged_after_a_scheduler_restart(
         assert c.state("j") != "failed"
     finally:
         await c.stop()
+
+
+async def test_a_start_that_never_reached_its_agent_is_requeued_uncharged(
+    cluster: Cluster,
+) -> None:
+    """A StartPart lost on the way (a broker killed after acknowledging it): the agent's
+    heartbeats never list the part; past the silence limit since the decision the
+    start could no longer run there, and the job goes back to the queue, uncharged."""
+    a1 = await cluster.agent("a1", 4, ack_starts=False)
+    await cluster.client.submit(spec("j", 2))
+    await eventually(lambda: a1.started("j"))
+    a1.running.clear()  # as if the start had never arrived
+    limit = SETTINGS.silence_limit
+    # Within the limit, a heartbeat without it proves nothing (the start may be on its way).
+    cluster.clock.advance(limit / 2)
+    await a1.heartbeat()
+    await cluster.settle()
+    assert cluster.state("j") == "running"
+    assert len(a1.starts()) == 1
+    cluster.clock.advance(limit)
+    await a1.heartbeat()
+    await eventually(lambda: len(a1.starts()) == 2)  # requeued, then started again
+    again = a1.starts()[-1]
+    assert again.attempt == 2
+    with Journal(cluster.path) as journal:
+        row = journal.job("j")
+        states = [e.state for e in journal.job_events(["j"])]
+    assert row is not None
+    assert (row.requeues, row.uncharged) == (1, 1)
+    assert "requeued" in states
