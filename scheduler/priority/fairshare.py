@@ -84,7 +84,7 @@ from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
-from scheduler.priority.fairshare_rank import entries, order_by_rank
+from scheduler.priority.fairshare_rank import entries, merge_ties, order_by_rank
 from scheduler.queue_index import QueueIndex
 from scheduler.snapshot import RunningJob, Snapshot
 from scheduler.usage import UsageLedger, decayed_sum, split_periods
@@ -414,23 +414,7 @@ class FairShare:
             for who, (p, share) in self.queue_table(snapshot).items()
         ]
         keys.sort()
-        out: list[Job] = []
-        k = 0
-        n = len(keys)
-        while k < n:
-            first, second, who = keys[k]
-            tied = k + 1
-            while tied < n and keys[tied][0] == first and keys[tied][1] == second:
-                tied += 1
-            if tied == k + 1:
-                out += lists[who]
-            else:
-                arrival = index.arrival
-                merged = [j for key in keys[k:tied] for j in lists[key[2]]]
-                merged.sort(key=lambda j: (j.submit, arrival(j.id)))
-                out += merged
-            k = tied
-        return out
+        return merge_ties(keys, lists, index)
 
 
 def _add_live(  # noqa: PLR0917 - a hot inner helper; keywords would cost per call

@@ -232,18 +232,20 @@ def order_by_rank(
     for key in keys[1:]:
         if key[0] == previous[0] and key[1] == previous[1]:
             # A tie (rare on traces: a few hundred events of KTH-SP2's 44,000).
-            return _merge_ties(keys, lists, index)
+            return merge_ties(keys, lists, index)
         previous = key
     for key in keys:
         out += lists[key[2]]
     return out
 
 
-def _merge_ties(
+def merge_ties(
     keys: list[tuple[float, float, str]], lists: Mapping[str, Sequence[Job]], index: QueueIndex
 ) -> list[Job]:
-    """:func:`order_by_rank`'s concatenation when some names tie: the tied names'
-    lists are merged by ``(submit, arrival)``, which no two jobs share."""
+    """The names' lists one after the other in the order of ``keys`` (sorted
+    ``(rank, share, name)``), the lists of tied names merged by ``(submit,
+    arrival)``, which no two jobs share (:func:`order_by_rank`, and
+    ``FairShare._order_by_name`` without the kept standings)."""
     out: list[Job] = []
     arrival = index.arrival
     k = 0

@@ -262,14 +262,7 @@ def _insert(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     bisect.insort(memo.submits, (submit, arrival))
     if abs(submit) > _SUBMIT_BOUND:
         memo.odd += 1
-    close = memo.close
-    if at > 0:
-        before = keys[at - 1][2]
-        close.discard(before)
-        if _close(memo, before, arrival):
-            close.add(before)
-    if at + 1 < len(keys) and _close(memo, arrival, keys[at + 1][2]):
-        close.add(arrival)
+    _judge_neighbours(memo, at, arrival)
 
 
 def _remove(memo: ClockFreeOrder, arrival: int) -> Job:
@@ -342,6 +335,14 @@ def _move(memo: ClockFreeOrder, arrival: int, w: float) -> None:
     at = bisect.bisect_left(keys, new)
     keys.insert(at, new)
     jobs.insert(at, job)
+    _judge_neighbours(memo, at, arrival)
+
+
+def _judge_neighbours(memo: ClockFreeOrder, at: int, arrival: int) -> None:
+    """``arrival`` has just gone in at ``at``: whether it and the job now before it
+    are each close to the job after them (``memo.close`` marks the first of a pair)."""
+    keys = memo.keys
+    close = memo.close
     if at > 0:
         before = keys[at - 1][2]
         close.discard(before)
