@@ -1,1 +1,1 @@
-"""The ``accordion`` command line: it drives the twin (and, later, the live runtime)."""
+"""The ``accordion`` command line: the twin's experiments, the live client and a local cluster."""

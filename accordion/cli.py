@@ -2,14 +2,14 @@
 
 The app and its commands, registered from the modules that hold them:
 
-- the twin's, :mod:`accordion.twin_cmds`: ``simulate``, ``compare``, ``sweep``,
+- the twin's, :mod:`accordion.commands.twin`: ``simulate``, ``compare``, ``sweep``,
   ``generate``, ``policies``;
-- the live runtime's client, :mod:`accordion.live_cmds`: ``submit``,
+- the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
-- a local cluster, :mod:`accordion.up_cmd`: ``up`` (``--demo`` to try it);
-- logins and ACLs for a broker of one's own, :mod:`accordion.auth_cmd`: ``auth init``.
+- a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
+- logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
 - the same demo on a cluster already running (the compose testbed),
-  :mod:`accordion.demo_cmd`: ``demo``.
+  :mod:`accordion.commands.demo`: ``demo``.
 
 Every user error (unknown policy or option, missing file, bad trace, bad
 cluster file, a broker or scheduler that cannot be reached) ends in one clear
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion import auth_cmd, demo_cmd, live_cmds, twin_cmds, up_cmd
+from accordion.commands import auth, demo, live, twin, up
 
 app = typer.Typer(
     name="accordion",
@@ -31,11 +31,11 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-twin_cmds.register(app)
-live_cmds.register(app)
-up_cmd.register(app)
-auth_cmd.register(app)
-demo_cmd.register(app)
+twin.register(app)
+live.register(app)
+up.register(app)
+auth.register(app)
+demo.register(app)
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:  # the replay's types only: display stays below the client in imports
-    from accordion.replay import Changed, ReplayState
+    from accordion.client.replay import Changed, ReplayState
     from broker.messages import JobEvent
 
 # Piped output (CI logs, files) gets wide tables instead of rich's 80-column default.

@@ -314,7 +314,7 @@ def internal_acl(topics: Topics) -> str:
     An agent's client id is its machine id (``--client-id={name}``), so the
     ``pattern`` lines let it speak only on its own topics (its Last Will
     included); the scheduler refuses an agent whose messages name another machine
-    than its topic (``scheduler.agents``). The shared login adds only what every
+    than its topic (``scheduler.live.agents``). The shared login adds only what every
     agent needs: the job topics it relays and the cluster summary.
     """
     scheduler = scheduler_account("-")

@@ -49,7 +49,7 @@ class Message(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, froz
 
 
 class MpiSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """The MPI-like workload's parameters (``nodeagent.mpi``): what each rank does.
+    """The MPI-like workload's parameters (``nodeagent.job.mpi``): what each rank does.
 
     Every iteration, each rank burns ``compute`` CPU-seconds (at the job's
     ``ref_speed``; a machine's speed scales them), then exchanges
@@ -226,9 +226,9 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     running: tuple[RunningPart, ...] = ()
     #: Wall seconds the agent keeps its parts running without the broker acknowledging
     #: its heartbeats (its lease); 0 when it has none. The scheduler checks that it
-    #: declares an agent lost only later than that (see ``scheduler.agents``).
+    #: declares an agent lost only later than that (see ``scheduler.live.agents``).
     lease: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
-    #: The host CPUs the agent pins its parts' ranks to (``nodeagent.cpuset``); empty
+    #: The host CPUs the agent pins its parts' ranks to (``nodeagent.agent.cpuset``); empty
     #: from an agent that does not pin.
     cpuset: Annotated[
         tuple[Annotated[int, msgspec.Meta(ge=0, le=65_535)], ...], msgspec.Meta(max_length=65_536)
@@ -241,7 +241,7 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     speed_score: Annotated[float, msgspec.Meta(gt=0, le=1e6)] | None = None
     speed_spread: Annotated[float, msgspec.Meta(ge=0, le=1e6)] | None = None
     #: True when this agent's parts outlive it within ``lease`` and a next incarnation
-    #: for the machine adopts them (``nodeagent.adoption``): on its will, the scheduler
+    #: for the machine adopts them (``nodeagent.survival.adoption``): on its will, the scheduler
     #: holds its parts for the lease instead of requeueing them at once.
     adopts: bool = False
 

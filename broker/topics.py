@@ -15,7 +15,7 @@ of the root so two protocol versions can share a broker):
   CancelPart, ResizePart.
 - ``R/jobs/<job>/control``: an agent to its job process; ResizePart, CancelPart.
 - ``R/jobs/<job>/ranks/<part>``: a part of an MPI-like job to the job's other
-  parts; its latest contribution (raw bytes, see ``nodeagent.mpi``), retained.
+  parts; its latest contribution (raw bytes, see ``nodeagent.job.mpi``), retained.
 - ``R/cluster``: ClusterSummary, retained, for anyone.
 - ``R/events``: JobEvent, for watchers.
 
@@ -90,7 +90,7 @@ class Topics:
         return f"{self.root}/jobs/{_level(job)}/control"
 
     def job_ranks(self, job: str, part: int) -> str:
-        """A part's MPI-like contribution (retained; ``nodeagent.mpi``)."""
+        """A part's MPI-like contribution (retained; ``nodeagent.job.mpi``)."""
         return f"{self.root}/jobs/{_level(job)}/ranks/{part}"
 
     def all_job_ranks(self, job: str) -> str:

@@ -69,7 +69,7 @@ class JobOutcome:
 # thousands). A frozen dataclass's ``__init__`` sets every field through
 # ``object.__setattr__``; setting the slots through their descriptors builds the
 # same immutable value for about two thirds of the cost (as
-# ``scheduler.snapshot_slots`` does for snapshots). The field lists are checked at
+# ``scheduler.core.snapshot_slots`` does for snapshots). The field lists are checked at
 # import, so a field added to either class cannot be silently left unset.
 
 _OUTCOME_FIELDS = ("job", "start", "end", "parts", "segments", "expanded_runtime", "failed")

@@ -1,13 +1,15 @@
 """Node agents of the live runtime: one per machine.
 
-``nodeagent.agent`` is the actor (registration with a Last Will, heartbeats,
-one supervised OS process per job part, wall-time limits, cancel and resize),
-with ``nodeagent.admission`` answering its commands and ``nodeagent.cpuset``
-pinning MPI-like ranks to its real cores; ``nodeagent.job`` the job process
-itself (an MQTT client running the sleep workload at the rate of the shared
-``model.execution`` model, or leading an MPI-like part: ``nodeagent.mpi``
-and its rank processes, ``nodeagent.ranks``, burning ``nodeagent.kernel``);
-``nodeagent.spawn`` and ``nodeagent.pipe`` how parts are started,
-``nodeagent.exporter`` its Prometheus metrics, and ``python -m nodeagent`` the
-command.
+- ``nodeagent.agent``: the actor (registration with a Last Will, heartbeats,
+  admission of starts, resizes and cancels, its parts' runs, CPU pinning, its
+  Prometheus metrics);
+- ``nodeagent.launch``: how a part's process is started (the launch
+  description, the warm fork server, the pipe bus its agent relays);
+- ``nodeagent.survival``: what outlives an agent (its state directory, the
+  lease its parts stop by, adoption by its next incarnation);
+- ``nodeagent.job``: the job process itself, ``python -m nodeagent.job``: the
+  sleep workload at the rate of the shared ``model.execution`` model, or the
+  leader of an MPI-like part and its rank processes.
+
+``python -m nodeagent`` is the command.
 """

@@ -1,14 +1,14 @@
 """``python -m nodeagent``: run one node agent on an MQTT broker until SIGINT or SIGTERM.
 
 The bus is created with the agent's Last Will (``agent_will``). Job processes
-are forked by the agent's warm launcher (``nodeagent.forkserver``) and reach
-the broker through the agent's own connection (``nodeagent.relay``): they
+are forked by the agent's warm launcher (``nodeagent.launch.forkserver``) and reach
+the broker through the agent's own connection (``nodeagent.launch.relay``): they
 hold no credentials and open no connection. The loop is uvloop when
 installed, and SIGINT/SIGTERM ask for the clean shutdown of
-``nodeagent.agent`` (parts ended and reported ``lost``, then a retained
+``nodeagent.agent.node_agent`` (parts ended and reported ``lost``, then a retained
 goodbye). Before it registers, it adopts the parts a killed predecessor for
 the same machine left running in its state directory (``--state-dir``;
-``nodeagent.adoption``). Exit status: 0 after a clean goodbye, 1 if the broker
+``nodeagent.survival.adoption``). Exit status: 0 after a clean goodbye, 1 if the broker
 connection failed or was lost (the broker has then published the will), 2 on a
 usage error or a state directory another agent holds.
 """
@@ -30,17 +30,23 @@ from broker.bus import BusError
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
-from nodeagent.adoption import RejoinServer, adopted_key, survey
-from nodeagent.agent import AgentSettings, NodeAgent, agent_will, machine_spec, new_incarnation
-from nodeagent.cpuset import checked_cpuset, parse_cpuset
-from nodeagent.exporter import serve_metrics
-from nodeagent.forkserver import ForkServer
-from nodeagent.kernel import Score, benchmark
-from nodeagent.launch_exporter import LauncherCollector
-from nodeagent.lease import DEFAULT_LEASE
-from nodeagent.relay import Relay, RelaySpawn
-from nodeagent.runner import run
-from nodeagent.state import StateDir, StateError, default_state_dir
+from nodeagent.agent.cpuset import checked_cpuset, parse_cpuset
+from nodeagent.agent.exporter import serve_metrics
+from nodeagent.agent.node_agent import (
+    AgentSettings,
+    NodeAgent,
+    agent_will,
+    machine_spec,
+    new_incarnation,
+)
+from nodeagent.job.kernel import Score, benchmark
+from nodeagent.launch.exporter import LauncherCollector
+from nodeagent.launch.forkserver import ForkServer
+from nodeagent.launch.relay import Relay, RelaySpawn
+from nodeagent.launch.runner import run
+from nodeagent.survival.adoption import RejoinServer, adopted_key, survey
+from nodeagent.survival.lease import DEFAULT_LEASE
+from nodeagent.survival.state import StateDir, StateError, default_state_dir
 
 log = logging.getLogger("nodeagent")
 
@@ -60,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         "--speed",
         default="1.0",
         help="benchmark speed of this machine, or 'auto' to measure it at start with the "
-        "ranks' CPU kernel (nodeagent.kernel; 1.0 is its reference machine)",
+        "ranks' CPU kernel (nodeagent.job.kernel; 1.0 is its reference machine)",
     )
     p.add_argument(
         "--cpuset",

@@ -3,7 +3,7 @@
 Theory of operation. The edge of the program: parse the options, build the
 policy, open the journal (its stored epoch and time scale win, so a restart
 goes on in the same cluster time), start the metrics endpoint on an injected
-registry, connect to the broker and run the :class:`~scheduler.actor.SchedulerActor`
+registry, connect to the broker and run the :class:`~scheduler.runtime.actor.SchedulerActor`
 until SIGINT or SIGTERM, which stop it cleanly (the current batch is
 finished, the last ClusterSummary published, the journal closed). uvloop is
 used when it can be imported.
@@ -33,18 +33,18 @@ from prometheus_client import CollectorRegistry
 from broker.bus import BusError
 from broker.topics import DEFAULT_ROOT, TopicError, Topics
 from model.execution import ExecutionModel, ModelKind
-from scheduler.actor import ActorSettings, SchedulerActor
-from scheduler.clock import WallClock
-from scheduler.exporter import SchedulerMetrics, serve
-from scheduler.journal import Journal, JournalError
-from scheduler.placement import PlacementRule
+from scheduler.core.snapshot import Policy
+from scheduler.live.settings import DEFAULT_MAX_WALLTIME
+from scheduler.planning.placement import PlacementRule
 from scheduler.policies.registry import (
     UnknownPolicyError,
     build_policy_with,
     parse_policy_opts,
 )
-from scheduler.settings import DEFAULT_MAX_WALLTIME
-from scheduler.snapshot import Policy
+from scheduler.runtime.actor import ActorSettings, SchedulerActor
+from scheduler.runtime.clock import WallClock
+from scheduler.runtime.exporter import SchedulerMetrics, serve
+from scheduler.runtime.journal import Journal, JournalError
 
 log = logging.getLogger("scheduler")
 

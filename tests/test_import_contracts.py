@@ -19,7 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("broker", "model", "scheduler", "nodeagent", "twin", "workload", "accordion")
 LINT = Path(sys.executable).with_name("lint-imports")
-SANS_IO = "the scheduler core, its policies and priorities are sans-I/O"
+SANS_IO = "the scheduler's core, planning, policies and priorities are sans-I/O"
+LIVE_SANS_IO = "the scheduler's live handlers are sans-I/O"
+LAYERS = "the scheduler's layers point one way"
+CLI_LAYERS = "the CLI's parts point one way"
 
 
 def contract_names() -> list[str]:
@@ -55,17 +58,45 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("module", "planted", "contract"),
     [
-        ("scheduler/journal.py", "import msgspec", "only the broker package imports msgspec"),
-        ("accordion/client.py", "import msgspec", "only the broker package imports msgspec"),
-        ("nodeagent/agent.py", "import aiomqtt", "only broker.mqtt imports the MQTT client"),
+        (
+            "scheduler/runtime/journal.py",
+            "import msgspec",
+            "only the broker package imports msgspec",
+        ),
+        (
+            "accordion/client/live_client.py",
+            "import msgspec",
+            "only the broker package imports msgspec",
+        ),
+        (
+            "nodeagent/agent/node_agent.py",
+            "import aiomqtt",
+            "only broker.mqtt imports the MQTT client",
+        ),
         ("broker/codec.py", "import paho.mqtt.client", "only broker.mqtt imports the MQTT client"),
-        ("broker/topics.py", "import scheduler.core", "broker (the wire contract)"),
-        ("nodeagent/job.py", "import scheduler.actor", "nodeagent does not import the scheduler"),
+        ("broker/topics.py", "import scheduler.core.core", "broker (the wire contract)"),
+        (
+            "nodeagent/job/sleep_job.py",
+            "import scheduler.runtime.actor",
+            "nodeagent does not import the scheduler",
+        ),
         ("scheduler/policies/easy.py", "import time", SANS_IO),
         ("scheduler/priority/fairshare.py", "import msgspec", SANS_IO),
-        ("scheduler/core.py", "from broker import topics", SANS_IO),
-        ("scheduler/easy_shadow.py", "import random", SANS_IO),
+        ("scheduler/core/core.py", "from broker import topics", SANS_IO),
+        ("scheduler/planning/easy_shadow.py", "import random", SANS_IO),
         ("scheduler/policies/dpsa.py", "import asyncio", SANS_IO),
+        ("scheduler/live/requests.py", "import time", LIVE_SANS_IO),
+        ("scheduler/live/agents.py", "import broker.mqtt", LIVE_SANS_IO),
+        ("scheduler/live/dispatch.py", "import scheduler.runtime.clock", LAYERS),
+        ("scheduler/core/usage.py", "import scheduler.live.context", LAYERS),
+        ("scheduler/planning/profile.py", "import scheduler.policies.easy", LAYERS),
+        (
+            "nodeagent/job/mpi.py",
+            "import nodeagent.agent.node_agent",
+            "the job process imports nothing of the agent actor",
+        ),
+        ("accordion/client/replay.py", "import accordion.cluster.processes", CLI_LAYERS),
+        ("accordion/experiments/runs.py", "import accordion.commands.options", CLI_LAYERS),
     ],
 )
 def test_a_planted_import_breaks_its_contract(

@@ -28,8 +28,8 @@ from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
 from model.machine import Machine
 from model.outcome import JobOutcome
-from scheduler.core import Rejected, SchedulerCore
-from scheduler.snapshot import Policy
+from scheduler.core.core import Rejected, SchedulerCore
+from scheduler.core.snapshot import Policy
 from twin.agents import ModelledAgents
 
 ProgressFn = Callable[[int, int], None]

@@ -14,7 +14,7 @@ speed, how many, labels)::
     labels = ["gpu"]         # optional
 
 ``speed = "auto"`` asks for the machine's measured benchmark speed: the
-caller passes ``auto_speed`` (the CLI runs ``nodeagent.kernel``'s benchmark
+caller passes ``auto_speed`` (the CLI runs ``nodeagent.job.kernel``'s benchmark
 once, on this host, so the twin and the agents it starts plan with the same
 number); without it, "auto" is an error.
 

@@ -15,7 +15,7 @@ job may delay nobody.
 Reservations are promises kept across events: the core hands back the last
 decision's reservations in ``snapshot.reservations``. At each decision
 
-1. the profile (``scheduler.profile``) is built from the running jobs'
+1. the profile (``scheduler.planning.profile``) is built from the running jobs'
    estimated ends (an overdue end counts as now);
 2. every previous reservation of a still-queued job is booked at its old
    start (now, if that has passed) and parts, for its estimate on those
@@ -55,13 +55,13 @@ from dataclasses import dataclass, field
 
 from model.allocation import pace
 from model.job import Job
-from scheduler.alloc import take
-from scheduler.placement import Placement
+from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.planning.placement import Placement
+from scheduler.planning.profile import Profile
+from scheduler.planning.profile_batch import Booking
+from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.profile import Profile
-from scheduler.profile_batch import Booking
-from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

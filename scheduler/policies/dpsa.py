@@ -6,7 +6,7 @@ programming.md``), sec. III.B and its Fig. 2, line by line:
 
 * lines 3-7: jobs start in priority order while the top one fits (as EASY);
 * line 8: the first that does not fit, ``p0``, gets EASY's reservation: the
-  shadow time and the CPUs left over at it (``scheduler.easy_shadow.shadow_for``,
+  shadow time and the CPUs left over at it (``scheduler.planning.easy_shadow.shadow_for``,
   shared with EASY, so a promise given once is kept);
 * lines 9-10: the eligible jobs are the other waiting jobs that need no more
   than the CPUs free now;
@@ -88,12 +88,12 @@ from typing import Literal
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import give, start_while_fit, take
-from scheduler.easy_shadow import head_shadow
-from scheduler.placement import Placement
+from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.planning.easy_shadow import head_shadow
+from scheduler.planning.placement import Placement
+from scheduler.planning.scratch import give, start_while_fit, take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 Variant = Literal["p", "n", "w"]
 

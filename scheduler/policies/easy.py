@@ -4,7 +4,7 @@ Lifka's ANL/IBM SP scheduler as the DPSA paper (sec. III.A, Fig. 1) and the
 FCFS-malleable paper (Fig. 2(b)) use it as their baseline: jobs start in
 priority order while they fit; the first that does not fit gets a reservation
 at the earliest time the running jobs' estimated ends free enough CPUs (the
-*shadow time*, ``scheduler.easy_shadow``); every later job in priority order
+*shadow time*, ``scheduler.planning.easy_shadow``); every later job in priority order
 may start now ("backfill") if it fits now and either ends, by its estimate,
 before the shadow time, or only uses CPUs that the reservation leaves over.
 With exact estimates the head job therefore never starts later than its
@@ -20,17 +20,17 @@ from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
-from scheduler.alloc import start_while_fit, take
-from scheduler.easy_shadow import head_shadow, one_machine_shadow
-from scheduler.placement import Placement, PlacementRule
+from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
+from scheduler.planning.placement import Placement, PlacementRule
+from scheduler.planning.scratch import start_while_fit, take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
-    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)

@@ -65,8 +65,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.job import Job
+from scheduler.core.snapshot import Decisions, Snapshot
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot
-from scheduler.snapshot import Decisions, Snapshot
 
 MIN_MAKESPAN = 1.0
 """Seconds: the least ``makespan_old`` equation (1) divides by (the zero guard)."""

@@ -16,10 +16,10 @@ user's estimate (the wall time): schedulers never see the real run time.
 
 The plan. One :class:`MachinePlan` per machine: its planned jobs in start
 order, each a :class:`Slot` ``[start, end)`` of ``procs`` CPUs, and a
-:class:`~scheduler.step_function.Timeline` of its free CPUs with the running jobs and the slots
-booked. A pure policy keeps no state between calls, so the plan travels in
-the decisions: every slot is returned as a
-:class:`~scheduler.snapshot.Reservation` with one part (the job's ``procs`` on
+:class:`~scheduler.planning.step_function.Timeline` of its free CPUs with the
+running jobs and the slots booked. A pure policy keeps no state between calls,
+so the plan travels in the decisions: every slot is returned as a
+:class:`~scheduler.core.snapshot.Reservation` with one part (the job's ``procs`` on
 its machine), and the core hands them back in ``snapshot.reservations``. At
 the next event :meth:`Plan.from_snapshot`
 
@@ -56,8 +56,8 @@ from dataclasses import dataclass, field
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.snapshot import Decisions, Reservation, Snapshot, Start
-from scheduler.step_function import Timeline
+from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.planning.step_function import Timeline
 
 _INF = math.inf
 

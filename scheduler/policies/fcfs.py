@@ -14,16 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from scheduler.alloc import start_while_fit
-from scheduler.placement import Placement
+from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.planning.placement import Placement
+from scheduler.planning.scratch import start_while_fit
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.snapshot import Decisions, Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fcfs:
-    #: Nothing to decide on an empty queue (``scheduler.snapshot.Policy``).
+    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)

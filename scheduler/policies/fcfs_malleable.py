@@ -107,11 +107,11 @@ from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.alloc import take
-from scheduler.placement import Placement
+from scheduler.core.snapshot import Decisions, Resize, RunningJob, Snapshot, Start
+from scheduler.planning.placement import Placement
+from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
-from scheduler.snapshot import Decisions, Resize, RunningJob, Snapshot, Start
 
 Age = tuple[float, float, int]
 """``(submit, start, rank)``: smaller is older. ``rank`` makes the key total."""

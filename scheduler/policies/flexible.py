@@ -11,7 +11,7 @@ with that priority source, by composition (one reservation, for the first
 job that does not fit; later jobs backfill if they do not delay it).
 
 Placement: "each job is scheduled on the first most powerful available
-machine", which is the ``fastest`` rule (``scheduler.placement``): the
+machine", which is the ``fastest`` rule (``scheduler.planning.placement``): the
 fastest machine that fits. Where no single machine of the fastest speed
 level fits, ``fastest`` spans machines of that level rather than falling back
 to one slower machine; the paper never spans ("parallel jobs are always
@@ -21,7 +21,7 @@ field away. On a trace's one-partition cluster the two are the same.
 The reservation across events. Section 4: "job priorities are updated at each
 job submission or ending event and the reservation for the first queued job
 is maintained through events". EASY keeps a reservation through events only
-while the same job stays at the head (``scheduler.easy_shadow.shadow_for``
+while the same job stays at the head (``scheduler.planning.easy_shadow.shadow_for``
 reuses the previous promise, read from ``snapshot.reservations``, when the
 new computation would start the job later and the promised CPUs are still
 free then). Under a priority that is re-sorted at every event the head can
@@ -40,7 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from model.job import Job
-from scheduler.placement import Placement, PlacementRule
+from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.priority.flexible_score import (
     AGE_FACTOR,
@@ -50,7 +51,6 @@ from scheduler.priority.flexible_score import (
     FlexiblePriority,
     K,
 )
-from scheduler.snapshot import Decisions, Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.placement import Placement, PlacementRule
+from scheduler.core.snapshot import Policy
+from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.conservative import ConservativeBackfill
 from scheduler.policies.dpsa import Dpsa
 from scheduler.policies.easy import EasyBackfill
@@ -29,7 +30,6 @@ from scheduler.priority import PrioritySource
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.fifo import Fifo
 from scheduler.priority.multifactor import MultiFactor
-from scheduler.snapshot import Policy
 
 
 class UnknownPolicyError(ValueError):

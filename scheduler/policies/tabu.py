@@ -54,9 +54,9 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
+from scheduler.core.snapshot import Decisions, Snapshot
 from scheduler.policies.eg_edf import plan_for, weight
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot, start_of
-from scheduler.snapshot import Decisions, Snapshot
 
 DEFAULT_TABU_SIZE = 8
 """Jobs kept in the tabu list (the oldest leaves when a ninth comes in)."""

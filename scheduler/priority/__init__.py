@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from model.job import Job
-from scheduler.snapshot import Snapshot
+from scheduler.core.snapshot import Snapshot
 
 
 class PrioritySource(Protocol):

@@ -29,7 +29,7 @@ Choices, each stated because the text leaves it open or contradicts itself:
   We follow the worked example; ``scale_usage_by_share=True`` gives the
   formula line (and the text's "100 % of the cluster today" illustration:
   penalty 0.75, then 0.525, then 0.3675).
-* Usage is the ledger's charged CPU-seconds (``scheduler.usage``: charged when
+* Usage is the ledger's charged CPU-seconds (``scheduler.core.usage``: charged when
   a job leaves the CPUs or is resized) plus the use so far of the running
   jobs, from ``max(start, charged_from)`` to now, so a long job counts before
   it ends and nothing is counted twice.
@@ -84,10 +84,10 @@ from operator import attrgetter
 from typing import Literal
 
 from model.job import Job
+from scheduler.core.queue_index import QueueIndex
+from scheduler.core.snapshot import RunningJob, Snapshot
+from scheduler.core.usage import UsageLedger, decayed_sum, split_periods
 from scheduler.priority.fairshare_rank import entries, merge_ties, order_by_rank
-from scheduler.queue_index import QueueIndex
-from scheduler.snapshot import RunningJob, Snapshot
-from scheduler.usage import UsageLedger, decayed_sum, split_periods
 
 DEFAULT_DECAY = 0.7
 """The text's decay factor ``D``."""

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from scheduler.core.snapshot import RunningJob
+from scheduler.core.usage import UsageLedger, split_periods
 from scheduler.priority.fairshare_state import TIE_DIGITS, Entry, Mode, NameRanks, OlderParts
-from scheduler.snapshot import RunningJob
-from scheduler.usage import UsageLedger, split_periods
 
 if TYPE_CHECKING:  # fairshare.py imports fairshare_rank, which imports this module
     from scheduler.priority.fairshare import FairShare

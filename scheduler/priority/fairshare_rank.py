@@ -10,9 +10,9 @@ EASY). This module keeps, per core and per source, each queued name's entry
 
 * the names touched since the last event: the queue index lists each name
   whose queued or running jobs changed (:meth:`QueueIndex.touched
-  <scheduler.queue_index.QueueIndex.touched>`), and the ledger each name
+  <scheduler.core.queue_index.QueueIndex.touched>`), and the ledger each name
   charged or first known (:meth:`UsageLedger.standing_view
-  <scheduler.usage.UsageLedger.standing_view>`);
+  <scheduler.core.usage.UsageLedger.standing_view>`);
 * the names with running jobs, whose use grows with ``now``
   (``fairshare_live``, with the reference's arithmetic);
 * every name when the day, the capacity or the unlisted names' share moved,
@@ -23,9 +23,9 @@ source's fields), none of which moved for an untouched name under the same
 stamp, so it is exactly what working it out again would give: nothing is
 approximated. :meth:`FairShare.queue_table`'s reference path stays as it was
 (``FairShare._queue_table``), and the tests compare the two bit for bit over
-random event sequences (``tests/scheduler/test_fairshare_rank.py``).
+random event sequences (``tests/scheduler/priority/test_fairshare_rank.py``).
 
-Where the state lives: on the core's :class:`~scheduler.queue_index.QueueIndex`
+Where the state lives: on the core's :class:`~scheduler.core.queue_index.QueueIndex`
 (``QueueIndex.memos``), which belongs to one core, keyed by the source and
 checked against the source and the ledger it was computed from. Two replays,
 or two cores sharing one policy object, never see each other's entries; a
@@ -41,11 +41,11 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from model.job import Job
+from scheduler.core.queue_index import QueueIndex
+from scheduler.core.snapshot import RunningJob, Snapshot
+from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare_live import add_live, live_entries
 from scheduler.priority.fairshare_state import TIE_DIGITS, Entry, Mode, NameRanks
-from scheduler.queue_index import QueueIndex
-from scheduler.snapshot import RunningJob, Snapshot
-from scheduler.usage import UsageLedger
 
 if TYPE_CHECKING:  # fairshare.py imports this module
     from scheduler.priority.fairshare import FairShare

@@ -4,7 +4,7 @@ The kept entries of queued names, the names with running jobs, and the stamp
 they were computed under; the live names' last entries and the parts of their
 use that do not move with the clock (``fairshare_live``). One
 :class:`NameRanks` per source and core, on the core's
-:class:`~scheduler.queue_index.QueueIndex` (``memos``).
+:class:`~scheduler.core.queue_index.QueueIndex` (``memos``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
-from scheduler.usage import UsageLedger
+from scheduler.core.usage import UsageLedger
 
 if TYPE_CHECKING:  # fairshare.py imports fairshare_rank, which imports this module
     from scheduler.priority.fairshare import FairShare

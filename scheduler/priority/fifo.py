@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.job import Job
-from scheduler.snapshot import Snapshot
+from scheduler.core.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from model.job import Job
-from scheduler.snapshot import Snapshot
+from scheduler.core.snapshot import Snapshot
 
 AGE_FACTOR = 0.01
 """The paper's ``agefactor`` (priority points per second of waiting)."""

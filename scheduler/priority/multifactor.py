@@ -64,10 +64,10 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from model.job import Job
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.multifactor_rank import clock_free_order
-from scheduler.snapshot import Snapshot
-from scheduler.usage import UsageLedger
 
 DEFAULT_MAX_AGE = 7 * 86400.0
 """Seconds after which age stops adding priority (Slurm's ``PriorityMaxAge`` default)."""

@@ -16,7 +16,7 @@ the clock (issue 7's idea). This module keeps the queued jobs sorted by
 computing and sorting every job's key at every event:
 
 * a job entering or leaving the queue is inserted or removed by bisection
-  (the index's :meth:`~scheduler.queue_index.QueueIndex.job_log` says which);
+  (the index's :meth:`~scheduler.core.queue_index.QueueIndex.job_log` says which);
 * a name whose ``W`` moved (a name with running jobs, or charged) has its
   queued jobs moved; on the traces that is about one job per event, since a
   name over its share has ``W = 0`` however its use grows;
@@ -30,7 +30,7 @@ priorities differ by far more than a rounding bucket and the float noise. Any
 run of jobs whose neighbouring ``K`` are closer than that (a *close* run, kept
 as a set of pairs as jobs come and go) is re-sorted at every event by the
 reference's own key, computed with the reference's own expression. So the
-order given is the reference's order, job for job; ``bench/schedule_hash.py``
+order given is the reference's order, job for job; ``bench/replay/schedule_hash.py``
 checks it on the traces and a property test against the from-scratch order.
 
 What is not handled here falls back to the reference at that event (and the
@@ -38,7 +38,7 @@ kept order stays up to date for the next): a job whose age is outside
 ``[0, 1]`` (older than ``max_age``, or submitted after ``now``), a QoS above 0
 in the queue, an emergency QoS, ``favor_small``, a cluster with no CPUs.
 
-The state lives on the core's :class:`~scheduler.queue_index.QueueIndex`
+The state lives on the core's :class:`~scheduler.core.queue_index.QueueIndex`
 (``memos``, keyed by the source and checked against it and the ledger), as in
 ``fairshare_rank``.
 """
@@ -50,10 +50,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from model.job import Job
+from scheduler.core.queue_index import QueueIndex
+from scheduler.core.snapshot import Snapshot
+from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare_rank import entries
-from scheduler.queue_index import QueueIndex
-from scheduler.snapshot import Snapshot
-from scheduler.usage import UsageLedger
 
 if TYPE_CHECKING:  # multifactor.py imports this module
     from scheduler.priority.multifactor import MultiFactor

@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from accordion.cli import app
-from accordion.live_cmds import settings_env
+from accordion.commands.live import settings_env
 from broker.settings import MqttSettings
 
 runner = CliRunner()

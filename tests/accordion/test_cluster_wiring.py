@@ -1,4 +1,4 @@
-"""A local cluster's wiring (``accordion.cluster_wiring``): refusals, ports, logins,
+"""A local cluster's wiring (``accordion.cluster.wiring``): refusals, ports, logins,
 command lines; no process is started."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from accordion.cluster_wiring import ADMIN, LOGINS_PER_USER, Wiring
+from accordion.cluster.processes import UpError
+from accordion.cluster.wiring import ADMIN, LOGINS_PER_USER, Wiring
 from accordion.errors import UserError
-from accordion.processes import UpError
 from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 from model.execution import DEFAULT_MODEL
 from model.machine import Machine
-from scheduler.placement import PlacementRule
+from scheduler.planning.placement import PlacementRule
 
 
 @pytest.mark.parametrize("kind", ["embedded", "external"])

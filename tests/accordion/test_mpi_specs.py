@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from accordion.client.specs import MAX_MPI_COMPUTE, job_spec, mpi_of, spec_of
 from accordion.errors import UserError
-from accordion.specs import MAX_MPI_COMPUTE, job_spec, mpi_of, spec_of
 from broker.messages import MpiSpec
 from model.job import Job
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accordion.replay import ReplayState
+from accordion.client.replay import ReplayState
 from broker.messages import JobEvent
 
 

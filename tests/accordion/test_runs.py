@@ -1,4 +1,4 @@
-"""The twin's pipeline (``accordion.runs``): a cluster file's reference speed reaches the jobs."""
+"""The twin pipeline (``accordion.experiments.runs``): a cluster's reference speed reaches jobs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from accordion.errors import UserError
-from accordion.runs import load_workload, run_policy
+from accordion.experiments.runs import load_workload, run_policy
 from workload.swf_rules import SwfRules
 
 # Two jobs of 100 s at the reference speed, asking 200 s; 4 processes each.

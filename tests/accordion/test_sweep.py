@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from accordion.cli import app
-from accordion.sweep import COLUMNS, Source, read_rows, run_sweep, tasks, write_rows
-from accordion.sweep_stats import mean_ci, summarise
+from accordion.experiments.sweep import COLUMNS, Source, read_rows, run_sweep, tasks, write_rows
+from accordion.experiments.sweep_stats import mean_ci, summarise
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header
 

@@ -1,4 +1,4 @@
-"""Trace windows (``accordion.twin_options``) and their effect on a loaded workload."""
+"""Trace windows (``accordion.experiments.twin_options``) and their effect on a loaded workload."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from accordion.runs import load_workload
-from accordion.twin_options import Window
+from accordion.experiments.runs import load_workload
+from accordion.experiments.twin_options import Window
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header
 

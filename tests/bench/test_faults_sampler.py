@@ -1,4 +1,4 @@
-"""``bench/faults.py``'s sampler sees job processes however they show their command line.
+"""``bench/faults/__main__.py``'s sampler sees job processes however they show their command line.
 
 A forked job process (the fork server's) shows one space-separated title
 (setproctitle); an exec'd one shows NUL-separated argv. A sampler blind to
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from bench.fault_sampler import (
+from bench.faults.sampler import (
     ALLOWANCE,
     PERIOD,
     JobProcess,

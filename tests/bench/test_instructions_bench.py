@@ -1,4 +1,4 @@
-"""bench/instructions.py reads cachegrind's count, and runs it where valgrind is installed."""
+"""``bench.replay.instructions`` reads cachegrind's count, and runs where valgrind is installed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.instructions import _REFS
+from bench.replay.instructions import _REFS
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "instructions.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "replay" / "instructions.py"
 PWA = Path(__file__).resolve().parents[3] / "shared" / "workloads" / "pwa"
 
 

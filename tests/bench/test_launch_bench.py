@@ -1,4 +1,4 @@
-"""``bench/launch.py`` measures what it says: real launches both ways, a real agent's burst.
+"""``bench/live/launch.py`` measures what it says: real launches both ways, a real agent's burst.
 
 Small sizes, no timing asserted (the machine is shared): each measurement
 must come from processes that really reached their first report.
@@ -6,7 +6,7 @@ must come from processes that really reached their first report.
 
 from __future__ import annotations
 
-from bench.launch import burst, one_launch
+from bench.live.launch import burst, one_launch
 
 
 async def test_both_ways_launch_real_job_processes() -> None:

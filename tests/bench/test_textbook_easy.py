@@ -1,6 +1,6 @@
 """The benchmark's yardstick computes the twin's EASY schedule, job by job.
 
-``bench/textbook_easy.py`` is only an honest yardstick if it does the same
+``bench/replay/textbook_easy.py`` is only an honest yardstick if it does the same
 work as the twin: here both replay generated workloads (overestimated wall
 times, so backfilling and the shadow time matter) and must agree on every
 start.
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from bench.textbook_easy import textbook_easy
+from bench.replay.textbook_easy import textbook_easy
 from model.job import Job
 from model.machine import Machine
 from scheduler.policies.easy import EasyBackfill

@@ -1,11 +1,11 @@
 """Every dashboard query, evaluated by a real Prometheus scraping a live local cluster.
 
 A real ``prometheus`` (Debian's package; scripts/setup installs it) scrapes a
-real scheduler and three agents (``accordion.cluster.LocalCluster``, OS
+real scheduler and three agents (``accordion.cluster.local_cluster.LocalCluster``, OS
 processes on the session's Mosquitto) every second while a short workload
 runs and one agent is SIGKILLed with a job on it (the job is requeued and
 finishes elsewhere). Once Prometheus has scraped the final totals (waited for
-through its API, not a sleep), each query of ``accordion.dashboards`` is
+through its API, not a sleep), each query of ``deploy.grafana.dashboards`` is
 evaluated instant and over the run's range, with Grafana's variables
 replaced, and its answer must have the declared shape: a vector (matrix) that
 is non-empty unless the panel says why it may be, every series carrying the
@@ -34,17 +34,17 @@ from typing import Any
 
 import pytest
 
-from accordion.client import connect, run_async
-from accordion.cluster import LocalCluster
+from accordion.client.live_client import connect, run_async
+from accordion.cluster.local_cluster import LocalCluster
 from broker.local import free_port
 from broker.messages import JobSpec
 from model.machine import Machine
-from scheduler.journal import Journal
+from scheduler.runtime.journal import Journal
 from tests.deploy.prometheus_tools import prometheus_tool
 from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec
 
-dashboards = pytest.importorskip("accordion.dashboards", exc_type=ImportError)
+dashboards = pytest.importorskip("deploy.grafana.dashboards", exc_type=ImportError)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scheduler.exporter import GaugeState, MachineGauge, SchedulerMetrics
+from scheduler.runtime.exporter import GaugeState, MachineGauge, SchedulerMetrics
 
-dashboards = pytest.importorskip("accordion.dashboards", exc_type=ImportError)
+dashboards = pytest.importorskip("deploy.grafana.dashboards", exc_type=ImportError)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Metrics other modules add: the malleable runtime's resize counter.
@@ -20,7 +20,7 @@ ELSEWHERE = {"accordion_job_resizes_total"}
 
 def test_the_committed_json_is_what_the_code_generates() -> None:
     assert dashboards.DASHBOARD.read_text() == dashboards.render(), (
-        "deploy/grafana/dashboards/accordion.json is stale: run python -m accordion.dashboards"
+        "deploy/grafana/dashboards/accordion.json is stale: run python -m deploy.grafana.dashboards"
     )
 
 
@@ -50,7 +50,7 @@ def test_the_dashboard_uses_metrics_that_exist() -> None:
         GaugeState(machines=(MachineGauge("m", 4, 2, True),), job_cpus={"j": 2}, job_procs={"j": 4})
     )
     exposed = set(re.findall(r"^(\w+)", generate_latest(registry).decode(), re.M))
-    agent_source = (ROOT / "nodeagent" / "exporter.py").read_text()
+    agent_source = (ROOT / "nodeagent" / "agent" / "exporter.py").read_text()
     agent_names = set(re.findall(r'"(accordion_agent_\w+)"', agent_source))
     exposed |= agent_names | {f"{name}_total" for name in agent_names} | ELSEWHERE
     exposed |= {"up"}

@@ -327,7 +327,8 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
             "scheduler",
             "python",
             "-c",
-            "import json; from collections import Counter; from scheduler.journal import Journal;"
+            "import json; from collections import Counter;"
+            "from scheduler.runtime.journal import Journal;"
             "s = Journal('/data/journal.sqlite').load();"
             "print(json.dumps({'states': Counter(j.state.value for j in s.jobs),"
             " 'requeues': sum(j.requeues for j in s.jobs), 'jobs': len(s.jobs),"

@@ -27,16 +27,16 @@ from broker.memory import MemoryBroker
 from broker.messages import StartPart
 from broker.topics import Topics
 from model.machine import Machine
-from nodeagent.agent import NodeAgent
-from nodeagent.job import SleepJob
-from nodeagent.mpi import MpiJob
-from nodeagent.ranks import MpiParams
-from nodeagent.spawn import Launch, Spawn
-from scheduler.actor import SchedulerActor
-from scheduler.clock import ManualClock
-from scheduler.exporter import BAD_MESSAGE_REASONS
-from scheduler.journal import Journal
+from nodeagent.agent.node_agent import NodeAgent
+from nodeagent.job.mpi import MpiJob
+from nodeagent.job.ranks import MpiParams
+from nodeagent.job.sleep_job import SleepJob
+from nodeagent.launch.spawn import Launch, Spawn
 from scheduler.policies.registry import build_policy
+from scheduler.runtime.actor import SchedulerActor
+from scheduler.runtime.clock import ManualClock
+from scheduler.runtime.exporter import BAD_MESSAGE_REASONS
+from scheduler.runtime.journal import Journal
 from tests.fuzz.corpus import BY_NAME, FAMILIES, POISON, Family, payloads
 
 N = 100_000

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from accordion.client import LiveClient, connect
-from accordion.cluster import LocalCluster
+from accordion.client.live_client import LiveClient, connect
+from accordion.client.specs import job_spec
+from accordion.cluster.local_cluster import LocalCluster
 from accordion.errors import NoReplyError
-from accordion.specs import job_spec
 from broker.bus import BusError
 from broker.codec import decode, encode
 from broker.local import mosquitto_binary

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from accordion.client import connect
+from accordion.client.live_client import connect
+from accordion.client.specs import job_spec
 from accordion.errors import NoReplyError
-from accordion.specs import job_spec
 from broker.auth import AuthFiles, agent_account, scheduler_account, user_accounts, write_auth_files
 from broker.local import mosquitto_config
 from broker.settings import (

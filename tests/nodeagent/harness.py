@@ -1,7 +1,7 @@
 """A node agent on the in-process broker, and a fake scheduler to drive it.
 
 The agent's job processes are real OS processes running ``nodeagent.job``;
-their bus is relayed over their stdin/stdout (``nodeagent.pipe``) to clients
+their bus is relayed over their stdin/stdout (``nodeagent.launch.pipe``) to clients
 of the same memory broker, so a test sees every message the scheduler would.
 
 Synchronisation is by signals, never by sleeping, so a loaded machine only
@@ -40,9 +40,9 @@ from broker.messages import (
 )
 from broker.topics import Topics
 from model.machine import Machine
-from nodeagent.agent import AgentSettings, NodeAgent
-from nodeagent.pipe import PipeSpawn
-from nodeagent.spawn import JobProcess, Launch, Spawn
+from nodeagent.agent.node_agent import AgentSettings, NodeAgent
+from nodeagent.launch.pipe import PipeSpawn
+from nodeagent.launch.spawn import JobProcess, Launch, Spawn
 from tests.nodeagent.clock import ManualClock
 
 M = TypeVar("M", bound=Message)

@@ -35,8 +35,8 @@ from broker.messages import (
 )
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
-from nodeagent.cpuset import allowed_list
-from nodeagent.state import start_time
+from nodeagent.agent.cpuset import allowed_list
+from nodeagent.survival.state import start_time
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler
 from tests.nodeagent.test_forkserver_agent_kill import gone, ranks_of
@@ -325,7 +325,7 @@ async def test_forged_rejoin_is_refused_and_counted(
 ) -> None:
     """A process that is not the adopted part's says HELLO with its key: refused; the
     real part rejoins and finishes."""
-    from nodeagent.pipe import HELLO, WELCOME, Frame, read_frame
+    from nodeagent.launch.pipe import HELLO, WELCOME, Frame, read_frame
 
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"

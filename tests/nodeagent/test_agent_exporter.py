@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker.messages import PartFinished
-from nodeagent.agent import REASONS, AgentStats
-from nodeagent.exporter import AgentCollector, serve_metrics
+from nodeagent.agent.exporter import AgentCollector, serve_metrics
+from nodeagent.agent.node_agent import REASONS, AgentStats
 from tests.nodeagent.harness import job, running_agent, start
 
 

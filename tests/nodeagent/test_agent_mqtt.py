@@ -32,9 +32,9 @@ from broker.messages import (
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
-from nodeagent.agent import AgentSettings, NodeAgent, agent_will
-from nodeagent.job import EXIT_CANCELLED
-from nodeagent.spawn import MqttSpawn
+from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
+from nodeagent.job.sleep_job import EXIT_CANCELLED
+from nodeagent.launch.spawn import MqttSpawn
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler, gone, job, start
 

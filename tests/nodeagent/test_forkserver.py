@@ -21,11 +21,11 @@ import pytest
 
 from broker.codec import decode
 from broker.messages import PartProgress
-from nodeagent.forkserver import ForkedProcess, ForkServer, ForkServerError
-from nodeagent.job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, EXIT_USAGE
-from nodeagent.pipe import PUBLISH, read_frame
-from nodeagent.relay import PipeStreams, pipe_streams
-from nodeagent.spawn import Launch
+from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, EXIT_USAGE
+from nodeagent.launch.forkserver import ForkedProcess, ForkServer, ForkServerError
+from nodeagent.launch.pipe import PUBLISH, read_frame
+from nodeagent.launch.relay import PipeStreams, pipe_streams
+from nodeagent.launch.spawn import Launch
 from tests.nodeagent.harness import HANG
 
 LONG = 3600.0  # work units: a job that runs until the test ends it
@@ -219,7 +219,7 @@ def test_a_child_runs_only_once_its_server_opened_the_gate(opened: bool, expecte
     unrecorded: its child reads end-of-file on the gate instead of a byte, and exits
     ``EXIT_LOST`` without running the job (here, a job that would exit ``EXIT_USAGE``
     on its bogus argument had it run)."""
-    from nodeagent.launcher import GATE_OPEN, _child
+    from nodeagent.launch.launcher import GATE_OPEN, _child
 
     gate, gate_w = os.pipe()
     stdin_r, stdin_w = os.pipe()

@@ -22,7 +22,7 @@ import pytest
 from broker.messages import AgentOnline, JobSpec, MpiSpec, PartProgress, PartStarted, StartPart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
-from nodeagent.forkserver import MODULE
+from nodeagent.launch.forkserver import MODULE
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler
 

@@ -1,4 +1,4 @@
-"""The agent's lease (``nodeagent.lease``): the file, and a job process that stops by
+"""The agent's lease (``nodeagent.survival.lease``): the file, and a job process that stops by
 itself when its agent can no longer renew it (fencing)."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from broker.bus import Will
 from broker.codec import encode
 from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, Message, PartFinished, PartStarted, ResizePart, StartPart
-from nodeagent.job import EXIT_CANCELLED, EXIT_LOST, SleepJob
-from nodeagent.lease import LeaseFile, lease_expired, start_fenced
-from nodeagent.settings import AgentSettings
-from nodeagent.spawn import Launch, LaunchError
+from nodeagent.agent.settings import AgentSettings
+from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_LOST, SleepJob
+from nodeagent.launch.spawn import Launch, LaunchError
+from nodeagent.survival.lease import LeaseFile, lease_expired, start_fenced
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import HANG, TOPICS, command_spawn, job, running_agent
 

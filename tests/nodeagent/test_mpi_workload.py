@@ -1,6 +1,6 @@
 """The MPI-like workload on real cores: ranks, pinning, shrink and expand, failures.
 
-Each job here runs real rank processes (``nodeagent.ranks``) under a real job
+Each job here runs real rank processes (``nodeagent.job.ranks``) under a real job
 process relayed to the memory broker. Pinning is read back from
 ``/proc/PID/status`` (``Cpus_allowed_list``), as the issue asks. Waits are for
 conditions (a report, a pinning seen in /proc), each bounded by ``HANG``.
@@ -30,9 +30,9 @@ from broker.messages import (
     StartPart,
 )
 from model.execution import DEFAULT_MODEL
-from nodeagent.agent import AgentSettings
-from nodeagent.cpuset import allowed_list, children
-from scheduler.dispatch import rank_shares
+from nodeagent.agent.cpuset import allowed_list, children
+from nodeagent.agent.node_agent import AgentSettings
+from scheduler.live.dispatch import rank_shares
 from tests.nodeagent.harness import HANG, TOPICS, Running, gone, running_agent
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))[:2]

@@ -28,8 +28,8 @@ from broker.messages import (
 )
 from model.machine import Machine
 from nodeagent.__main__ import main as cli_main
-from nodeagent.agent import AgentSettings, NodeAgent, agent_will
-from nodeagent.job import EXIT_CANCELLED
+from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
+from nodeagent.job.sleep_job import EXIT_CANCELLED
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import (
     FAST,

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from broker.bus import BusError
-from nodeagent.outbox import Outbox
+from nodeagent.agent.outbox import Outbox
 from tests.nodeagent.harness import HANG
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from broker.bus import BusError
 from broker.memory import MemoryBroker
-from nodeagent.pipe import Frame, PipeBus, PipeError, RelayedProcess, read_frame
+from nodeagent.launch.pipe import Frame, PipeBus, PipeError, RelayedProcess, read_frame
 
 
 def reader_of(data: bytes) -> asyncio.StreamReader:

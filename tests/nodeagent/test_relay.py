@@ -23,11 +23,11 @@ from broker.codec import decode, encode
 from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, PartFinished, PartProgress
 from broker.topics import Topics
-from nodeagent.forkserver import ForkServer
-from nodeagent.job import EXIT_CANCELLED, EXIT_DONE
-from nodeagent.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
-from nodeagent.relay import Relay, RelaySpawn, _Session, pipe_streams
-from nodeagent.spawn import Launch
+from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_DONE
+from nodeagent.launch.forkserver import ForkServer
+from nodeagent.launch.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
+from nodeagent.launch.relay import Relay, RelaySpawn, _Session, pipe_streams
+from nodeagent.launch.spawn import Launch
 from tests.nodeagent.harness import HANG
 
 T = Topics()
@@ -151,7 +151,7 @@ async def test_a_forked_job_is_relayed_both_ways() -> None:
 
 
 async def test_a_forked_jobs_work_ends_where_its_account_says_not_at_its_exit() -> None:
-    """The run an agent reports (``nodeagent.runs``) is the fork to the work's end, which
+    """The run an agent reports (``nodeagent.agent.runs``) is the fork to the work's end, which
     the relay keeps from the job's last report: 50 units at 1000x is 50 ms after the
     fork, exactly, however long the process took to start or to tear down."""
     async with world() as w, ForkServer() as server:

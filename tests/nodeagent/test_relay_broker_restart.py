@@ -28,9 +28,9 @@ from broker.messages import (
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
-from nodeagent.agent import AgentSettings, NodeAgent, agent_will
-from nodeagent.forkserver import ForkServer
-from nodeagent.relay import Relay, RelaySpawn
+from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
+from nodeagent.launch.forkserver import ForkServer
+from nodeagent.launch.relay import Relay, RelaySpawn
 from tests.brokers import MosquittoProcess
 from tests.nodeagent.harness import Scheduler
 

@@ -7,14 +7,14 @@ import time
 import pytest
 
 from nodeagent.__main__ import measured_speed
-from nodeagent.cpuset import (
+from nodeagent.agent.cpuset import (
     CpusetError,
     SlotPool,
     format_cpuset,
     parse_cpuset,
     placement,
 )
-from nodeagent.kernel import benchmark, burn
+from nodeagent.job.kernel import benchmark, burn
 
 
 def test_burn_uses_the_cpu_seconds_asked() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.state import (
+from nodeagent.survival.state import (
     Forked,
     PartRecord,
     StateDir,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accordion.speed import HostSpeed
+from accordion.cluster.speed import HostSpeed
 from model import Machine
 from workload.cluster import (
     ClusterError,

@@ -7,8 +7,8 @@ import statistics
 import tomllib
 from pathlib import Path
 
-from accordion.generate_cmd import write_preset
-from accordion.runs import load_workload
+from accordion.commands.generate import write_preset
+from accordion.experiments.runs import load_workload
 from workload.cluster import parse_cluster
 from workload.grid_preset import BM_REF, GridPreset, cluster_toml, grid, records
 

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from typer.testing import CliRunner, Result
 
 from accordion.cli import app
-from accordion.client import connect, run_async
-from accordion.cluster import LocalCluster
+from accordion.client.live_client import connect, run_async
+from accordion.cluster.local_cluster import LocalCluster
 from broker.messages import StatusReply
 
 runner = CliRunner()

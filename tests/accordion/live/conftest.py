@@ -3,7 +3,7 @@
 Async tests run on asyncio and on uvloop. The real brokers come from
 ``tests/conftest.py`` (one of each for the whole run).
 ``live_cluster`` starts a real scheduler and two heterogeneous agents (speeds
-1 and 2) as subprocesses on Mosquitto, with ``accordion.cluster.LocalCluster``;
+1 and 2) as subprocesses on Mosquitto, with ``accordion.cluster.local_cluster.LocalCluster``;
 each cluster has its own topic root and machine names, since the broker is
 shared by the whole session and agents' client ids are their machine names.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from accordion.client import connect, run_async
-from accordion.cluster import LocalCluster
+from accordion.client.live_client import connect, run_async
+from accordion.cluster.local_cluster import LocalCluster
 from model.machine import Machine
 from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec

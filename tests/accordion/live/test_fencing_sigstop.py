@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from accordion.client import connect, run_async
-from accordion.cluster import LocalCluster
-from accordion.specs import job_spec
-from scheduler.journal import Journal
-from scheduler.lifecycle import JobState
+from accordion.client.live_client import connect, run_async
+from accordion.client.specs import job_spec
+from accordion.cluster.local_cluster import LocalCluster
+from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime.journal import Journal
 from tests.accordion.live.conftest import two_agents
 from tests.integration.conftest import BrokerEndpoint
 

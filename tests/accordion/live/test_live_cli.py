@@ -18,10 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from accordion.cli import app
-from accordion.cluster import LocalCluster
+from accordion.cluster.local_cluster import LocalCluster
 from broker.local import free_port
-from scheduler.journal import Journal
-from scheduler.lifecycle import JobState
+from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime.journal import Journal
 from tests.accordion.live.cli_harness import cli, runner, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint

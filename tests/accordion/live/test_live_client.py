@@ -1,5 +1,5 @@
-"""The live client (``accordion.client``, ``specs``, ``replay``) on the in-process broker,
-against the real scheduler actor.
+"""The live client (``accordion.client``: ``live_client``, ``specs``, ``replay``) on the
+in-process broker, against the real scheduler actor.
 
 The actor runs on a manual clock with fake agents (``tests/scheduler/actor/harness``);
 a fake scheduler stands in where a test needs an answer the actor never gives.
@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from accordion.client import LiveClient
-from accordion.errors import LiveError, NoReplyError, RefusedError, UserError
-from accordion.replay import (
+from accordion.client.live_client import LiveClient
+from accordion.client.replay import (
     MAX_JOBS_PER_REQUEST,
     Arrival,
     EventGaps,
@@ -25,7 +24,8 @@ from accordion.replay import (
     follow,
     replay,
 )
-from accordion.specs import checked, job_spec, parse_duration, spec_of
+from accordion.client.specs import checked, job_spec, parse_duration, spec_of
+from accordion.errors import LiveError, NoReplyError, RefusedError, UserError
 from broker.bus import BusError, Delivery
 from broker.codec import decode, encode
 from broker.memory import MemoryBroker, MemoryBus
@@ -40,7 +40,7 @@ from broker.messages import (
     SubmitResult,
 )
 from model.job import Job
-from tests.scheduler.actor.harness import TOPICS, Cluster, eventually
+from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 
 @pytest.fixture

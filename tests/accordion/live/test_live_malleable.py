@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from accordion.cluster import LocalCluster
+from accordion.cluster.local_cluster import LocalCluster
 from model.machine import Part
-from scheduler.journal import Journal
+from scheduler.runtime.journal import Journal
 from tests.accordion.live.cli_harness import cli, status_of, wait_until, watching
 from tests.accordion.live.conftest import local_cluster
 from tests.integration.conftest import BrokerEndpoint

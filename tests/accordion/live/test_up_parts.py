@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from accordion.cluster import resolve_broker
-from accordion.demo import (
+from accordion.cluster.local_cluster import resolve_broker
+from accordion.experiments.demo import (
     Resizes,
     decision_stats,
     demo_jobs,
@@ -21,8 +21,8 @@ from broker.local import mosquitto_config
 from broker.messages import JobSpec
 from model.machine import Part
 from model.metrics import compute_metrics
-from scheduler.journal import Journal
-from scheduler.lifecycle import JobState
+from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime.journal import Journal
 from workload.cluster import load_cluster
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -27,17 +27,23 @@ from typing import IO, Any
 
 import pytest
 
-from accordion.client import Credentials, connect, run_async
-from accordion.cluster import BACKOFF_FIRST, STABLE, USAGE_ERROR, LocalCluster, Restart
+from accordion.client.live_client import Credentials, connect, run_async
+from accordion.cluster.local_cluster import (
+    BACKOFF_FIRST,
+    STABLE,
+    USAGE_ERROR,
+    LocalCluster,
+    Restart,
+)
+from accordion.cluster.processes import Child, UpError
 from accordion.errors import NoReplyError
-from accordion.processes import Child, UpError
 from broker.bus import BusError
 from broker.codec import decode
 from broker.messages import AgentOnline
 from broker.mqtt import MqttBus, MqttSettings
 from broker.settings import read_secret
 from broker.topics import Topics
-from scheduler.journal import Journal
+from scheduler.runtime.journal import Journal
 from tests.accordion.live.conftest import two_agents
 from tests.integration.conftest import BrokerEndpoint
 

@@ -1,0 +1,1 @@
+"""Benchmarks, each printed beside its yardstick in one run."""

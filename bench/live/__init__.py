@@ -1,0 +1,1 @@
+"""Benchmarks of the live runtime: throughput, latency, launches, the MPI-like workload's speed."""

@@ -1,0 +1,1 @@
+"""Deployment configuration: Prometheus, Grafana and the testbed's files."""

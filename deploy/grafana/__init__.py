@@ -1,0 +1,1 @@
+"""The testbed's Grafana: its provisioning, and its dashboard written as code."""

@@ -1,0 +1,1 @@
+"""The node agent actor: admission of commands, its parts' runs, its CPUs, reports and metrics."""

@@ -1,0 +1,435 @@
+"""The node agent: one actor per machine that starts and supervises job processes.
+
+Theory of operation. The agent is one asyncio task draining one bounded
+mailbox; it alone reads and changes its state (the running parts, the CPUs
+they hold, the counters). Helper tasks, all named and owned by one TaskGroup,
+only post to that mailbox: the bus reader (commands from the scheduler) and
+one supervisor per part (awaits the process and posts its exit code). Timers
+are not tasks: the drain loop waits on the mailbox until the next deadline
+(heartbeat, a part's wall-time limit, a SIGKILL after a SIGTERM's grace) and
+handles whatever is due.
+
+Lifecycle, on the agent's topics (``broker.topics``):
+
+- start: subscribe to ``agent_commands(id)``, publish ``AgentOnline``
+  (retained) on ``agent_state(id)`` with the machine, a fresh incarnation and
+  the parts it adopted from a killed predecessor (``nodeagent.survival.adoption``: with
+  a state directory, ``--state-dir``, its parts outlive it within their
+  lease). The bus must carry :func:`agent_will` as its Last Will, so
+  a killed agent is announced ``AgentOffline(reason="lost")`` by the broker;
+- every ``heartbeat_interval`` wall seconds: ``Heartbeat(seq, running)`` on
+  ``agent_events(id)``, the first one at once;
+- ``StartPart``: idempotent by job id and attempt (a duplicate of a running
+  part, or of one this incarnation finished or refused, is ignored). A newer
+  attempt of a job whose older attempt still runs here kills the old one and
+  starts once it is gone; a start older than the lease (``StartPart.issued``)
+  or arriving while the lease has lapsed is refused ``fenced`` (fencing, see
+  ``nodeagent.survival.lease``); a start whose CPUs are still held by parts being
+  ended waits for them. A part asking more
+  CPUs than are free, an allocation outside MPL 1..2, a time scale other than
+  the agent's (when it has one) or a process that cannot be started is
+  answered ``PartFinished(reason="failed", exit_code=-1)`` and logged. Else the
+  agent starts the process and publishes ``PartStarted(pid, at)``;
+- MPI-like parts (``workload="mpi"``): the agent gives each part slots of its
+  real cores (``nodeagent.agent.cpuset``), pins the part's leader to them at once,
+  finds its ranks in ``/proc`` and pins them one per slot (two per slot when
+  shrunk); a rank's death is named in ``PartFinished.detail`` (read from the
+  part's failure file);
+- ``ResizePart``: checked the same way (an expansion needs free CPUs), then
+  republished *retained* on ``job_control(job)`` for the job process (retained
+  so it also reaches a process that has not subscribed yet; the agent clears
+  it before a part starts and after a resized part ends); an MPI-like part's
+  ranks are re-pinned to the resized slots first, the job is not told;
+- ``CancelPart``: SIGTERM, SIGKILL after ``kill_grace``; reported
+  ``PartFinished(reason="cancelled")`` once the process is gone;
+- a process exit: ``PartFinished(exit_code, reason)``: ``done`` for exit 0
+  (even if a cancel or a limit raced with the last unit of work: the work was
+  done), else the agent's reason for ending it (``cancelled``, ``walltime``,
+  ``lost``), else ``failed``;
+- clean shutdown (:meth:`NodeAgent.stop`): see "Shutdown rule" below.
+
+Wall-time rule. The scheduler core estimates a job's end from its user wall
+time ``walltime`` (work units, reference seconds at MPL 1) divided by the
+execution model's rate on its allocation, and moves that estimate when the
+job is resized. The agent keeps the same account: the part is killed (reason
+``walltime``) once ``walltime`` units' worth of time at its allocation's rate
+has passed, plus ``walltime_grace`` wall seconds. At MPL 1 that is
+``walltime * ref_speed / pace / time_scale + grace`` wall seconds; a shrunk
+part gets proportionally longer, as the scheduler expects. The part's clock
+starts at ``PartStarted.at`` for the agent, the scheduler and the job process
+alike (the process counts its work from that instant, so its start-up is
+part of the modelled run, not added to it). The grace (default 2 s wall)
+covers what the model does not: a start-up longer than the whole run (0.2 to
+0.5 s here, more on a loaded machine), the process's exit, timer jitter.
+
+Multi-part jobs. ``StartPart`` does not say how many CPUs the job holds on
+other agents, so a part of a job spanning machines (``parts > 1``) is taken
+to run one process per CPU it starts with (MPL 1 at the job's pace); a
+resize changes its MPL from there. A single-part job runs ``job.procs``
+processes on its CPUs, its real MPL.
+
+Unclean end. If the bus fails (or the agent's task is cancelled), ``run()``
+raises and the supervisors kill their processes: the broker publishes the
+will, and the scheduler counts those parts lost without a report. An agent
+killed outright (SIGKILL) cannot: its parts go on within their lease, and a
+next incarnation adopts them (``nodeagent.survival.adoption``; the scheduler holds
+them for the lease meanwhile, ``scheduler.live.agent_hold``).
+
+Shutdown rule. A stopping agent does not take the scheduler's decisions for
+it: it terminates its parts, reports each as ``PartFinished(reason="lost")``
+(the same reason as a part on an agent that died, so the scheduler applies
+one rule, requeue or fail, to both; a part the scheduler itself had asked to
+cancel stays ``cancelled``, one that finished stays ``done``), answers a
+``StartPart`` arriving meanwhile with ``lost`` too, and then publishes
+``AgentOffline(reason="goodbye")`` retained, replacing its ``AgentOnline``.
+
+Modules. This one is the actor (its lifecycle, drain loop, timers, heartbeats
+and part exits); ``nodeagent.agent.admission`` answers commands and reports parts;
+``nodeagent.agent.settings``, ``nodeagent.agent.registration`` and ``nodeagent.agent.parts`` hold
+its settings, what it announces and its account of parts.
+
+Times on the wire (``at``, ``started``) are wall seconds since the Unix
+epoch; the time compression of each part travels in its ``StartPart``.
+Malformed commands (``WireError``) and commands that cannot be applied (a
+resize beyond the free CPUs) are counted in ``bad_messages`` and logged; the
+loop goes on with the next message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from broker.bus import Bus, BusError, Delivery, Will
+from broker.codec import encode
+from broker.messages import (
+    AgentOffline,
+    AgentOnline,
+    Heartbeat,
+    Message,
+    RunningPart,
+    StartPart,
+)
+from broker.topics import Topics
+from model.machine import Machine
+from nodeagent.agent.admission import Admission
+from nodeagent.agent.cpuset import SlotPool, checked_cpuset, own_cpuset
+from nodeagent.agent.outbox import Outbox
+from nodeagent.agent.parts import Counters, Exited, Launched, Mail, Part, RanksFound, Reconnected
+from nodeagent.agent.registration import agent_will, execution_model, machine_spec, new_incarnation
+from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason
+from nodeagent.launch.spawn import Spawn
+from nodeagent.survival.adoption import Survey
+from nodeagent.survival.lease import LeaseFile
+from nodeagent.survival.state import StateDir
+
+__all__ = [
+    "REASONS",
+    "AgentSettings",
+    "AgentStats",
+    "NodeAgent",
+    "Reason",
+    "agent_will",
+    "execution_model",
+    "machine_spec",
+    "new_incarnation",
+]
+
+log = logging.getLogger(__name__)
+
+
+class NodeAgent(Admission):
+    """The node agent actor; see the module docstring. ``await run()`` until ``stop()``."""
+
+    def __init__(
+        self,
+        *,
+        bus: Bus,
+        topics: Topics,
+        machine: Machine,
+        spawn: Spawn,
+        settings: AgentSettings | None = None,
+        incarnation: str | None = None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        state: StateDir | None = None,
+        survey: Survey | None = None,
+    ) -> None:
+        self._bus = bus
+        #: The machine's state directory (records, leases, relay socket) and what this
+        #: incarnation found there at start (``nodeagent.survival.adoption``); None: no records.
+        self._state_dir = state
+        self._survey = survey
+        self._topics = topics
+        self.machine = machine
+        self._spawn = spawn
+        self.settings = settings or AgentSettings()
+        self.incarnation = incarnation or new_incarnation()
+        self._clock = clock
+        self._monotonic = monotonic
+        self._spec = machine_spec(machine)
+        self._commands = topics.agent_commands(machine.id)
+        self._events = topics.agent_events(machine.id)
+        self._state = topics.agent_state(machine.id)
+        self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(self.settings.mailbox_size)
+        self._outbox = Outbox(bus, f"agent-{machine.id}")
+        cores = self.settings.cpuset
+        self._pool = SlotPool(
+            cores=own_cpuset() if cores is None else checked_cpuset(cores), slots=machine.cpus
+        )
+        self._parts: dict[str, Part] = {}
+        # (job id, attempt) of parts this incarnation ended, for StartPart's idempotency.
+        self._finished: OrderedDict[tuple[str, int], Reason] = OrderedDict()
+        # A start of a newer attempt waiting for the stale attempt's process to exit.
+        self._deferred: dict[str, StartPart] = {}
+        # Starts waiting for the CPUs of parts that are being ended, in arrival order.
+        self._waiting: list[StartPart] = []
+        self._lease: LeaseFile | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._busy = 0
+        self._counters = Counters()
+        self._seq = 0
+        self._next_heartbeat = 0.0
+        self._stop_requested = False
+        self._stopping = False
+        self._tg: asyncio.TaskGroup | None = None
+
+    def will(self) -> Will:
+        return agent_will(self._topics, self.agent_id, self.incarnation)
+
+    def stats(self) -> AgentStats:
+        """A snapshot of the counters; safe to call from the exporter's thread."""
+        c = self._counters
+        return AgentStats(
+            agent_id=self.agent_id,
+            cpus=self.machine.cpus,
+            cpus_busy=self._busy,
+            parts_running=len(self._parts),
+            parts_started=c.started,
+            # The dict's keys never change, so copying it races with nothing.
+            parts_finished=dict(c.finished),
+            bad_messages=c.bad_messages,
+            heartbeats=c.heartbeats,
+            emulated=self._pool.emulated,
+            cores=len(self._pool.cores),
+            speed_score=self.settings.speed_score,
+            resizes=c.resizes,
+            adopted=c.adopted,
+            not_adopted=c.not_adopted,
+        )
+
+    def stop(self) -> None:
+        """Ask for a clean shutdown (signal-safe); ``run()`` returns once it is done."""
+        self._stop_requested = True
+        # A full mailbox wakes the loop anyway; the flag is what it reads.
+        with contextlib.suppress(asyncio.QueueFull):
+            self._mailbox.put_nowait(None)
+
+    async def run(self) -> None:
+        """Register, serve commands until ``stop()``, then say goodbye.
+
+        Raises (in an ExceptionGroup) the bus's ``BusError`` if the connection is
+        lost; the broker then publishes the will. On that unclean end (or if this
+        task is cancelled) the running parts are killed, not reported: the
+        scheduler learns of them from the will.
+        """
+        if self.settings.lease > 0:
+            self._lease = (
+                LeaseFile(path=self._state_dir.lease_path)
+                if self._state_dir is not None
+                else LeaseFile(self.settings.lease_dir, prefix=f"accordion-{self.agent_id}-")
+            )
+            self._lease.renew()
+        if self._survey is not None:
+            self._take_over(self._survey)
+        try:
+            await self._serve()
+        finally:
+            if self._lease is not None:
+                self._lease.remove()
+
+    async def _serve(self) -> None:
+        await self._bus.subscribe(self._commands)
+        # Adopted parts (if any) are listed as running from the first announcement.
+        await self._publish(self._state, self._online(self._running()), retain=True)
+        log.info(
+            "agent %s online (incarnation %s, %d adopted part(s))",
+            self.agent_id,
+            self.incarnation,
+            len(self._parts),
+        )
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            self._outbox.bind(tg)
+            await self._supervise_adopted()
+            reader = tg.create_task(self._read_bus(), name=f"agent-{self.agent_id}-bus")
+            try:
+                await tg.create_task(self._drain(), name=f"agent-{self.agent_id}-mailbox")
+            finally:
+                reader.cancel()
+                if self._heartbeat_task is not None:
+                    self._heartbeat_task.cancel()
+        goodbye = AgentOffline(
+            agent_id=self.agent_id, incarnation=self.incarnation, reason="goodbye"
+        )
+        await self._publish(self._state, goodbye, retain=True)
+        log.info("agent %s said goodbye", self.agent_id)
+
+    # -- helper tasks: they only post to the mailbox ---------------------------------
+
+    async def _read_bus(self) -> None:
+        async for delivery in self._bus.deliveries():
+            await self._mailbox.put(delivery)
+
+    # -- the actor ----------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        self._next_heartbeat = self._monotonic()
+        while True:
+            if self._stop_requested and not self._stopping:
+                self._begin_shutdown()
+            await self._due(self._monotonic())
+            if self._stopping and not self._parts:
+                waiting, self._waiting = self._waiting, []
+                for command in waiting:
+                    await self._start(command)  # refused "lost": the agent is stopping
+                return
+            mail = await self._next(self._next_deadline() - self._monotonic())
+            if isinstance(mail, Delivery):
+                await self._command(mail)
+            elif isinstance(mail, Launched):
+                await self._launched(mail)
+            elif isinstance(mail, Exited):
+                await self._exited(mail)
+            elif isinstance(mail, Reconnected):
+                await self._announce()
+            elif isinstance(mail, RanksFound):
+                self._ranks_found(mail)
+
+    async def _next(self, timeout: float) -> Mail:
+        with contextlib.suppress(asyncio.QueueEmpty):
+            return self._mailbox.get_nowait()
+        if timeout <= 0:
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                return await self._mailbox.get()
+        except TimeoutError:
+            return None
+
+    def _next_deadline(self) -> float:
+        deadline = self._next_heartbeat
+        for part in self._parts.values():
+            if part.ending is None:
+                deadline = min(deadline, part.deadline)
+            if part.kill_at is not None:
+                deadline = min(deadline, part.kill_at)
+        return deadline
+
+    async def _due(self, now: float) -> None:
+        if now >= self._next_heartbeat:
+            self._heartbeat()
+            # From now, not from the missed slot: a stalled loop sends one beat, not a burst.
+            self._next_heartbeat = now + self.settings.heartbeat_interval
+        for job_id, part in self._parts.items():
+            if part.ending is None and now >= part.deadline:
+                log.warning("part %s exceeded its wall time: terminating it", job_id)
+                self._end(part, "walltime", now)
+            if part.kill_at is not None and now >= part.kill_at:
+                log.warning(
+                    "part %s outlived SIGTERM by %.1f s: killing it",
+                    job_id,
+                    self.settings.kill_grace,
+                )
+                part.kill_at = None  # SIGKILL cannot be ignored: once is enough
+                part.signal(kill=True)
+
+    def _heartbeat(self) -> None:
+        """Send a heartbeat without waiting for it: its acknowledgement renews the lease.
+
+        The publish runs in a task of its own, so a broker outage (the bus waits
+        to reconnect) stalls neither the loop nor the lease's clock; a beat still
+        in flight when the next is due is not doubled.
+        """
+        if self._heartbeat_task is not None and not self._heartbeat_task.done():
+            return
+        beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=self._running())
+        self._seq += 1
+        if self._tg is None:
+            raise RuntimeError("heartbeats are sent by the drain loop, which run() starts")
+        self._heartbeat_task = self._tg.create_task(
+            self._beat(beat), name=f"agent-{self.agent_id}-heartbeat"
+        )
+
+    async def _beat(self, beat: Heartbeat) -> None:
+        try:
+            await self._publish(self._events, beat)
+        except BusError as exc:
+            # The broker stayed away past the bus's bound: no renewal (the lease runs
+            # out on its own); the next beat tries again.
+            log.warning("agent %s: heartbeat %d not sent: %s", self.agent_id, beat.seq, exc)
+            return
+        self._counters.heartbeats += 1
+        if self._lease is not None:
+            self._lease.renew()
+            self._renew_parts()
+
+    async def reconnected(self) -> None:
+        """The bus's ``on_reconnect``: announce this agent and its parts again.
+
+        A restarted broker (no persistence) has forgotten the retained
+        ``AgentOnline``, and the scheduler may have counted this agent silent
+        meanwhile; the announcement and an immediate heartbeat put it right. The
+        parts kept running if the outage was shorter than the lease.
+        """
+        await self._mailbox.put(Reconnected())
+
+    async def _announce(self) -> None:
+        running = self._running()
+        await self._publish(self._state, self._online(running), retain=True)
+        log.info(
+            "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
+        )
+        self._next_heartbeat = self._monotonic()
+
+    def _online(self, running: tuple[RunningPart, ...]) -> AgentOnline:
+        return AgentOnline(
+            machine=self._spec,
+            incarnation=self.incarnation,
+            running=running,
+            lease=self.settings.lease,
+            cpuset=self._pool.cores,
+            emulated=self._pool.emulated,
+            speed_score=self.settings.speed_score,
+            speed_spread=self.settings.speed_spread,
+            adopts=self.adopts,
+        )
+
+    @property
+    def adopts(self) -> bool:
+        """Whether this agent's parts outlive it within their lease, to be adopted."""
+        return self._state_dir is not None and self.settings.adopt and self.settings.lease > 0
+
+    def _running(self) -> tuple[RunningPart, ...]:
+        """The parts this agent runs, as heartbeats and announcements list them."""
+        return tuple(
+            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
+            for job_id, p in self._parts.items()
+        )
+
+    async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
+        """Publish and wait for the acknowledgement (registration, heartbeats, goodbye);
+        a part's reports go through the outbox instead (``nodeagent.agent.outbox``)."""
+        await self._bus.publish(topic, encode(message), qos=1, retain=retain)
+
+    def _begin_shutdown(self) -> None:
+        self._stopping = True
+        log.info("agent %s stopping: ending %d parts", self.agent_id, len(self._parts))
+        now = self._monotonic()
+        for part in self._parts.values():
+            if part.ending is None:
+                self._end(part, "lost", now)

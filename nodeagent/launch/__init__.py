@@ -1,0 +1,1 @@
+"""How an agent starts job processes: the launch contract, the fork server, the relayed pipe bus."""

@@ -1,0 +1,1 @@
+"""The live scheduler's handlers, sans-I/O: requests, agents, parts, lifecycles, reconciliation."""

@@ -1,0 +1,276 @@
+"""The live scheduler's state and the few moves every handler shares.
+
+The actor (``scheduler.runtime.actor``) is a shell: it owns the mailbox, the bus and
+the journal's transactions. Everything it decides happens here and in the
+handler modules that take a :class:`Context` (``scheduler.live.requests`` for
+clients, ``scheduler.live.agents`` for agents, ``scheduler.live.reconcile`` for a
+restart, ``scheduler.live.dispatch`` for a policy's decisions). None of them does
+I/O: journal writes go through the :class:`JournalWriter` interface inside
+the transaction the actor opened, and messages go into the :class:`Outbox`,
+which the actor publishes once the transaction has committed. So what anyone
+is told is on disk first, and every handler is driven in tests without a
+broker, a loop or a file.
+
+Shared moves: a job's end (:meth:`Context.end_job`), the lost-agent rule's
+outcome for one job (:meth:`Context.after_loss`), and job events, which are
+numbered per job (``seq`` from 1, no gaps), journalled and then published at
+QoS 1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from broker.messages import CancelPart, JobEvent, JobSpec, Message
+from broker.topics import TopicError, Topics
+from model.machine import Machine, Part
+from scheduler.core.core import Left, SchedulerCore
+from scheduler.core.job_lifecycle import JobState
+from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
+from scheduler.live.live_jobs import LiveJob, Placements
+from scheduler.live.part_lifecycle import PartInput
+from scheduler.live.settings import ActorSettings
+from scheduler.runtime.exporter import SchedulerMetrics
+
+log = logging.getLogger(__name__)
+
+
+class JournalWriter(Protocol):
+    """What the handlers write (``scheduler.runtime.journal.Journal`` is one)."""
+
+    def record_submissions(self, jobs: Iterable[tuple[JobSpec, float]]) -> int: ...
+    def record_start(self, job_id: str, start: float, parts: Sequence[Part]) -> None: ...
+    def record_parts(
+        self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
+    ) -> None: ...
+    def record_requeue(
+        self, job_id: str, at: float, requeues: int, detail: str = "", *, uncharged: int = 0
+    ) -> None: ...
+    def record_hold(self, job_id: str, at: float, until: float, detail: str = "") -> None: ...
+    def record_end(
+        self,
+        job_id: str,
+        end: float,
+        state: JobState,
+        detail: str = "",
+        *,
+        start: float | None = None,
+    ) -> None: ...
+    def record_event(self, event: JobEvent) -> None: ...
+    def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    topic: str
+    message: Message
+    qos: int = 1
+    retain: bool = False
+
+
+@dataclass(slots=True)
+class Outbox:
+    """Messages decided during a batch, published by the actor after the commit."""
+
+    items: list[Outgoing] = field(default_factory=list)
+
+    def send(self, topic: str, message: Message, *, qos: int = 1, retain: bool = False) -> None:
+        self.items.append(Outgoing(topic, message, qos, retain))
+
+    def take(self) -> list[Outgoing]:
+        items, self.items = self.items, []
+        return items
+
+
+@dataclass(slots=True)
+class Agent:
+    """A machine as its agent described it, and the agent's lifecycle."""
+
+    machine: Machine
+    life: AgentLifecycle
+    #: Cluster seconds (the actor's clock) of its last heartbeat.
+    last_heartbeat: float
+
+
+class Context:
+    """Everything the handlers share (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        core: SchedulerCore,
+        settings: ActorSettings,
+        journal: JournalWriter,
+        metrics: SchedulerMetrics,
+        topics: Topics,
+        time_scale: float,
+        wall: Callable[[], float],
+    ) -> None:
+        self.core = core
+        self.settings = settings
+        self.journal = journal
+        self.metrics = metrics
+        self.topics = topics
+        self.time_scale = time_scale
+        #: Wall seconds since the epoch (stamps StartPart for the agents' fencing).
+        self.wall = wall
+        self.out = Outbox()
+        self.specs: dict[str, JobSpec] = {}
+        self.placements = Placements()
+        self.agents: dict[str, Agent] = {}
+        #: The last event seq of every job that had one.
+        self.seqs: dict[str, int] = {}
+        #: Something changed that a policy could act on.
+        self.dirty = False
+        #: SUSPECT agents: no new part is placed on them (``scheduler.live.cordon``).
+        self.cordoned: set[str] = set()
+        #: Cluster time since which the scheduler has been connected to the broker:
+        #: agents' silence counts only from then (a broker outage is no one's silence).
+        self.heard_since = -float("inf")
+
+    # -- sending ----------------------------------------------------------------
+
+    def command(self, machine: str, message: Message) -> None:
+        self.out.send(self.topics.agent_commands(machine), message)
+
+    def reply_topic(self, reply_to: str, user: str | None = None) -> str | None:
+        """The reply topic, or None when nobody asked for an answer (``"-"``) or the
+        name cannot be a topic level.
+
+        ``user``: the request came on that user's (or admin's) own topic, so the
+        answer goes under ``users/<user>/``, which only that user may read.
+        """
+        if reply_to == "-":
+            return None
+        try:
+            if user is not None:
+                return self.topics.user_replies(user, reply_to)
+            return self.topics.replies(reply_to)
+        except TopicError:
+            return None
+
+    def reply(self, reply_to: str, message: Message, user: str | None = None) -> None:
+        topic = self.reply_topic(reply_to, user)
+        if topic is not None:
+            self.out.send(topic, message)
+
+    def event(
+        self,
+        job_id: str,
+        state: str,
+        now: float,
+        detail: str = "",
+        *,
+        cpus: tuple[int, int] | None = None,
+    ) -> None:
+        """Journal and publish one JobEvent, numbered in the job's sequence.
+
+        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts.
+        """
+        events = self.settings.job_events
+        if events == "none" or (events == "lifecycle" and state == JobState.QUEUED.value):
+            return
+        seq = self.seqs.get(job_id, 0) + 1
+        self.seqs[job_id] = seq
+        before, after = cpus if cpus is not None else (None, None)
+        event = JobEvent(
+            job_id=job_id,
+            state=state,
+            at=now,
+            detail=detail,
+            seq=seq,
+            cpus_before=before,
+            cpus_after=after,
+        )
+        self.journal.record_event(event)
+        self.out.send(self.topics.events, event)
+        spec = self.specs.get(job_id)
+        if self.settings.owner_events and spec is not None:
+            try:
+                owner = self.topics.user_events(spec.user)
+            except TopicError:
+                return  # an owner no login can have: nobody to tell
+            self.out.send(owner, event)
+
+    def count_bad(self, reason: str, error: str) -> None:
+        self.metrics.bad_messages.labels(reason=reason).inc()
+        log.info("refused a message (%s): %s", reason, error)
+
+    # -- shared moves -------------------------------------------------------------
+
+    def attempt(self, job_id: str) -> int:
+        """The attempt a start of ``job_id`` now is (fencing, ``part_lifecycle``)."""
+        return self.core.requeues(job_id) + 1
+
+    def configured_cpus(self) -> int:
+        """CPUs of the cluster as configured: every machine whose agent registered and
+        has not retired (said goodbye). A lost or suspect machine still counts, so a
+        transient loss queues a wide job rather than rejecting it; a scaled-down agent
+        says goodbye and no longer counts."""
+        return sum(
+            ag.machine.cpus for ag in self.agents.values() if ag.life.state is not AgentState.GONE
+        )
+
+    def online(self) -> set[str]:
+        return {a for a, ag in self.agents.items() if ag.life.available}
+
+    def cancel_parts(self, live: LiveJob, *, also: str | None = None) -> None:
+        """Tell the agents of ``live``'s unfinished parts to end them (this attempt).
+
+        Parts on machines that are not available are not told (their processes
+        went with their agent), except on ``also``: a silent agent may still run it.
+        """
+        online = self.online()
+        for part in live.unfinished():
+            if part.machine in online or part.machine == also:
+                self.command(part.machine, CancelPart(job_id=live.job_id, attempt=live.attempt))
+
+    def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
+        """A running job ended (all parts done, or one failed)."""
+        left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
+        live = self.placements.untrack(job_id)
+        # The run as the agents measured it (``scheduler.live.agents``, "Run dating").
+        measured = live.measured_run(now) if state is JobState.FINISHED else None
+        start, end = (left.start, now) if measured is None else measured
+        if state is JobState.FINISHED:
+            job = left.job
+            self.metrics.job_finished(procs=job.procs, submit=job.submit, start=start, end=end)
+        self.journal.record_end(
+            job_id, end, state, detail, start=None if measured is None else start
+        )
+        self.cancel_parts(live)
+        live.end_all(PartInput.CANCELLED)
+        self.metrics.jobs_finished.labels(state=state.value).inc()
+        self.event(job_id, state.value, now, detail)
+        self.dirty = True
+
+    def after_loss(self, left: Left, now: float, why: str, *, also_cancel: str | None) -> None:
+        """Tell everyone what the lost-agent rule decided for one job."""
+        job_id = left.job.id
+        live = self.placements.untrack(job_id)
+        self.cancel_parts(live, also=also_cancel)
+        live.end_all(PartInput.LOST)
+        if left.state is JobState.QUEUED:
+            n = self.core.requeues(job_id)
+            # The uncharged ones too, or a restart would count them against the budget.
+            uncharged = n - self.core.charged_requeues(job_id)
+            self.journal.record_requeue(job_id, now, n, why, uncharged=uncharged)
+            self.metrics.requeues.inc()
+            self.event(
+                job_id, "requeued", now, f"{why}; requeue {n} of {self.settings.max_requeues}"
+            )
+        else:
+            detail = f"{why}; already requeued {self.core.requeues(job_id)} times"
+            self.journal.record_end(job_id, now, JobState.FAILED, detail)
+            self.metrics.jobs_finished.labels(state=JobState.FAILED.value).inc()
+            self.event(job_id, JobState.FAILED.value, now, detail)
+        self.dirty = True
+
+    def job_lost(self, job_id: str, now: float, why: str, *, charged: bool = True) -> None:
+        """The lost-agent rule for one job (a part vanished, or was never re-announced);
+        ``charged=False`` for a part that never ran (``SchedulerCore.job_lost``)."""
+        left = self.core.job_lost(job_id, now, charged=charged)
+        self.after_loss(left, now, why, also_cancel=None)

@@ -1,0 +1,170 @@
+"""A restarted scheduler: rebuild from the journal, then reconcile with the agents.
+
+On start the core is rebuilt from the journal: queued jobs in submission
+order, finished ones (so their ids stay taken), and running ones as
+*pending*: they hold no CPUs and no decision is taken while any is pending.
+A pending job is restored on its journalled parts once the agents of all its
+parts have re-announced it (``AgentOnline.running`` or a heartbeat's
+``running``); if an agent's heartbeat shows it does not run the job, or the
+``reconcile_grace`` (wall seconds) passes first, the lost-agent rule applies.
+An agent that re-announces a part with other CPUs than the journal says is
+told to resize to the journal's. Starts are journalled before ``StartPart``
+is sent, so a scheduler killed between the two finds the job pending on
+restart, and the rule requeues it.
+
+*A start in flight.* A start is journalled before its ``StartPart`` is
+published, so a scheduler killed in between restores a job whose agent never
+heard of it. The requeue budget (``--max-requeues``) is for jobs lost while
+running (DESIGN.md, "Trust and faults"), and this one never ran, so it is
+not requeued: when an agent's heartbeat does not list a pending part and
+nothing of that attempt was heard from it since the restart (the part is
+still PENDING: no ``PartStarted``, no listing, no ``PartFinished``), the
+same start (same attempt, parts and pace) is sent to it again, once
+(:func:`not_running`). The agent ignores it if it had the start after all
+(it keeps the attempts it ended); what it did with it then arrived before
+its heartbeat (one publisher's messages keep their order), and that settled
+the part already. The job keeps its journalled start, so its run is dated
+from the decision before the restart. What this cannot tell apart: an agent
+that was itself restarted while the scheduler was down, whose old process
+ran the part; that part is started again here, not charged.
+
+*A hold for adoption* (``scheduler.live.agent_hold``) in progress when the
+scheduler stopped: its jobs are pending like any running one, and the
+reconciliation waits at least until the journaled hold-off ends before it
+declares them lost, so a job whose parts may still run is never requeued.
+
+Each job's event sequence goes on from the journal's last ``seq``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from broker.messages import ResizePart
+from model.allocation import Allocation
+from scheduler.core.job_lifecycle import JobState
+from scheduler.live.context import Context
+from scheduler.live.dispatch import start_commands
+from scheduler.live.part_lifecycle import PartState
+from scheduler.live.specs import job_from_spec
+from scheduler.runtime.journal import JournalState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Reconciliation:
+    """Whether a restart is being reconciled, and until when (cluster seconds)."""
+
+    active: bool = False
+    until: float = 0.0
+
+
+def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float) -> Reconciliation:
+    """Rebuild ``ctx`` from the journal's ``state`` (see the module docstring)."""
+    core = ctx.core
+    holds: list[float] = []
+    for row in state.jobs:
+        spec = row.spec
+        job = job_from_spec(spec, row.submit)
+        ctx.specs[spec.id] = spec
+        if row.state is JobState.QUEUED:
+            core.restore_queued(job, requeues=row.requeues, uncharged=row.uncharged)
+        elif row.state is JobState.RUNNING:
+            if row.start is None:
+                raise ValueError(f"journal: running job {spec.id!r} has no start")
+            core.restore_pending(
+                job, row.parts, row.start, requeues=row.requeues, uncharged=row.uncharged
+            )
+            if row.held_until is not None:
+                holds.append(row.held_until)
+            ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)
+        else:
+            core.restore_final(job, row.state, start=row.start, end=row.end, parts=row.parts)
+    ctx.seqs.update(seqs)
+    result = Reconciliation()
+    if core.pending:
+        until = now + ctx.settings.reconcile_grace * ctx.time_scale
+        # A job held for adoption when the scheduler stopped (``scheduler.live.agent_hold``)
+        # is not declared lost before its hold ends: its parts may still run until then.
+        result = Reconciliation(True, max([until, *holds]))
+        log.info("restored %d running job(s); reconciling with the agents", len(core.pending))
+    ctx.dirty = bool(core.queue)
+    log.info(
+        "restored %d job(s): %d queued, %d running",
+        len(state.jobs),
+        len(core.queue),
+        len(core.pending),
+    )
+    return result
+
+
+def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
+    """Restore every pending job whose parts have all been re-announced; past the
+    grace, apply the lost-agent rule to the rest; end the reconciliation when none
+    is left."""
+    if not rec.active:
+        return
+    core = ctx.core
+    for job_id, pending in list(core.pending.items()):
+        live = ctx.placements[job_id]
+        if not live.confirmed:
+            continue
+        try:
+            core.restore_running(job_id, now)
+        except ValueError as exc:
+            # The agent came back smaller than the journal remembers.
+            log.warning("%s", exc)
+            ctx.job_lost(job_id, now, "its parts no longer fit its machines")
+            continue
+        log.info("job %s reconciled on %s", job_id, [p.machine for p in pending.parts])
+        alloc = Allocation.of(pending.parts, core.speeds)
+        for p in pending.parts:
+            if live.announced.get(p.machine, p.cpus) != p.cpus:
+                ctx.command(
+                    p.machine,
+                    ResizePart(
+                        job_id=job_id,
+                        cpus=p.cpus,
+                        pace=alloc.pace,
+                        job_cpus=alloc.cpus,
+                        attempt=live.attempt,
+                    ),
+                )
+        ctx.event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
+    if now >= rec.until:
+        for job_id in list(core.pending):
+            ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")
+    if not core.pending:
+        rec.active = False
+        ctx.dirty = True
+        log.info("reconciliation done")
+
+
+def not_running(ctx: Context, job_id: str, agent: str, now: float) -> None:
+    """A heartbeat of ``agent`` does not list its part of the pending ``job_id``.
+
+    Never heard of since the restart: its start was in flight, so it is sent
+    again (once) instead of costing the job a requeue; while that one is on its
+    way, later heartbeats change nothing (the reconcile grace bounds the wait).
+    Heard of since (listed, or started) and now gone: the lost-agent rule.
+    """
+    live = ctx.placements[job_id]
+    part = live.parts[agent]
+    if part.state is not PartState.PENDING:
+        ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
+        return
+    if agent in live.resent:
+        return
+    live.resent.add(agent)
+    parts = live.layout()
+    for machine, command in start_commands(ctx, job_id, parts, live.attempt, ctx.wall()):
+        if machine == agent:
+            ctx.command(machine, command)
+    log.info(
+        "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
+        job_id,
+        agent,
+        live.attempt,
+    )

@@ -1,0 +1,283 @@
+"""Clients' requests: submit, cancel, status and history, answered on their reply topic.
+
+*Idempotency.* Jobs are keyed by the client's id. Submitting the same spec
+again (a QoS 1 redelivery, a client retry) is answered ``accepted,
+duplicate`` and changes nothing; the same id with another spec is rejected.
+Cancelling a cancelled job answers ``cancelled`` again.
+
+*Durability.* Accepted jobs are journalled inside the batch's transaction;
+the ``SubmitReply`` waits in the outbox until the actor has committed it.
+
+*A job that cannot be accepted* (wider than the cluster as configured, beyond the maximum
+wall time, an id reused for another spec) is rejected in its own
+``SubmitResult``; the rest of the request goes on, and the rejection is
+counted by reason. *The cluster as configured* is every machine whose agent
+registered and has not said goodbye (``Context.configured_cpus``): a machine
+lost or suspect right now still counts, so a job wider than the CPUs online
+waits in the queue until its machines are back; an agent scaled down says
+goodbye and stops counting. A ``reply_to`` that cannot
+be a topic level refuses the whole request (nobody could be told what was
+done).
+
+*History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
+exactly the events that were published, so a watcher that saw a gap in a
+job's ``seq`` fills it.
+
+*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
+user may publish only on ``scheduler/requests/<user>`` and an admin only on
+``scheduler/admin/<admin>``, so the topic names the sender
+(:class:`Requester`), never the payload. A user's submissions are owned by
+that user whatever their ``user`` field says; a user may cancel, and read
+the history of, only their own jobs (another user's job is answered as if it
+did not exist, and counted ``forbidden``); an admin may cancel any job and
+submit for any user. Replies go to ``users/<user>/replies/<reply_to>``,
+which only that user (and admins) may read. A request on the identity-less
+``scheduler/requests`` topic (a broker without logins) has no requester and
+no checks, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.messages import (
+    AnyMessage,
+    CancelJob,
+    CancelReply,
+    HistoryReply,
+    HistoryRequest,
+    JobSpec,
+    JobStatus,
+    MachineStatus,
+    PartSpec,
+    StatusReply,
+    StatusRequest,
+    SubmitJobs,
+    SubmitReply,
+    SubmitResult,
+    owned_by,
+)
+from broker.topics import Topics
+from model.job import JobError
+from scheduler.core.core import Left, Rejected
+from scheduler.core.job_lifecycle import JobState, is_final
+from scheduler.live.context import Context
+from scheduler.live.part_lifecycle import PartInput
+from scheduler.live.specs import SpecError, check_spec, job_from_spec
+
+Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who sent a request, as the topic it came on says (the broker's ACL vouches)."""
+
+    name: str
+    admin: bool
+
+
+def requester(topics: Topics, topic: str) -> Requester | None:
+    """The :class:`Requester` of a per-user or per-admin request topic, else None."""
+    found = topics.requester_of(topic)
+    return None if found is None else Requester(*found)
+
+
+def reply_user(who: Requester | None) -> str | None:
+    """Under whose ``users/<name>/`` subtree the answer to ``who`` goes (None: the old topic)."""
+    return None if who is None else who.name
+
+
+def kind(message: AnyMessage) -> str:
+    return str(message.__struct_config__.tag)
+
+
+def handle(ctx: Context, message: Request, now: float, who: Requester | None = None) -> None:
+    """Apply one request whose ``reply_to`` was checked (see :func:`reply_to_ok`)."""
+    match message:
+        case SubmitJobs():
+            _submit(ctx, message, now, who)
+        case CancelJob():
+            _cancel(ctx, message, now, who)
+        case StatusRequest():
+            ctx.reply(message.reply_to, status(ctx, now, message.request_id), reply_user(who))
+        case HistoryRequest():
+            _history(ctx, message, who)
+
+
+def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
+    """Whether the request's ``reply_to`` is ``-`` or can be a topic level."""
+    return message.reply_to == "-" or ctx.reply_topic(message.reply_to, reply_user(who)) is not None
+
+
+def _owns(ctx: Context, who: Requester | None, job_id: str) -> bool:
+    """Whether ``who`` may act on ``job_id`` (no requester: a broker without logins)."""
+    if who is None or who.admin:
+        return True
+    spec = ctx.specs.get(job_id)
+    return spec is not None and spec.user == who.name
+
+
+def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None) -> None:
+    results: list[SubmitResult] = []
+    durable: list[tuple[JobSpec, float]] = []
+    counts = {"accepted": 0, "rejected": 0, "duplicate": 0}
+    specs = request.jobs
+    if who is not None and not who.admin:
+        # The owner is the authenticated user, whatever the payload says.
+        specs = tuple(owned_by(spec, who.name) for spec in specs)
+    for spec in specs:
+        result, why = _submit_one(ctx, spec, now)
+        results.append(result)
+        if not result.accepted:
+            counts["rejected"] += 1
+            ctx.metrics.rejections.labels(reason=why).inc()
+        elif result.duplicate:
+            counts["duplicate"] += 1
+        else:
+            counts["accepted"] += 1
+            durable.append((spec, now))
+    if durable:
+        # Inside the batch's transaction: committed before the reply is published.
+        ctx.journal.record_submissions(durable)
+        ctx.dirty = True
+    for result_name, n in counts.items():
+        if n:
+            ctx.metrics.submissions.labels(result=result_name).inc(n)
+    reply = SubmitReply(request_id=request.request_id, results=tuple(results))
+    ctx.reply(request.reply_to, reply, reply_user(who))
+
+
+def _submit_one(ctx: Context, spec: JobSpec, now: float) -> tuple[SubmitResult, str]:
+    """The job's result, and the reason label of a rejection (``REJECTION_REASONS``)."""
+    core = ctx.core
+    known = core.job(spec.id)
+    if known is not None:
+        # The Job carries its submit time, so equal specs are compared here and
+        # the core is handed the job it knows: it answers "duplicate".
+        if ctx.specs[spec.id] != spec:
+            return SubmitResult(
+                spec.id, False, f"job id {spec.id!r} is already used by a different job"
+            ), "id_reused"
+        answer = core.submit(known)
+    else:
+        try:
+            check_spec(spec, max_walltime=ctx.settings.max_walltime)
+            job = job_from_spec(spec, now)
+        except SpecError as exc:
+            return SubmitResult(spec.id, False, str(exc)), "walltime"
+        except JobError as exc:
+            return SubmitResult(spec.id, False, str(exc)), "invalid"
+        configured = ctx.configured_cpus()
+        needed = core.cpus_needed(job)
+        if needed > configured:
+            return SubmitResult(
+                spec.id,
+                False,
+                f"job needs {needed} CPUs for its {job.procs} processes, the cluster "
+                f"as configured has {configured} (every machine registered and not retired)",
+            ), "too_wide"
+        answer = core.submit(job, capacity=configured)
+    if isinstance(answer, Rejected):
+        return SubmitResult(spec.id, False, answer.reason), "invalid"
+    if not answer.duplicate:
+        ctx.specs[spec.id] = spec
+        ctx.event(spec.id, JobState.QUEUED.value, now)
+    return SubmitResult(spec.id, True, duplicate=answer.duplicate), ""
+
+
+def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None) -> None:
+    job_id = request.job_id
+    state = ctx.core.state_of(job_id)
+    reason: str | None = None
+    cancelled = False
+    if state is not None and not _owns(ctx, who, job_id):
+        # Answered as an unknown job: whether another user's job exists is not news.
+        ctx.count_bad("forbidden", f"{reply_user(who)} may not cancel job {job_id!r}")
+        state = None
+    if state is None:
+        reason = f"no job {job_id!r}"
+    elif state is JobState.CANCELLED:
+        cancelled, reason = True, "already cancelled"
+    elif is_final(state):
+        reason = f"job {job_id!r} is already {state}"
+    else:
+        left = ctx.core.cancel(job_id, now)
+        cancelled = True
+        ctx.journal.record_end(job_id, now, JobState.CANCELLED, "cancelled by a client")
+        if isinstance(left, Left):
+            live = ctx.placements.untrack(job_id)
+            ctx.cancel_parts(live)
+            live.end_all(PartInput.CANCELLED)
+        ctx.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc()
+        ctx.event(job_id, JobState.CANCELLED.value, now, "cancelled by a client")
+        ctx.dirty = True
+    ctx.reply(
+        request.reply_to,
+        CancelReply(
+            request_id=request.request_id, job_id=job_id, cancelled=cancelled, reason=reason
+        ),
+        reply_user(who),
+    )
+
+
+def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> None:
+    known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
+    theirs = [j for j in known if _owns(ctx, who, j)]
+    if len(theirs) < len(known):
+        ctx.count_bad("forbidden", f"{reply_user(who)} asked for other users' job events")
+    allowed = set(theirs)
+    unknown = tuple(j for j in request.job_ids if j not in allowed)
+    events = ctx.journal.job_events(theirs)
+    ctx.reply(
+        request.reply_to,
+        HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown),
+        reply_user(who),
+    )
+
+
+def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
+    """The cluster, the queue and the running jobs as a ``StatusReply``."""
+    core = ctx.core
+    machines = tuple(
+        MachineStatus(
+            id=agent_id,
+            cpus=ag.machine.cpus,
+            speed=ag.machine.speed,
+            free=core.free(agent_id) if ag.life.available else 0,
+            # A machine held for adoption (its agent dead, its parts running on) is not
+            # online: nothing new starts there until an incarnation registers.
+            online=ag.life.heard,
+        )
+        for agent_id, ag in sorted(ctx.agents.items())
+    )
+    queue = tuple(
+        JobStatus(id=j.id, state=JobState.QUEUED.value, procs=j.procs, user=j.user, submit=j.submit)
+        for j in core.queue
+    )
+    running = [
+        JobStatus(
+            id=r.job.id,
+            state=JobState.RUNNING.value,
+            procs=r.job.procs,
+            user=r.job.user,
+            submit=r.job.submit,
+            start=r.start,
+            parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in r.parts),
+        )
+        for r in core.running
+    ]
+    running += [
+        JobStatus(
+            id=p.job.id,
+            state="reconciling",
+            procs=p.job.procs,
+            user=p.job.user,
+            submit=p.job.submit,
+            start=p.start,
+            parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
+        )
+        for p in core.pending.values()
+    ]
+    return StatusReply(
+        request_id=request_id, now=now, machines=machines, queue=queue, running=tuple(running)
+    )

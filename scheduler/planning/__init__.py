@@ -1,0 +1,1 @@
+"""What policies plan with: placement, availability profiles, EASY's shadow, scratch bookings."""
