@@ -23,8 +23,7 @@ from nodeagent.agent.parts import Part, RanksFound
 from nodeagent.agent.registration import execution_model
 from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import Reason
-from nodeagent.job.ranks import MpiParams, ParamsError
-from nodeagent.launch.spawn import Launch, LaunchError
+from nodeagent.launch.contract import Launch, LaunchError, MpiParams, ParamsError
 from nodeagent.survival.lease import start_fenced
 
 log = logging.getLogger(__name__)

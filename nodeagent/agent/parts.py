@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from broker.bus import Delivery
 from nodeagent.agent.settings import REASONS, Reason
-from nodeagent.launch.spawn import JobProcess, Launch
+from nodeagent.launch.contract import Launch
+from nodeagent.launch.spawn import JobProcess
 
 
 @dataclass(slots=True, kw_only=True)

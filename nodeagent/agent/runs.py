@@ -46,8 +46,8 @@ from nodeagent.agent.cpuset import CpusetError, SlotPool, find_ranks, pin_part
 from nodeagent.agent.outbox import Outbox
 from nodeagent.agent.parts import Counters, Exited, Launched, Mail, Part, RanksFound
 from nodeagent.agent.settings import AgentSettings, Reason
-from nodeagent.job.sleep_job import EXIT_LOST
-from nodeagent.launch.spawn import JobProcess, Launch, Spawn, running_since
+from nodeagent.launch.contract import EXIT_LOST, Launch
+from nodeagent.launch.spawn import JobProcess, Spawn, running_since
 from nodeagent.survival.adoption import Adopted, Lost, Survey
 from nodeagent.survival.lease import LeaseFile
 from nodeagent.survival.state import PartRecord, StateDir, StateError, renew

@@ -6,14 +6,14 @@ that agent is in fact alive but cut off from the broker, or frozen
 (SIGSTOP), its job processes go on running, and the requeued job would run
 twice at once. So every part holds a *lease*: a file whose modification
 time the agent renews each time the broker acknowledges one of its
-heartbeats. A job process checks the file every step (one ``stat``); when
-it has not been renewed for ``lease`` wall seconds it stops by itself
-(exit :data:`~nodeagent.job.EXIT_LOST`). The child needs nothing of its
-agent to do so, so a frozen agent cannot keep it alive, and the bound holds
-whatever the agent is doing: a job runs at most ``lease`` seconds after its
-agent was last heard by the broker. With a lease below the scheduler's
-silence limit, a job requeued for silence is never running twice at once
-(up to the process's exit, milliseconds).
+heartbeats. A job process checks the file every step (one ``stat``,
+``nodeagent.launch.contract.lease_expired``); when it has not been renewed
+for ``lease`` wall seconds it stops by itself (exit ``EXIT_LOST``). The
+child needs nothing of its agent to do so, so a frozen agent cannot keep it
+alive, and the bound holds whatever the agent is doing: a job runs at most
+``lease`` seconds after its agent was last heard by the broker. With a lease
+below the scheduler's silence limit, a job requeued for silence is never
+running twice at once (up to the process's exit, milliseconds).
 
 The agent's side of the same bound is :func:`start_fenced`: a start is
 refused when its command is older than the lease or the lease has lapsed,
@@ -87,12 +87,3 @@ def start_fenced(issued: float, now: float, lease: float, lapsed: bool) -> str |
     if lapsed:
         return "the agent's lease has lapsed"
     return None
-
-
-def lease_expired(path: str, lease: float, now: float | None = None) -> bool:
-    """The job's side: whether the lease at ``path`` lapsed (a missing file has)."""
-    try:
-        mtime = os.stat(path).st_mtime
-    except FileNotFoundError:
-        return True
-    return (time.time() if now is None else now) - mtime > lease

@@ -29,9 +29,9 @@ from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.node_agent import NodeAgent
 from nodeagent.job.mpi import MpiJob
-from nodeagent.job.ranks import MpiParams
 from nodeagent.job.sleep_job import SleepJob
-from nodeagent.launch.spawn import Launch, Spawn
+from nodeagent.launch.contract import Launch, MpiParams
+from nodeagent.launch.spawn import Spawn
 from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import SchedulerActor
 from scheduler.runtime.clock import ManualClock
