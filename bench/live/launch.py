@@ -55,10 +55,10 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent
+from nodeagent.launch.contract import JOB_MODULE, Launch
 from nodeagent.launch.forkserver import ForkServer
-from nodeagent.launch.pipe import PUBLISH, read_frame
+from nodeagent.launch.frames import PUBLISH, read_frame
 from nodeagent.launch.relay import PipeStreams, Relay, RelaySpawn, pipe_streams
-from nodeagent.launch.spawn import JOB_MODULE, Launch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: the benches' shared modules

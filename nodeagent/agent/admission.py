@@ -1,12 +1,17 @@
 """The agent's commands: admission of starts, resizes and cancels.
 
-This is the part of :class:`nodeagent.agent.node_agent.NodeAgent` that answers the
-scheduler's commands (the rules are in ``nodeagent.agent.node_agent``'s docstring:
-idempotent starts, fencing by attempt and lease, CPUs held by parts being
-ended, resizes checked like starts); a part's launch, supervision and end
-are ``nodeagent.agent.runs``'s. It is a mixin:
-the state it reads and changes is the actor's own, declared below, and only
-the actor's drain loop calls it.
+The node agent's drain loop hands every delivery on its commands topic to
+:meth:`Admission.command`. The rules are in ``nodeagent.agent.node_agent``'s
+docstring: idempotent starts, fencing by attempt and lease, CPUs held by
+parts being ended, resizes checked like starts. An admitted start is
+registered at once (its CPUs and cores held, its record written) and handed
+to ``nodeagent.agent.runs`` to launch and supervise; a refused one is
+answered ``PartFinished`` (``nodeagent.agent.reports``).
+
+Two kinds of start wait here: the start of a newer attempt of a job whose
+older attempt still runs here (it is killed first), and starts whose CPUs
+are still held by parts being ended. When a part's process is gone, the
+drain loop calls :meth:`Admission.freed`, which admits them again.
 """
 
 from __future__ import annotations
@@ -14,54 +19,93 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 
 from broker.bus import Delivery
 from broker.codec import WireError, decode, encode
 from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
-from nodeagent.agent.cpuset import format_cpuset, pin_part
-from nodeagent.agent.parts import Part, RanksFound
+from broker.topics import Topics
+from nodeagent.agent.cpuset import SlotPool, format_cpuset, pin_part
+from nodeagent.agent.outbox import Outbox
+from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
 from nodeagent.agent.registration import execution_model
+from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
-from nodeagent.agent.settings import Reason
-from nodeagent.job.ranks import MpiParams, ParamsError
-from nodeagent.launch.spawn import Launch, LaunchError
-from nodeagent.survival.lease import start_fenced
+from nodeagent.agent.settings import AgentSettings, Reason
+from nodeagent.launch.contract import Launch, LaunchError, MpiParams, ParamsError
+from nodeagent.survival.lease import AgentLease, start_fenced
+from nodeagent.survival.state import StateDir
 
 log = logging.getLogger(__name__)
 
 
-class Admission(PartRuns):
-    """Command handling of the node agent (a mixin of ``NodeAgent``)."""
+class Admission:
+    """One agent's answers to the scheduler's commands; see the module docstring."""
 
-    # The actor's state that only admission reads (``NodeAgent.__init__`` sets it).
-    _stopping: bool
-    incarnation: str
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        incarnation: str,
+        topics: Topics,
+        settings: AgentSettings,
+        clock: Callable[[], float],
+        monotonic: Callable[[], float],
+        parts: PartTable,
+        pool: SlotPool,
+        runs: PartRuns,
+        reports: Reports,
+        outbox: Outbox,
+        lease: AgentLease,
+        state: StateDir | None,
+        counters: Counters,
+    ) -> None:
+        self._agent_id = agent_id
+        self._incarnation = incarnation
+        self._topics = topics
+        self._settings = settings
+        self._clock = clock
+        self._monotonic = monotonic
+        self._parts = parts
+        self._pool = pool
+        self._runs = runs
+        self._reports = reports
+        self._outbox = outbox
+        self._lease = lease
+        self._state = state
+        self._counters = counters
+        # A start of a newer attempt waiting for the stale attempt's process to exit.
+        self._deferred: dict[str, StartPart] = {}
+        # Starts waiting for the CPUs of parts that are being ended, in arrival order.
+        self._waiting: list[StartPart] = []
+        self._stopping = False
 
-    def _end(self, part: Part, reason: Reason, now: float) -> None:
-        part.ending = reason
-        part.kill_at = now + self.settings.kill_grace
-        part.signal(kill=False)
+    @property
+    def stopping(self) -> bool:
+        """Whether the agent is shutting down: every start is refused ``lost``."""
+        return self._stopping
 
-    # -- commands -----------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stopping = True
 
-    async def _command(self, delivery: Delivery) -> None:
+    def command(self, delivery: Delivery) -> None:
         try:
             message = decode(delivery.payload)
         except WireError as exc:
-            self._bad(f"malformed command on {delivery.topic}: {exc}")
+            self.bad(f"malformed command on {delivery.topic}: {exc}")
             return
         if isinstance(message, StartPart):
-            await self._start(message)
+            self.start(message)
         elif isinstance(message, ResizePart):
-            await self._resize(message)
+            self.resize(message)
         elif isinstance(message, CancelPart):
-            self._cancel(message)
+            self.cancel(message)
         else:
-            self._bad(f"{type(message).__name__} is not a command for an agent")
+            self.bad(f"{type(message).__name__} is not a command for an agent")
 
-    def _bad(self, why: str) -> None:
+    def bad(self, why: str) -> None:
         self._counters.bad_messages += 1
-        log.warning("agent %s: %s", self.agent_id, why)
+        log.warning("agent %s: %s", self._agent_id, why)
 
     def _launch(self, command: StartPart, start_at: float) -> Launch:
         job = command.job
@@ -87,7 +131,7 @@ class Admission(PartRuns):
             parts=command.parts,
             failure_file=self._failure_file(job.id, max(1, command.attempt)),
             start_at=start_at,
-            agent=self.agent_id,
+            agent=self._agent_id,
             job_id=job.id,
             procs=procs,
             cpus=cpus,
@@ -100,32 +144,24 @@ class Admission(PartRuns):
             root=self._topics.root,
             attempt=max(1, command.attempt),
             execution=execution_model(command.execution),
-            lease_file=self._part_lease(job.id, max(1, command.attempt)),
-            lease=self.settings.lease,
+            lease_file=self._lease.part_file(job.id, max(1, command.attempt)),
+            lease=self._settings.lease,
             relay_socket=(
-                str(self._state_dir.socket_path)
-                if self._state_dir is not None and self._lease is not None and self.settings.adopt
+                str(self._state.socket_path)
+                if self._state is not None and self._lease.held and self._settings.adopt
                 else None
             ),
         )
 
-    def _part_lease(self, job_id: str, attempt: int) -> str | None:
-        """The part's lease file: its own in a state directory, else the agent's."""
-        if self._lease is None:
-            return None
-        if self._state_dir is None:
-            return str(self._lease.path)
-        return str(self._state_dir.part_lease(job_id, attempt))
-
     def _failure_file(self, job_id: str, attempt: int) -> str:
-        folder = self.settings.lease_dir or tempfile.gettempdir()
-        name = f"accordion-{self.agent_id}-{self.incarnation[:8]}-{job_id}-{attempt}.failure"
+        folder = self._settings.lease_dir or tempfile.gettempdir()
+        name = f"accordion-{self._agent_id}-{self._incarnation[:8]}-{job_id}-{attempt}.failure"
         return os.path.join(folder, name)
 
-    async def _start(self, command: StartPart) -> None:
+    def start(self, command: StartPart) -> None:
         job = command.job
         if job is None:
-            self._bad("StartPart without a job")
+            self.bad("StartPart without a job")
             return
         attempt = max(1, command.attempt)
         running = self._parts.get(job.id)
@@ -135,7 +171,7 @@ class Admission(PartRuns):
             # new one starts once its CPUs are free.
             log.warning(
                 "agent %s: attempt %d of %s supersedes attempt %d: killing it",
-                self.agent_id,
+                self._agent_id,
                 attempt,
                 job.id,
                 running.attempt,
@@ -143,11 +179,11 @@ class Admission(PartRuns):
             self._kill_stale(running)
             self._deferred[job.id] = command
             return
-        if running is not None or (job.id, attempt) in self._finished:
-            log.info("agent %s: duplicate StartPart for %s ignored", self.agent_id, job.id)
+        if running is not None or self._reports.ended(job.id, attempt):
+            log.info("agent %s: duplicate StartPart for %s ignored", self._agent_id, job.id)
             return
         if self._stopping:
-            await self._refuse(job.id, attempt, "lost", "the agent is shutting down")
+            self._refuse(job.id, attempt, "lost", "the agent is shutting down")
             return
         # Delayed past the lease (this agent was frozen or cut off, or the queue held
         # it), or sent while its lease had lapsed: the scheduler may have requeued the
@@ -155,26 +191,27 @@ class Admission(PartRuns):
         # from here to the fork waits on the broker (the control topic's clear below
         # is posted, not awaited), so a freeze cannot slip in between: the
         # agent-freeze duplicate of issue 9 was a fork after such a wait.
-        why = start_fenced(command.issued, self._clock(), self.settings.lease, self.lease_lapsed())
+        why = start_fenced(
+            command.issued, self._clock(), self._settings.lease, self._lease.lapsed()
+        )
         if why is not None:
-            await self._refuse(job.id, attempt, "fenced", why)
+            self._refuse(job.id, attempt, "fenced", why)
             return
-        free = self.machine.cpus - self._busy
-        scale = self.settings.time_scale
+        free = self._parts.free
+        scale = self._settings.time_scale
         if command.cpus > free:
-            ending = sum(p.cpus for p in self._parts.values() if p.ending is not None)
-            if command.cpus <= free + ending:
+            if command.cpus <= free + self._parts.ending_cpus():
                 # Parts being ended still hold the CPUs (their processes have a grace to
                 # exit) while the scheduler, which ended them, counts the CPUs free:
                 # Slurm's COMPLETING. The start waits for their exit.
-                log.info("agent %s: %s waits for ending parts' CPUs", self.agent_id, job.id)
+                log.info("agent %s: %s waits for ending parts' CPUs", self._agent_id, job.id)
                 self._waiting.append(command)
                 return
-            await self._refuse(job.id, attempt, "failed", f"{command.cpus} CPUs asked, {free} free")
+            self._refuse(job.id, attempt, "failed", f"{command.cpus} CPUs asked, {free} free")
             return
         if scale is not None and command.time_scale != scale:
             why = f"time scale {command.time_scale} is not this agent's {scale}"
-            await self._refuse(job.id, attempt, "failed", why)
+            self._refuse(job.id, attempt, "failed", why)
             return
         # A resize retained for an earlier run of this job id (another agent's,
         # which died before clearing it) must not reach this process: its frames
@@ -187,7 +224,7 @@ class Admission(PartRuns):
         try:
             launch = self._launch(command, at)
         except LaunchError as exc:
-            await self._refuse(job.id, attempt, "failed", str(exc))
+            self._refuse(job.id, attempt, "failed", str(exc))
             return
         rate = launch.rate()
         part = Part(
@@ -200,24 +237,42 @@ class Admission(PartRuns):
             rate=rate,
             budget=job.walltime,
             changed=now,
-            deadline=self._deadline(now, job.walltime, rate, launch.time_scale),
+            deadline=wall_deadline(
+                now, job.walltime, rate, launch.time_scale, self._settings.walltime_grace
+            ),
         )
         part.failure_file = launch.failure_file
         part.slots = self._pool.take(part.cpus)
-        if self._state_dir is not None:
+        if self._state is not None:
             # Before the fork: a next incarnation finds every part that may run.
-            self._record(part)
+            self._state.write_record(part.record())
             if launch.lease_file is not None:
-                self._new_part_lease(launch.lease_file)
-        self._parts[job.id] = part
-        self._busy += part.cpus
+                self._lease.start_part(launch.lease_file)
+        self._parts.add(part)
         # The launch and the supervision run in a task of their own: the next command
         # is read while this one forks (``nodeagent.agent.runs``).
-        self._begin_run(part, cleared)
+        self._runs.begin(part, cleared)
 
-    async def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
-        log.warning("agent %s: part %s refused (%s): %s", self.agent_id, job_id, reason, why)
-        await self._report_finished(job_id, attempt, -1, reason)
+    def freed(self, job_id: str) -> None:
+        """The part of ``job_id`` is gone and its CPUs free: admit the newer attempt
+        that waited for it, then the starts that waited for CPUs (each waits again if
+        its CPUs are still being freed)."""
+        deferred = self._deferred.pop(job_id, None)
+        if deferred is not None:
+            self.start(deferred)
+        waiting, self._waiting = self._waiting, []
+        for command in waiting:
+            self.start(command)
+
+    def refuse_waiting(self) -> None:
+        """The agent stops and its last part is gone: answer the starts still waiting."""
+        waiting, self._waiting = self._waiting, []
+        for command in waiting:
+            self.start(command)  # refused "lost": the agent is stopping
+
+    def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
+        log.warning("agent %s: part %s refused (%s): %s", self._agent_id, job_id, reason, why)
+        self._reports.finished(job_id, attempt, -1, reason)
 
     def _kill_stale(self, part: Part) -> None:
         """End a part of an attempt the scheduler no longer holds: no grace."""
@@ -226,38 +281,39 @@ class Admission(PartRuns):
         part.kill_at = None
         part.signal(kill=True)
 
-    async def _resize(self, command: ResizePart) -> None:
+    def resize(self, command: ResizePart) -> None:
         part = self._parts.get(command.job_id)
         if part is None or part.ending is not None:
-            log.info("agent %s: resize of %s ignored: not running", self.agent_id, command.job_id)
+            log.info("agent %s: resize of %s ignored: not running", self._agent_id, command.job_id)
             return
         if command.attempt not in (0, part.attempt):
             self._counters.stale += 1
-            log.info("agent %s: resize of a stale attempt of %s ignored", self.agent_id, part)
+            log.info("agent %s: resize of a stale attempt of %s ignored", self._agent_id, part)
             return
         growth = command.cpus - part.cpus
-        free = self.machine.cpus - self._busy
+        free = self._parts.free
         if growth > free:
-            self._bad(f"resize of {command.job_id} to {command.cpus} CPUs: only {free} free")
+            self.bad(f"resize of {command.job_id} to {command.cpus} CPUs: only {free} free")
             return
         try:
             rate = part.launch.rate(cpus=_mpl_cpus(command), pace=command.pace)
         except LaunchError as exc:
-            self._bad(f"resize refused: {exc}")
+            self.bad(f"resize refused: {exc}")
             return
         now = self._monotonic()
         scale = part.launch.time_scale
         part.budget = max(0.0, part.budget - part.rate * scale * (now - part.changed))
-        part.changed, part.rate, part.cpus, part.resized = now, rate, command.cpus, True
+        part.changed, part.rate, part.resized = now, rate, True
+        self._parts.resize(part, command.cpus)
         before = self._pool.cores_of(part.slots)
         part.slots = self._pool.resize(part.slots, command.cpus)
         if part.launch.mpi is not None and part.process is not None:
             # (One still launching is pinned to its slots as it arrives.)
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
         self._counters.resizes += 1
-        part.deadline = self._deadline(now, part.budget, rate, scale)
-        self._busy += growth
-        self._record(part)
+        part.deadline = wall_deadline(now, part.budget, rate, scale, self._settings.walltime_grace)
+        if self._state is not None:
+            self._state.write_record(part.record())
         forward = ResizePart(
             job_id=command.job_id,
             cpus=command.cpus,
@@ -276,7 +332,7 @@ class Admission(PartRuns):
             format_cpuset(self._pool.cores_of(part.slots)),
         )
 
-    def _cancel(self, command: CancelPart) -> None:
+    def cancel(self, command: CancelPart) -> None:
         deferred = self._deferred.get(command.job_id)
         if deferred is not None and command.attempt in (0, deferred.attempt):
             del self._deferred[command.job_id]
@@ -291,29 +347,14 @@ class Admission(PartRuns):
         ]
         part = self._parts.get(command.job_id)
         if part is not None and command.attempt not in (0, part.attempt):
-            log.info("agent %s: cancel of another attempt of %s ignored", self.agent_id, part)
+            log.info("agent %s: cancel of another attempt of %s ignored", self._agent_id, part)
             return
         if part is None:
-            log.info("agent %s: cancel of %s ignored: not running", self.agent_id, command.job_id)
+            log.info("agent %s: cancel of %s ignored: not running", self._agent_id, command.job_id)
         elif part.ending is None:
-            self._end(part, "cancelled", self._monotonic())
+            self._runs.end(part, "cancelled", self._monotonic())
         elif part.ending == "lost":
             part.ending = "cancelled"  # asked by the scheduler while the agent stops
-
-    def _ranks_found(self, found: RanksFound) -> None:
-        part = self._parts.get(found.job_id)
-        if part is None or part.attempt != found.attempt:
-            return  # it ended meanwhile
-        if len(found.pids) < part.launch.ranks:
-            log.warning(
-                "part %s: %d of its %d ranks found: they stay on the part's cores",
-                found.job_id,
-                len(found.pids),
-                part.launch.ranks,
-            )
-        part.ranks = found.pids
-        if part.process is not None:
-            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
 
 
 def _rank_share(command: StartPart) -> tuple[int, int]:

@@ -42,7 +42,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from nodeagent.agent.node_agent import REASONS, AgentStats
+from nodeagent.agent.settings import REASONS, AgentStats
 
 
 def version() -> str:

@@ -83,10 +83,27 @@ cancel stays ``cancelled``, one that finished stays ``done``), answers a
 ``StartPart`` arriving meanwhile with ``lost`` too, and then publishes
 ``AgentOffline(reason="goodbye")`` retained, replacing its ``AgentOnline``.
 
-Modules. This one is the actor (its lifecycle, drain loop, timers, heartbeats
-and part exits); ``nodeagent.agent.admission`` answers commands and reports parts;
-``nodeagent.agent.settings``, ``nodeagent.agent.registration`` and ``nodeagent.agent.parts`` hold
-its settings, what it announces and its account of parts.
+Objects. :class:`NodeAgent` is the actor: its mailbox, its drain loop, its
+connection and what it announces on it. The rest is done by collaborators it
+builds at construction, each with its own state, handed what they share:
+
+- ``Admission`` (``nodeagent.agent.admission``): the scheduler's commands,
+  and the starts that wait for a stale attempt or for CPUs;
+- ``PartRuns`` (``nodeagent.agent.runs``): each part's launch, supervision,
+  timers and end;
+- ``TakeOver`` (``nodeagent.agent.takeover``): the parts a predecessor left;
+- ``Reports`` (``nodeagent.agent.reports``) over the ``Outbox``
+  (``nodeagent.agent.outbox``): what the scheduler hears of the parts;
+- ``Heartbeats`` (``nodeagent.agent.heartbeats``) and the ``AgentLease``
+  (``nodeagent.survival.lease``) they renew;
+- what they share: the ``PartTable`` and ``Counters``
+  (``nodeagent.agent.parts``), the ``SlotPool`` of cores
+  (``nodeagent.agent.cpuset``), the state directory
+  (``nodeagent.survival.state``) and the helper ``Tasks``
+  (``nodeagent.agent.tasks``), opened for the length of ``run()``.
+
+``nodeagent.agent.settings`` and ``nodeagent.agent.registration`` hold its
+settings and what it announces.
 
 Times on the wire (``at``, ``started``) are wall seconds since the Unix
 epoch; the time compression of each part travels in its ``StartPart``.
@@ -101,30 +118,35 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
-from broker.bus import Bus, BusError, Delivery, Will
+from broker.bus import Bus, Delivery, Will
 from broker.codec import encode
-from broker.messages import (
-    AgentOffline,
-    AgentOnline,
-    Heartbeat,
-    Message,
-    RunningPart,
-    StartPart,
-)
+from broker.messages import AgentOffline, AgentOnline, Message, RunningPart
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.admission import Admission
 from nodeagent.agent.cpuset import SlotPool, checked_cpuset, own_cpuset
+from nodeagent.agent.heartbeats import Heartbeats
 from nodeagent.agent.outbox import Outbox
-from nodeagent.agent.parts import Counters, Exited, Launched, Mail, Part, RanksFound, Reconnected
+from nodeagent.agent.parts import (
+    Counters,
+    Exited,
+    Launched,
+    Mail,
+    PartTable,
+    RanksFound,
+    Reconnected,
+)
 from nodeagent.agent.registration import agent_will, execution_model, machine_spec, new_incarnation
+from nodeagent.agent.reports import Reports
+from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason
+from nodeagent.agent.takeover import TakeOver
+from nodeagent.agent.tasks import Tasks
 from nodeagent.launch.spawn import Spawn
 from nodeagent.survival.adoption import Survey
-from nodeagent.survival.lease import LeaseFile
+from nodeagent.survival.lease import AgentLease
 from nodeagent.survival.state import StateDir
 
 __all__ = [
@@ -142,7 +164,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class NodeAgent(Admission):
+class NodeAgent:
     """The node agent actor; see the module docstring. ``await run()`` until ``stop()``."""
 
     def __init__(
@@ -159,47 +181,107 @@ class NodeAgent(Admission):
         state: StateDir | None = None,
         survey: Survey | None = None,
     ) -> None:
-        self._bus = bus
-        #: The machine's state directory (records, leases, relay socket) and what this
-        #: incarnation found there at start (``nodeagent.survival.adoption``); None: no records.
-        self._state_dir = state
-        self._survey = survey
-        self._topics = topics
         self.machine = machine
-        self._spawn = spawn
-        self.settings = settings or AgentSettings()
+        self.settings = settings = settings or AgentSettings()
         self.incarnation = incarnation or new_incarnation()
-        self._clock = clock
+        self._bus = bus
+        self._topics = topics
         self._monotonic = monotonic
+        #: The machine's state directory (records, leases, relay socket); None: no records.
+        self._state_dir = state
         self._spec = machine_spec(machine)
         self._commands = topics.agent_commands(machine.id)
         self._events = topics.agent_events(machine.id)
         self._state = topics.agent_state(machine.id)
-        self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(self.settings.mailbox_size)
-        self._outbox = Outbox(bus, f"agent-{machine.id}")
-        cores = self.settings.cpuset
+        self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(settings.mailbox_size)
+        self._stop_requested = False
+        # What the collaborators share, each handed it at construction.
+        self._tasks = Tasks(f"agent-{machine.id}")
+        self._counters = Counters()
+        self._parts = PartTable(machine.cpus)
+        cores = settings.cpuset
         self._pool = SlotPool(
             cores=own_cpuset() if cores is None else checked_cpuset(cores), slots=machine.cpus
         )
-        self._parts: dict[str, Part] = {}
-        # (job id, attempt) of parts this incarnation ended, for StartPart's idempotency.
-        self._finished: OrderedDict[tuple[str, int], Reason] = OrderedDict()
-        # A start of a newer attempt waiting for the stale attempt's process to exit.
-        self._deferred: dict[str, StartPart] = {}
-        # Starts waiting for the CPUs of parts that are being ended, in arrival order.
-        self._waiting: list[StartPart] = []
-        self._lease: LeaseFile | None = None
-        self._heartbeat_task: asyncio.Task[None] | None = None
-        self._busy = 0
-        self._counters = Counters()
-        self._seq = 0
-        self._next_heartbeat = 0.0
-        self._stop_requested = False
-        self._stopping = False
-        self._tg: asyncio.TaskGroup | None = None
+        self._lease = AgentLease(
+            length=settings.lease, state=state, directory=settings.lease_dir, agent_id=machine.id
+        )
+        self._outbox = Outbox(bus, self._tasks)
+        self._reports = Reports(
+            outbox=self._outbox,
+            topic=self._events,
+            agent_id=machine.id,
+            clock=clock,
+            counters=self._counters,
+            remember=settings.remember_finished,
+        )
+        self._runs = PartRuns(
+            agent_id=machine.id,
+            topics=topics,
+            settings=settings,
+            spawn=spawn,
+            mailbox=self._mailbox,
+            tasks=self._tasks,
+            parts=self._parts,
+            pool=self._pool,
+            outbox=self._outbox,
+            reports=self._reports,
+            lease=self._lease,
+            state=state,
+            counters=self._counters,
+            monotonic=monotonic,
+        )
+        self._takeover = TakeOver(
+            survey=survey,
+            parts=self._parts,
+            pool=self._pool,
+            runs=self._runs,
+            reports=self._reports,
+            counters=self._counters,
+            walltime_grace=settings.walltime_grace,
+        )
+        self._admission = Admission(
+            agent_id=machine.id,
+            incarnation=self.incarnation,
+            topics=topics,
+            settings=settings,
+            clock=clock,
+            monotonic=monotonic,
+            parts=self._parts,
+            pool=self._pool,
+            runs=self._runs,
+            reports=self._reports,
+            outbox=self._outbox,
+            lease=self._lease,
+            state=state,
+            counters=self._counters,
+        )
+        self._heartbeats = Heartbeats(
+            bus=bus,
+            topic=self._events,
+            agent_id=machine.id,
+            interval=settings.heartbeat_interval,
+            parts=self._parts,
+            lease=self._lease,
+            tasks=self._tasks,
+            counters=self._counters,
+        )
+
+    @property
+    def agent_id(self) -> str:
+        return self.machine.id
+
+    @property
+    def adopts(self) -> bool:
+        """Whether this agent's parts outlive it within their lease, to be adopted."""
+        return self._state_dir is not None and self.settings.adopt and self.settings.lease > 0
 
     def will(self) -> Will:
         return agent_will(self._topics, self.agent_id, self.incarnation)
+
+    def lease_lapsed(self) -> bool:
+        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
+        return self._lease.lapsed()
 
     def stats(self) -> AgentStats:
         """A snapshot of the counters; safe to call from the exporter's thread."""
@@ -207,7 +289,7 @@ class NodeAgent(Admission):
         return AgentStats(
             agent_id=self.agent_id,
             cpus=self.machine.cpus,
-            cpus_busy=self._busy,
+            cpus_busy=self._parts.busy,
             parts_running=len(self._parts),
             parts_started=c.started,
             # The dict's keys never change, so copying it races with nothing.
@@ -229,6 +311,16 @@ class NodeAgent(Admission):
         with contextlib.suppress(asyncio.QueueFull):
             self._mailbox.put_nowait(None)
 
+    async def reconnected(self) -> None:
+        """The bus's ``on_reconnect``: announce this agent and its parts again.
+
+        A restarted broker (no persistence) has forgotten the retained
+        ``AgentOnline``, and the scheduler may have counted this agent silent
+        meanwhile; the announcement and an immediate heartbeat put it right. The
+        parts kept running if the outage was shorter than the lease.
+        """
+        await self._mailbox.put(Reconnected())
+
     async def run(self) -> None:
         """Register, serve commands until ``stop()``, then say goodbye.
 
@@ -237,78 +329,68 @@ class NodeAgent(Admission):
         task is cancelled) the running parts are killed, not reported: the
         scheduler learns of them from the will.
         """
-        if self.settings.lease > 0:
-            self._lease = (
-                LeaseFile(path=self._state_dir.lease_path)
-                if self._state_dir is not None
-                else LeaseFile(self.settings.lease_dir, prefix=f"accordion-{self.agent_id}-")
-            )
-            self._lease.renew()
-        if self._survey is not None:
-            self._take_over(self._survey)
+        self._lease.take()
+        self._takeover.account()
         try:
             await self._serve()
         finally:
-            if self._lease is not None:
-                self._lease.remove()
+            self._lease.release()
 
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
         # Adopted parts (if any) are listed as running from the first announcement.
-        await self._publish(self._state, self._online(self._running()), retain=True)
+        await self._publish(self._state, self._online(self._parts.running()), retain=True)
         log.info(
             "agent %s online (incarnation %s, %d adopted part(s))",
             self.agent_id,
             self.incarnation,
             len(self._parts),
         )
-        async with asyncio.TaskGroup() as tg:
-            self._tg = tg
-            self._outbox.bind(tg)
-            await self._supervise_adopted()
-            reader = tg.create_task(self._read_bus(), name=f"agent-{self.agent_id}-bus")
+        async with self._tasks.running():
+            self._takeover.supervise()
+            reader = self._tasks.start(self._read_bus(), "bus")
             try:
-                await tg.create_task(self._drain(), name=f"agent-{self.agent_id}-mailbox")
+                await self._tasks.start(self._drain(), "mailbox")
             finally:
                 reader.cancel()
-                if self._heartbeat_task is not None:
-                    self._heartbeat_task.cancel()
+                self._heartbeats.cancel()
         goodbye = AgentOffline(
             agent_id=self.agent_id, incarnation=self.incarnation, reason="goodbye"
         )
         await self._publish(self._state, goodbye, retain=True)
         log.info("agent %s said goodbye", self.agent_id)
 
-    # -- helper tasks: they only post to the mailbox ---------------------------------
-
     async def _read_bus(self) -> None:
+        """Helper task: the commands, into the mailbox."""
         async for delivery in self._bus.deliveries():
             await self._mailbox.put(delivery)
 
     # -- the actor ----------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        self._next_heartbeat = self._monotonic()
+        self._heartbeats.soon(self._monotonic())
         while True:
-            if self._stop_requested and not self._stopping:
+            if self._stop_requested and not self._admission.stopping:
                 self._begin_shutdown()
-            await self._due(self._monotonic())
-            if self._stopping and not self._parts:
-                waiting, self._waiting = self._waiting, []
-                for command in waiting:
-                    await self._start(command)  # refused "lost": the agent is stopping
+            now = self._monotonic()
+            self._heartbeats.due(now)
+            self._runs.due(now)
+            if self._admission.stopping and not self._parts:
+                self._admission.refuse_waiting()
                 return
-            mail = await self._next(self._next_deadline() - self._monotonic())
+            deadline = min(self._heartbeats.next_at, self._runs.next_deadline())
+            mail = await self._next(deadline - self._monotonic())
             if isinstance(mail, Delivery):
-                await self._command(mail)
+                self._admission.command(mail)
             elif isinstance(mail, Launched):
-                await self._launched(mail)
+                self._runs.launched(mail)
             elif isinstance(mail, Exited):
-                await self._exited(mail)
+                self._runs.exited(mail)
+                self._admission.freed(mail.job_id)
             elif isinstance(mail, Reconnected):
                 await self._announce()
             elif isinstance(mail, RanksFound):
-                self._ranks_found(mail)
+                self._runs.ranks_found(mail)
 
     async def _next(self, timeout: float) -> Mail:
         with contextlib.suppress(asyncio.QueueEmpty):
@@ -321,80 +403,18 @@ class NodeAgent(Admission):
         except TimeoutError:
             return None
 
-    def _next_deadline(self) -> float:
-        deadline = self._next_heartbeat
-        for part in self._parts.values():
-            if part.ending is None:
-                deadline = min(deadline, part.deadline)
-            if part.kill_at is not None:
-                deadline = min(deadline, part.kill_at)
-        return deadline
-
-    async def _due(self, now: float) -> None:
-        if now >= self._next_heartbeat:
-            self._heartbeat()
-            # From now, not from the missed slot: a stalled loop sends one beat, not a burst.
-            self._next_heartbeat = now + self.settings.heartbeat_interval
-        for job_id, part in self._parts.items():
-            if part.ending is None and now >= part.deadline:
-                log.warning("part %s exceeded its wall time: terminating it", job_id)
-                self._end(part, "walltime", now)
-            if part.kill_at is not None and now >= part.kill_at:
-                log.warning(
-                    "part %s outlived SIGTERM by %.1f s: killing it",
-                    job_id,
-                    self.settings.kill_grace,
-                )
-                part.kill_at = None  # SIGKILL cannot be ignored: once is enough
-                part.signal(kill=True)
-
-    def _heartbeat(self) -> None:
-        """Send a heartbeat without waiting for it: its acknowledgement renews the lease.
-
-        The publish runs in a task of its own, so a broker outage (the bus waits
-        to reconnect) stalls neither the loop nor the lease's clock; a beat still
-        in flight when the next is due is not doubled.
-        """
-        if self._heartbeat_task is not None and not self._heartbeat_task.done():
-            return
-        beat = Heartbeat(agent_id=self.agent_id, seq=self._seq, running=self._running())
-        self._seq += 1
-        if self._tg is None:
-            raise RuntimeError("heartbeats are sent by the drain loop, which run() starts")
-        self._heartbeat_task = self._tg.create_task(
-            self._beat(beat), name=f"agent-{self.agent_id}-heartbeat"
-        )
-
-    async def _beat(self, beat: Heartbeat) -> None:
-        try:
-            await self._publish(self._events, beat)
-        except BusError as exc:
-            # The broker stayed away past the bus's bound: no renewal (the lease runs
-            # out on its own); the next beat tries again.
-            log.warning("agent %s: heartbeat %d not sent: %s", self.agent_id, beat.seq, exc)
-            return
-        self._counters.heartbeats += 1
-        if self._lease is not None:
-            self._lease.renew()
-            self._renew_parts()
-
-    async def reconnected(self) -> None:
-        """The bus's ``on_reconnect``: announce this agent and its parts again.
-
-        A restarted broker (no persistence) has forgotten the retained
-        ``AgentOnline``, and the scheduler may have counted this agent silent
-        meanwhile; the announcement and an immediate heartbeat put it right. The
-        parts kept running if the outage was shorter than the lease.
-        """
-        await self._mailbox.put(Reconnected())
+    def _begin_shutdown(self) -> None:
+        self._admission.stop()
+        log.info("agent %s stopping: ending %d parts", self.agent_id, len(self._parts))
+        self._runs.end_all("lost", self._monotonic())
 
     async def _announce(self) -> None:
-        running = self._running()
+        running = self._parts.running()
         await self._publish(self._state, self._online(running), retain=True)
         log.info(
             "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
         )
-        self._next_heartbeat = self._monotonic()
+        self._heartbeats.soon(self._monotonic())
 
     def _online(self, running: tuple[RunningPart, ...]) -> AgentOnline:
         return AgentOnline(
@@ -409,27 +429,7 @@ class NodeAgent(Admission):
             adopts=self.adopts,
         )
 
-    @property
-    def adopts(self) -> bool:
-        """Whether this agent's parts outlive it within their lease, to be adopted."""
-        return self._state_dir is not None and self.settings.adopt and self.settings.lease > 0
-
-    def _running(self) -> tuple[RunningPart, ...]:
-        """The parts this agent runs, as heartbeats and announcements list them."""
-        return tuple(
-            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
-            for job_id, p in self._parts.items()
-        )
-
     async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
-        """Publish and wait for the acknowledgement (registration, heartbeats, goodbye);
-        a part's reports go through the outbox instead (``nodeagent.agent.outbox``)."""
+        """Publish and wait for the acknowledgement (registration and goodbye); a part's
+        reports go through the outbox instead (``nodeagent.agent.outbox``)."""
         await self._bus.publish(topic, encode(message), qos=1, retain=retain)
-
-    def _begin_shutdown(self) -> None:
-        self._stopping = True
-        log.info("agent %s stopping: ending %d parts", self.agent_id, len(self._parts))
-        now = self._monotonic()
-        for part in self._parts.values():
-            if part.ending is None:
-                self._end(part, "lost", now)

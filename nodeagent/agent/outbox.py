@@ -18,12 +18,12 @@ What stays guaranteed:
   forked at once, but its frames are relayed (its subscription to its control
   topic with them) only once that topic's clear is acknowledged
   (``nodeagent.agent.runs``), so a stale retained resize cannot reach it.
-- *Before the goodbye*: the writers are tasks of the agent's TaskGroup, which
-  the agent leaves (all of them finished) before it says goodbye.
+- *Before the goodbye*: the writers are the agent's helper tasks
+  (``nodeagent.agent.tasks``), all finished before it says goodbye.
 
 A publish that fails (``BusError``: the broker stayed away past the bus's
 bound) fails the futures still waiting on that topic and ends its writer task
-with the error, which ends the agent's TaskGroup: the unclean end the agent
+with the error, which ends the agent's tasks: the unclean end the agent
 always had when its connection was lost (the broker publishes its will).
 """
 
@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from broker.bus import Bus
+from nodeagent.agent.tasks import Tasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +53,13 @@ def _retrieved(future: asyncio.Future[None]) -> None:
 class Outbox:
     """Ordered, non-blocking publication (QoS 1) over one bus; see the module docstring."""
 
-    def __init__(self, bus: Bus, name: str) -> None:
+    def __init__(self, bus: Bus, tasks: Tasks) -> None:
         self._bus = bus
-        self._name = name
+        #: Where the writers run: the agent's helper tasks, open while it runs.
+        self._tasks = tasks
         self._queues: dict[str, deque[_Item]] = {}
-        self._tg: asyncio.TaskGroup | None = None
         #: Messages acknowledged, for the agent's exporter and tests.
         self.published = 0
-
-    def bind(self, tg: asyncio.TaskGroup) -> None:
-        """The TaskGroup the writers run in (the agent's own, from ``run()``)."""
-        self._tg = tg
 
     @property
     def pending(self) -> int:
@@ -71,14 +68,14 @@ class Outbox:
 
     def post(self, topic: str, payload: bytes, *, retain: bool = False) -> asyncio.Future[None]:
         """Queue one message for ``topic``; the future resolves once it is acknowledged."""
-        if self._tg is None:
-            raise RuntimeError("the outbox publishes from its agent's TaskGroup: bind() it first")
+        if not self._tasks.open:
+            raise RuntimeError("the outbox publishes from its agent's tasks: run() first")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         done.add_done_callback(_retrieved)
         queue = self._queues.get(topic)
         if queue is None:
             queue = self._queues[topic] = deque()
-            self._tg.create_task(self._write(topic, queue), name=f"{self._name}-out-{topic}")
+            self._tasks.start(self._write(topic, queue), f"out-{topic}")
         queue.append(_Item(payload, retain, done))
         return done
 

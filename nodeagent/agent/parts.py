@@ -1,13 +1,24 @@
-"""The agent's account of its running parts, its mailbox's letters and its counters."""
+"""The agent's account of its running parts, its mailbox's letters and its counters.
+
+A :class:`Part` is one part as the agent accounts for it (its launch, its
+process once forked, its CPUs and cores, its wall-time account); the
+:class:`PartTable` holds them by job id with the CPUs they hold. Only the
+agent's drain loop changes them; the exporter's thread reads the table's
+``busy`` and length, plain numbers.
+"""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import ItemsView, ValuesView
 from dataclasses import dataclass, field
 
 from broker.bus import Delivery
+from broker.messages import RunningPart
 from nodeagent.agent.settings import REASONS, Reason
-from nodeagent.launch.spawn import JobProcess, Launch
+from nodeagent.launch.contract import Launch
+from nodeagent.launch.spawn import JobProcess
+from nodeagent.survival.state import PartRecord
 
 
 @dataclass(slots=True, kw_only=True)
@@ -52,24 +63,109 @@ class Part:
             else:
                 self.process.terminate()
 
+    def end(self, reason: Reason, kill_at: float) -> None:
+        """End it for ``reason``: SIGTERM now, SIGKILL at ``kill_at`` if it is still there."""
+        self.ending = reason
+        self.kill_at = kill_at
+        self.signal(kill=False)
+
+    def record(self) -> PartRecord:
+        """Its record in the state directory, for a next incarnation to adopt it."""
+        launch = self.launch
+        return PartRecord(
+            job_id=launch.job_id,
+            attempt=self.attempt,
+            cpus=self.cpus,
+            slots=self.slots,
+            argv=tuple(launch.argv()),
+            budget=self.budget,
+            rate=self.rate,
+            changed=self.changed,
+            resized=self.resized,
+        )
+
+
+def wall_deadline(
+    changed: float, budget: float, rate: float, time_scale: float, grace: float
+) -> float:
+    """When a part whose ``budget`` units were left at ``changed`` has spent them at
+    ``rate`` (units per cluster second, ``time_scale`` cluster seconds per wall second),
+    plus ``grace``: its wall-time limit (``nodeagent.agent.node_agent``'s rule)."""
+    return changed + budget / (rate * time_scale) + grace
+
+
+class PartTable:
+    """The parts this agent runs, by job id, and the CPUs they hold of ``cpus``."""
+
+    def __init__(self, cpus: int) -> None:
+        self.cpus = cpus
+        #: CPUs held by the parts (kept, not summed: the exporter's thread reads it).
+        self.busy = 0
+        self._parts: dict[str, Part] = {}
+
+    @property
+    def free(self) -> int:
+        return self.cpus - self.busy
+
+    def __len__(self) -> int:
+        return len(self._parts)
+
+    def __getitem__(self, job_id: str) -> Part:
+        return self._parts[job_id]
+
+    def get(self, job_id: str) -> Part | None:
+        return self._parts.get(job_id)
+
+    def items(self) -> ItemsView[str, Part]:
+        return self._parts.items()
+
+    def values(self) -> ValuesView[Part]:
+        return self._parts.values()
+
+    def add(self, part: Part) -> None:
+        self._parts[part.launch.job_id] = part
+        self.busy += part.cpus
+
+    def pop(self, job_id: str) -> Part:
+        part = self._parts.pop(job_id)
+        self.busy -= part.cpus
+        return part
+
+    def resize(self, part: Part, cpus: int) -> None:
+        self.busy += cpus - part.cpus
+        part.cpus = cpus
+
+    def ending_cpus(self) -> int:
+        """CPUs still held by parts the agent is ending (their processes have a grace)."""
+        return sum(p.cpus for p in self._parts.values() if p.ending is not None)
+
+    def running(self) -> tuple[RunningPart, ...]:
+        """The parts, as heartbeats and announcements list them."""
+        return tuple(
+            RunningPart(job_id=job_id, cpus=p.cpus, started=p.started, attempt=p.attempt)
+            for job_id, p in self._parts.items()
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Exited:
+    """A part's process is gone, or never started (``error`` says why)."""
+
     job_id: str
     code: int
     attempt: int
     #: When it exited (monotonic), as its launcher or its supervisor saw it.
     at: float | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Launched:
-    """A part's launch is over: its process runs, or ``error`` says why it does not."""
+    """A part's launch is over: its process runs."""
 
     job_id: str
     attempt: int
-    process: JobProcess | None
-    error: str | None = None
+    process: JobProcess
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from broker.messages import AgentOffline, AgentOnline, ExecutionSpec, MachineSpe
 from broker.topics import Topics
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
-from nodeagent.launch.spawn import model_of
+from nodeagent.launch.contract import model_of
 
 
 def execution_model(spec: ExecutionSpec | None) -> ExecutionModel:

@@ -2,14 +2,22 @@
 
 Theory of operation. ``nodeagent.agent.admission`` admits a ``StartPart`` and
 registers the part at once (its CPUs held, its process ``None``); the launch
-itself runs in a helper task, :meth:`PartRuns._run_part`, so the drain loop
+itself runs in a helper task (:meth:`PartRuns.begin`), so the drain loop
 goes on with the next command while the fork server forks (launches are
 pipelined: a burst of starts is in the fork server's socket together). The
-helper task is then the part's supervisor: it posts :class:`Launched` (the
-process, or why there is none), awaits the process's exit and posts
-:class:`Exited`. Both letters go through the mailbox, so only the drain loop
-changes the agent's state, in the order of events: a part's ``Launched``
-always precedes its ``Exited``.
+helper task is then the part's supervisor: it posts :class:`Launched`,
+awaits the process's exit and posts :class:`Exited` (at once, with the
+error, if there is no process). Both letters go through the mailbox, so only
+the drain loop changes the agent's state, in the order of events: a part's
+``Launched`` always precedes its ``Exited``. The drain loop hands them to
+:meth:`PartRuns.launched` and :meth:`PartRuns.exited`; after an exit it asks
+admission whether a start was waiting for those CPUs.
+
+Supervision also keeps each part's wall-time limit and the SIGKILL that
+follows a SIGTERM's grace (:meth:`PartRuns.due`, at the deadline
+:meth:`PartRuns.next_deadline` gives the loop), pins an MPI-like part's
+ranks once they are found, and watches the parts adopted from a previous
+incarnation (``nodeagent.agent.takeover``) the same way.
 
 While a part launches, a cancel, a resize or the agent's shutdown acts on its
 account only (``ending``, ``kill_at``, its CPUs and cores); the process gets
@@ -33,24 +41,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
-from broker.bus import Bus
-from broker.codec import encode
-from broker.messages import PartFinished, PartStarted, StartPart
 from broker.topics import Topics
-from model.machine import Machine
-from nodeagent.agent.cpuset import CpusetError, SlotPool, find_ranks, pin_part
+from nodeagent.agent.cpuset import SlotPool, find_ranks, pin_part
 from nodeagent.agent.outbox import Outbox
-from nodeagent.agent.parts import Counters, Exited, Launched, Mail, Part, RanksFound
+from nodeagent.agent.parts import (
+    Counters,
+    Exited,
+    Launched,
+    Mail,
+    Part,
+    PartTable,
+    RanksFound,
+    wall_deadline,
+)
+from nodeagent.agent.reports import Reports
 from nodeagent.agent.settings import AgentSettings, Reason
-from nodeagent.job.sleep_job import EXIT_LOST
-from nodeagent.launch.spawn import JobProcess, Launch, Spawn, running_since
-from nodeagent.survival.adoption import Adopted, Lost, Survey
-from nodeagent.survival.lease import LeaseFile
-from nodeagent.survival.state import PartRecord, StateDir, StateError, renew
+from nodeagent.agent.tasks import Tasks
+from nodeagent.launch.contract import EXIT_LOST, Launch
+from nodeagent.launch.spawn import JobProcess, Spawn, running_since
+from nodeagent.survival.lease import AgentLease
+from nodeagent.survival.state import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -62,60 +76,56 @@ def _stamp(process: JobProcess, name: str) -> float | None:
 
 
 class PartRuns:
-    """Launch, supervision and end of parts (a mixin of ``NodeAgent``)."""
+    """Launch, supervision and end of one agent's parts; see the module docstring."""
 
-    # The actor's state (``NodeAgent.__init__`` sets every one).
-    machine: Machine
-    settings: AgentSettings
-    _bus: Bus
-    _topics: Topics
-    _spawn: Spawn
-    _clock: Callable[[], float]
-    _monotonic: Callable[[], float]
-    _events: str
-    _mailbox: asyncio.Queue[Mail]
-    _outbox: Outbox
-    _parts: dict[str, Part]
-    _finished: OrderedDict[tuple[str, int], Reason]
-    _deferred: dict[str, StartPart]
-    _waiting: list[StartPart]
-    _lease: LeaseFile | None
-    _busy: int
-    _counters: Counters
-    _tg: asyncio.TaskGroup | None
-    _pool: SlotPool
-    _state_dir: StateDir | None
-    _survey: Survey | None
-    #: Admits a start (``nodeagent.agent.admission``): an exit frees CPUs a start waited for.
-    _start: Callable[[StartPart], Awaitable[None]]
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        topics: Topics,
+        settings: AgentSettings,
+        spawn: Spawn,
+        mailbox: asyncio.Queue[Mail],
+        tasks: Tasks,
+        parts: PartTable,
+        pool: SlotPool,
+        outbox: Outbox,
+        reports: Reports,
+        lease: AgentLease,
+        state: StateDir | None,
+        counters: Counters,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._agent_id = agent_id
+        self._topics = topics
+        self._settings = settings
+        self._spawn = spawn
+        self._mailbox = mailbox
+        self._tasks = tasks
+        self._parts = parts
+        self._pool = pool
+        self._outbox = outbox
+        self._reports = reports
+        self._lease = lease
+        self._state = state
+        self._counters = counters
+        self._monotonic = monotonic
 
-    @property
-    def agent_id(self) -> str:
-        return self.machine.id
+    # -- the helper tasks: they only post to the mailbox -----------------------------
 
-    def lease_lapsed(self) -> bool:
-        """Whether the broker has not acknowledged a heartbeat for the lease's length."""
-        return self._lease is not None and self._lease.age() > self.settings.lease
+    def begin(self, part: Part, cleared: asyncio.Future[None]) -> None:
+        """Start the helper task that launches and then supervises ``part``; its
+        process gets its bus once ``cleared`` (its control topic's clear) is done."""
+        launch = part.launch
+        self._tasks.start(self._run(launch, cleared), f"part-{launch.job_id}")
 
-    # -- the helper task -------------------------------------------------------------
-
-    def _begin_run(self, part: Part, cleared: asyncio.Future[None]) -> None:
-        """Start the helper task that launches and then supervises ``part``."""
-        if self._tg is None:
-            raise RuntimeError("parts are started by the drain loop, which run() starts")
-        job_id = part.launch.job_id
-        self._tg.create_task(
-            self._run_part(part.launch, cleared), name=f"agent-{self.agent_id}-part-{job_id}"
-        )
-
-    async def _run_part(self, launch: Launch, cleared: asyncio.Future[None]) -> None:
+    async def _run(self, launch: Launch, cleared: asyncio.Future[None]) -> None:
         job_id, attempt = launch.job_id, launch.attempt
         try:
             process = await self._spawn(launch)
         except OSError as exc:
-            await self._mailbox.put(
-                Launched(job_id, attempt, None, f"cannot start its process: {exc}")
-            )
+            error = f"cannot start its process: {exc}"
+            await self._mailbox.put(Exited(job_id, -1, attempt, error=error))
             return
         try:
             # The job's control topic must be clear of an earlier run's retained resize
@@ -135,6 +145,21 @@ class PartRuns:
             raise
         await self._post_exit(job_id, attempt, code, process)
 
+    def watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
+        """Supervise a part this agent did not launch (adopted at start)."""
+        self._tasks.start(self._watch(job_id, attempt, process), f"adopted-{job_id}")
+
+    async def _watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
+        """The supervisor of an adopted part: its exit, as it said it (or lost)."""
+        try:
+            code = await process.wait()
+        except BaseException:
+            # The agent's unclean end: as for a part it forked (``_run``).
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            raise
+        await self._post_exit(job_id, attempt, code, process)
+
     async def _post_exit(self, job_id: str, attempt: int, code: int, process: JobProcess) -> None:
         """Post the part's end, dated when its process was seen to end where that is
         known (the fork server's reap, an adopted pidfd), else now."""
@@ -143,15 +168,20 @@ class PartRuns:
             Exited(job_id, code, attempt, self._monotonic() if ended is None else ended)
         )
 
+    def find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
+        """Look for an MPI-like part's ranks; they are pinned once found (``ranks_found``)."""
+        self._tasks.start(self._find_ranks(job_id, attempt, leader, count), f"ranks-{job_id}")
+
+    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
+        pids = await find_ranks(leader, count, patience=self._settings.rank_search)
+        await self._mailbox.put(RanksFound(job_id, attempt, pids))
+
     # -- the drain loop's handlers ---------------------------------------------------
 
-    async def _launched(self, mail: Launched) -> None:
+    def launched(self, mail: Launched) -> None:
         # Only its own Exited removes a part, and that comes after this letter.
         part = self._parts[mail.job_id]
         process = mail.process
-        if process is None:
-            await self._exited(Exited(mail.job_id, -1, mail.attempt), mail.error)
-            return
         part.process = process
         self._counters.started += 1
         # A process that knows when it began running (a fork) dates the part from
@@ -164,8 +194,12 @@ class PartRuns:
         part.started = running_since(process, part.started)
         if not part.resized:  # a resize while launching restarted the account itself
             part.changed = part.forked
-            part.deadline = self._deadline(
-                part.forked, part.budget, part.rate, part.launch.time_scale
+            part.deadline = wall_deadline(
+                part.forked,
+                part.budget,
+                part.rate,
+                part.launch.time_scale,
+                self._settings.walltime_grace,
             )
         if part.ending is not None:
             # Cancelled, superseded or the agent stopping while it launched.
@@ -173,23 +207,10 @@ class PartRuns:
             return
         if part.launch.mpi is not None:
             # The leader now, so ranks it forks before they are found inherit the
-            # part's cores; each rank on its own core once found (``_ranks_found``).
+            # part's cores; each rank on its own core once found (``ranks_found``).
             pin_part(self._pool, part.slots, process.pid, ())
-            if self._tg is None:
-                raise RuntimeError("parts are started by the drain loop, which run() starts")
-            self._tg.create_task(
-                self._find_ranks(mail.job_id, part.attempt, process.pid, part.launch.ranks),
-                name=f"agent-{self.agent_id}-ranks-{mail.job_id}",
-            )
-        started = PartStarted(
-            job_id=mail.job_id,
-            agent_id=self.agent_id,
-            pid=process.pid,
-            at=part.started,
-            attempt=part.attempt,
-            launch_seconds=part.launch_seconds,
-        )
-        self._post(self._events, started)
+            self.find_ranks(mail.job_id, part.attempt, process.pid, part.launch.ranks)
+        self._reports.started(part, process.pid)
         log.info(
             "part %s started: pid %d, %d CPUs, rate %.4g, launched in %s, limit in %.3f s",
             mail.job_id,
@@ -200,15 +221,14 @@ class PartRuns:
             part.deadline - part.forked,
         )
 
-    async def _exited(self, exited: Exited, error: str | None = None) -> None:
+    def exited(self, exited: Exited) -> None:
         part = self._parts.pop(exited.job_id)
-        self._busy -= part.cpus
         self._pool.give(part.slots)
-        if self._state_dir is not None:
-            self._state_dir.remove_part(exited.job_id, exited.attempt)
-        detail = _read_failure(part.failure_file) if error is None else error
+        if self._state is not None:
+            self._state.remove_part(exited.job_id, exited.attempt)
+        detail = _read_failure(part.failure_file) if exited.error is None else exited.error
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
-        if reason == "failed" and (exited.code == EXIT_LOST or self.lease_lapsed()):
+        if reason == "failed" and (exited.code == EXIT_LOST or self._lease.lapsed()):
             # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
             # never reached the broker); like a lapsed lease, that is fencing, not the
             # job failing: the scheduler requeues it.
@@ -216,7 +236,7 @@ class PartRuns:
         if part.resized:
             self._outbox.post(self._topics.job_control(exited.job_id), b"", retain=True)
         run = _run_seconds(part, exited)
-        await self._report_finished(
+        self._reports.finished(
             exited.job_id, exited.attempt, exited.code, reason, detail, run_seconds=run
         )
         log.info(
@@ -227,178 +247,56 @@ class PartRuns:
             "" if run is None else f" after {run:.3f} s",
             "" if detail is None else f": {detail}",
         )
-        deferred = self._deferred.pop(exited.job_id, None)
-        if deferred is not None:
-            await self._start(deferred)
-        waiting, self._waiting = self._waiting, []
-        for command in waiting:
-            await self._start(command)  # waits again if its CPUs are still being freed
 
-    async def _report_finished(
-        self,
-        job_id: str,
-        attempt: int,
-        code: int,
-        reason: Reason,
-        detail: str | None = None,
-        *,
-        run_seconds: float | None = None,
-    ) -> None:
-        self._finished[(job_id, attempt)] = reason
-        while len(self._finished) > self.settings.remember_finished:
-            self._finished.popitem(last=False)
-        self._counters.finished[reason] += 1
-        finished = PartFinished(
-            job_id=job_id,
-            agent_id=self.agent_id,
-            exit_code=code,
-            at=self._clock(),
-            reason=reason,
-            attempt=attempt,
-            detail=detail,
-            run_seconds=run_seconds,
-        )
-        self._post(self._events, finished)
-
-    def _post(self, topic: str, message: PartStarted | PartFinished) -> None:
-        self._outbox.post(topic, encode(message))
-
-    def _deadline(self, now: float, budget: float, rate: float, time_scale: float) -> float:
-        return now + budget / (rate * time_scale) + self.settings.walltime_grace
-
-    # -- records and adoption (``nodeagent.survival.state``, ``.adoption``) ----------------
-
-    def _record(self, part: Part) -> None:
-        """Write (or rewrite, after a resize) the part's record for a next incarnation."""
-        if self._state_dir is None:
-            return
-        launch = part.launch
-        self._state_dir.write_record(
-            PartRecord(
-                job_id=launch.job_id,
-                attempt=part.attempt,
-                cpus=part.cpus,
-                slots=part.slots,
-                argv=tuple(launch.argv()),
-                budget=part.budget,
-                rate=part.rate,
-                changed=part.changed,
-                resized=part.resized,
+    def ranks_found(self, found: RanksFound) -> None:
+        part = self._parts.get(found.job_id)
+        if part is None or part.attempt != found.attempt:
+            return  # it ended meanwhile
+        if len(found.pids) < part.launch.ranks:
+            log.warning(
+                "part %s: %d of its %d ranks found: they stay on the part's cores",
+                found.job_id,
+                len(found.pids),
+                part.launch.ranks,
             )
-        )
+        part.ranks = found.pids
+        if part.process is not None:
+            pin_part(self._pool, part.slots, part.process.pid, part.ranks)
 
-    def _new_part_lease(self, path: str) -> None:
-        """A new part's lease starts where the agent's stands (its last acknowledged
-        heartbeat), never fresher: the bound is from when the broker last heard us."""
-        if self._lease is None:
-            return
-        renew(path, self._lease.path.stat().st_mtime)
+    # -- timers -------------------------------------------------------------------------
 
-    def _renew_parts(self) -> None:
-        """The broker acknowledged a heartbeat: every part's own lease is renewed too."""
-        if self._state_dir is None or self._lease is None:
-            return
-        stamp = self._lease.path.stat().st_mtime
+    def end(self, part: Part, reason: Reason, now: float) -> None:
+        """End ``part`` for ``reason``: SIGTERM now, SIGKILL after the kill grace."""
+        part.end(reason, now + self._settings.kill_grace)
+
+    def end_all(self, reason: Reason, now: float) -> None:
         for part in self._parts.values():
-            lease = part.launch.lease_file
-            if lease is not None:
-                renew(lease, stamp)
+            if part.ending is None:
+                self.end(part, reason, now)
 
-    def _take_over(self, survey: Survey) -> None:
-        """Account for the parts adopted at start as running (before registering)."""
-        self._counters.bad_records += survey.bad_records
-        self._counters.not_adopted += len(survey.lost)
-        for adopted in survey.adopted:
-            try:
-                self._adopt(adopted)
-            except (CpusetError, StateError) as exc:
-                log.error("part %s cannot be adopted: %s: killing it", adopted.launch.job_id, exc)
-                with contextlib.suppress(ProcessLookupError):
-                    adopted.process.kill()
-                survey.lost.append(Lost(adopted.launch.job_id, adopted.record.attempt, str(exc)))
-                self._counters.not_adopted += 1
+    def next_deadline(self) -> float:
+        """The next wall-time limit or SIGKILL due (monotonic; infinity: none)."""
+        deadline = math.inf
+        for part in self._parts.values():
+            if part.ending is None:
+                deadline = min(deadline, part.deadline)
+            if part.kill_at is not None:
+                deadline = min(deadline, part.kill_at)
+        return deadline
 
-    def _adopt(self, adopted: Adopted) -> None:
-        record, launch, forked = adopted.record, adopted.launch, adopted.forked
-        if record.cpus > self.machine.cpus - self._busy:
-            raise StateError(f"{record.cpus} CPUs recorded, {self.machine.cpus - self._busy} free")
-        slots = self._pool.claim(record.slots)
-        changed = record.changed if record.resized else forked.mono
-        part = Part(
-            launch=launch,
-            process=adopted.process,
-            cpus=record.cpus,
-            attempt=record.attempt,
-            started=forked.at,
-            received=forked.mono,
-            rate=record.rate,
-            budget=record.budget,
-            changed=changed,
-            deadline=self._deadline(changed, record.budget, record.rate, launch.time_scale),
-            resized=record.resized,
-            slots=slots,
-            failure_file=launch.failure_file,
-            forked=forked.mono,
-        )
-        self._parts[launch.job_id] = part
-        self._busy += part.cpus
-        self._counters.adopted += 1
-        if launch.mpi is not None:
-            # Re-pinned to the same slots: the leader now, its ranks once found.
-            pin_part(self._pool, slots, forked.pid, ())
-
-    async def _supervise_adopted(self) -> None:
-        """Once the task group runs: supervise the adopted parts, report the lost ones."""
-        if self._tg is None:
-            raise RuntimeError("adopted parts are supervised once run() started")
-        survey = self._survey
-        if survey is None:
-            return
-        for lost in survey.lost:
-            # Not remembered as finished here: a (job, attempt) a scheduler with a fresh
-            # journal starts again is a new part, not a duplicate of an old process.
-            self._counters.finished["fenced"] += 1
-            self._post(
-                self._events,
-                PartFinished(
-                    job_id=lost.job_id,
-                    agent_id=self.agent_id,
-                    exit_code=EXIT_LOST,
-                    at=self._clock(),
-                    reason="fenced",
-                    attempt=lost.attempt,
-                    detail=f"not adopted: {lost.why}"[:500],
-                ),
-            )
-        for job_id, part in list(self._parts.items()):
-            process = part.process
-            if process is None:
-                continue
-            self._tg.create_task(
-                self._watch(job_id, part.attempt, process),
-                name=f"agent-{self.agent_id}-adopted-{job_id}",
-            )
-            if part.launch.mpi is not None:
-                self._tg.create_task(
-                    self._find_ranks(job_id, part.attempt, process.pid, part.launch.ranks),
-                    name=f"agent-{self.agent_id}-ranks-{job_id}",
+    def due(self, now: float) -> None:
+        for job_id, part in self._parts.items():
+            if part.ending is None and now >= part.deadline:
+                log.warning("part %s exceeded its wall time: terminating it", job_id)
+                self.end(part, "walltime", now)
+            if part.kill_at is not None and now >= part.kill_at:
+                log.warning(
+                    "part %s outlived SIGTERM by %.1f s: killing it",
+                    job_id,
+                    self._settings.kill_grace,
                 )
-
-    async def _watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
-        """The supervisor of an adopted part: its exit, as it said it (or lost)."""
-        try:
-            code = await process.wait()
-        except BaseException:
-            # The agent's unclean end: as for a part it forked (``_run_part``).
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            raise
-        await self._post_exit(job_id, attempt, code, process)
-
-    async def _find_ranks(self, job_id: str, attempt: int, leader: int, count: int) -> None:
-        """Helper task: post the part's rank pids once the leader forked them all."""
-        pids = await find_ranks(leader, count, patience=self.settings.rank_search)
-        await self._mailbox.put(RanksFound(job_id, attempt, pids))
+                part.kill_at = None  # SIGKILL cannot be ignored: once is enough
+                part.signal(kill=True)
 
 
 def _run_seconds(part: Part, exited: Exited) -> float | None:

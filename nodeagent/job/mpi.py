@@ -56,20 +56,23 @@ from broker.messages import PartProgress
 from broker.topics import Topics
 from nodeagent.job.ranks import (
     Contribution,
-    MpiParams,
     Rank,
     add_into,
     describe_exit,
     frame,
     parse_contribution,
 )
-from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, JobSettings, SleepJob
-from nodeagent.launch.spawn import Launch
+from nodeagent.job.sleep_job import JobSettings, SleepJob
+from nodeagent.launch.contract import (
+    EXIT_CANCELLED,
+    EXIT_DONE,
+    EXIT_LOST,
+    EXIT_RANK_FAILED,
+    Launch,
+    MpiParams,
+)
 
 log = logging.getLogger(__name__)
-
-EXIT_RANK_FAILED = 4
-"""A rank exited before the job's end (the failure file says which and how)."""
 
 _PART_HEAD = struct.Struct("!II")  # attempt, iteration
 _T = TypeVar("_T")

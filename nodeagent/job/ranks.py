@@ -26,10 +26,8 @@ close when it exits, whatever its ranks do.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
-import math
 import os
 import signal
 import socket
@@ -39,83 +37,19 @@ import time
 import traceback
 from array import array
 from dataclasses import dataclass
-from typing import Literal
 
 from nodeagent.job.kernel import burn
-
-Pattern = Literal["allreduce", "barrier"]
-PATTERNS: tuple[Pattern, ...] = ("allreduce", "barrier")
+from nodeagent.launch.contract import MpiParams
 
 EXIT_BAD_REDUCE = 3
 """A rank whose allreduce came back wrong."""
 EXIT_RANK_BUG = 70
 """A rank that raised (its traceback is on stderr): EX_SOFTWARE."""
 
-MAX_ITERATIONS = 1_000_000
-MAX_COMPUTE = 3600.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
 # A frame: length (4 bytes), then iteration, compute wall s, previous comm wall s, data.
 _LEN = struct.Struct("!I")
 _HEAD = struct.Struct("!Idd")
 _PR_SET_PDEATHSIG = 1
-
-
-class ParamsError(ValueError):
-    """MPI-like parameters out of their bounds."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MpiParams:
-    """The MPI-like workload of one job (``JobSpec.mpi``), validated and bounded."""
-
-    iterations: int = 10
-    compute: float = 0.1
-    message_bytes: int = 1024
-    pattern: Pattern = "allreduce"
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.iterations <= MAX_ITERATIONS:
-            raise ParamsError(f"iterations must be in 1..{MAX_ITERATIONS}, got {self.iterations}")
-        if not (0 < self.compute <= MAX_COMPUTE and math.isfinite(self.compute)):
-            raise ParamsError(f"compute must be in (0, {MAX_COMPUTE:g}] s, got {self.compute!r}")
-        if not 0 <= self.message_bytes <= MAX_MESSAGE_BYTES:
-            raise ParamsError(
-                f"message bytes must be in 0..{MAX_MESSAGE_BYTES}, got {self.message_bytes}"
-            )
-        if self.pattern not in PATTERNS:
-            raise ParamsError(f"pattern must be one of {', '.join(PATTERNS)}: {self.pattern!r}")
-
-    @property
-    def doubles(self) -> int:
-        """Float64 elements an allreduce sums (0 for a barrier)."""
-        return self.message_bytes // 8 if self.pattern == "allreduce" else 0
-
-    def argv(self) -> list[str]:
-        return [
-            f"--iterations={self.iterations}",
-            f"--compute={self.compute!r}",
-            f"--message-bytes={self.message_bytes}",
-            f"--pattern={self.pattern}",
-        ]
-
-    @staticmethod
-    def add_arguments(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--iterations", type=int, default=None, help="MPI-like iterations")
-        parser.add_argument("--compute", type=float, default=None, help="CPU s per iteration")
-        parser.add_argument("--message-bytes", type=int, default=None)
-        parser.add_argument("--pattern", default=None, choices=PATTERNS)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> MpiParams | None:
-        if args.iterations is None:
-            return None
-        return cls(
-            iterations=args.iterations,
-            compute=args.compute,
-            message_bytes=args.message_bytes,
-            pattern=args.pattern,
-        )
 
 
 @dataclass(frozen=True, slots=True)

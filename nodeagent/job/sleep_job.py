@@ -37,7 +37,7 @@ handlers are installed, so a SIGTERM from then on is a clean cancel
 (:data:`EXIT_CANCELLED`, not death by the signal). Whoever must know the
 process is up (the tests, a watcher) waits for that report, not for a time.
 
-Over the relay (``--pipe``) the bus is ``nodeagent.survival.rejoin.RejoiningBus``: a
+Over the relay (``--pipe``) the bus is ``nodeagent.job.rejoin.RejoiningBus``: a
 job launched with ``--relay-socket`` outlives its agent within its lease and
 rejoins the next incarnation; every relayed job says its exit code as its
 last frame.
@@ -70,20 +70,20 @@ from broker.messages import CancelPart, PartProgress, ResizePart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.job.ranks import Rank, fork_ranks
+from nodeagent.job.rejoin import RejoiningBus
+from nodeagent.launch.contract import (
+    EXIT_CANCELLED,
+    EXIT_DONE,
+    EXIT_LOST,
+    EXIT_USAGE,
+    Launch,
+    LaunchError,
+    lease_expired,
+    part_key,
+)
 from nodeagent.launch.runner import run
-from nodeagent.launch.spawn import Launch, LaunchError
-from nodeagent.survival.lease import lease_expired
-from nodeagent.survival.rejoin import RejoiningBus
-from nodeagent.survival.state import part_key
 
 log = logging.getLogger(__name__)
-
-EXIT_DONE = 0
-EXIT_USAGE = 2
-EXIT_LOST = 129
-"""128 + SIGHUP, as a shell reports a process whose terminal hung up."""
-EXIT_CANCELLED = 143
-"""128 + SIGTERM, as a shell reports a process ended by SIGTERM; also for a CancelPart."""
 
 WORKLOADS = ("sleep", "mpi")
 
@@ -352,11 +352,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=1883, help="MQTT broker port")
     Launch.add_arguments(parser)
     return parser
-
-
-def job_parser() -> argparse.ArgumentParser:
-    """The job module's command line (an adopting agent rebuilds launches with it)."""
-    return _parser()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.job.sleep_job import EXIT_LOST
+from nodeagent.launch.contract import EXIT_LOST
 from nodeagent.launch.launcher import MODULE, recv
 
 __all__ = [

@@ -5,7 +5,7 @@ Theory of operation (the agent's side, and the failure rules, are in
 --fd=N`` by its agent, this process imports the job module and its
 dependencies once, says ``ready``, and then forks one job process per
 request. It is single-threaded and never runs an event loop, so a fork copies
-no loop, thread or lock in use. A forked child runs ``nodeagent.job.main``
+no loop, thread or lock in use. A forked child runs ``nodeagent.job.sleep_job.main``
 on the request's command line, with the request's two pipes as its stdin and
 stdout (the job's ``--pipe`` bus, relayed by its agent: ``nodeagent.launch.relay``).
 
@@ -60,9 +60,8 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
-from nodeagent.job.sleep_job import EXIT_LOST
 from nodeagent.job.sleep_job import main as job_main
-from nodeagent.launch.spawn import JOB_MODULE
+from nodeagent.launch.contract import EXIT_LOST, JOB_MODULE
 from nodeagent.survival.state import Forked, StateError, start_time, write_atomic
 
 MODULE = "nodeagent.launch.launcher"

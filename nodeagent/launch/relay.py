@@ -54,9 +54,9 @@ from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode
 from broker.messages import PartProgress
 from broker.topics import Topics, matches
+from nodeagent.launch.contract import Launch
 from nodeagent.launch.forkserver import ForkedProcess, ForkServer
-from nodeagent.launch.pipe import DELIVER, EXIT, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
-from nodeagent.launch.spawn import Launch
+from nodeagent.launch.frames import DELIVER, EXIT, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
 from nodeagent.survival.state import StateDir
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """A new incarnation of an agent adopts the parts its predecessor left running.
 
 Theory of operation. A killed agent's job processes go on within their lease
-(``nodeagent.survival.rejoin``) and its state directory keeps, per part, the record it
+(``nodeagent.job.rejoin``) and its state directory keeps, per part, the record it
 wrote at admission and the pid file its fork server wrote at the fork
 (``nodeagent.survival.state``). Before it registers, the next incarnation for the same
 machine, holding the directory's lock (so no launch of the old one is under
@@ -44,12 +44,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from nodeagent.job.sleep_job import EXIT_LOST, job_parser
+from nodeagent.launch.contract import EXIT_LOST, Launch, LaunchError, part_key
 from nodeagent.launch.forkserver import PidfdProcess
-from nodeagent.launch.pipe import HELLO, WELCOME, Frame, PipeError, read_frame
+from nodeagent.launch.frames import HELLO, WELCOME, Frame, PipeError, read_frame
 from nodeagent.launch.relay import Relay, RelayStats, WorkDone
-from nodeagent.launch.spawn import Launch, LaunchError
-from nodeagent.survival.state import Forked, PartRecord, StateDir, StateError, part_key, start_time
+from nodeagent.survival.state import Forked, PartRecord, StateDir, StateError, start_time
 
 log = logging.getLogger(__name__)
 
@@ -159,13 +158,9 @@ class Survey:
 
 def _launch_of(record: PartRecord, agent_id: str) -> Launch:
     try:
-        args = job_parser().parse_args(["--pipe", *record.argv])
-    except SystemExit:
-        raise StateError(f"record of {record.job_id!r}: its options do not parse") from None
-    try:
-        launch = Launch.from_args(args)
+        launch = Launch.from_argv(record.argv)
     except LaunchError as exc:
-        raise StateError(str(exc)) from None
+        raise StateError(f"record of {record.job_id!r}: {exc}") from None
     if (launch.job_id, launch.attempt, launch.agent) != (record.job_id, record.attempt, agent_id):
         raise StateError(f"record of {record.job_id!r} names another part or agent")
     if launch.relay_socket is None:

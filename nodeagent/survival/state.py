@@ -12,7 +12,7 @@ user reads the records and reaches the relay socket):
   reads the records, and two agents never serve one machine from one host;
 - ``agent.lease``: the agent's own lease (``lease_lapsed``, start fencing);
 - ``relay.sock``: the unix socket job processes reconnect to when their
-  relay pipe breaks (``nodeagent.survival.rejoin``);
+  relay pipe breaks (``nodeagent.job.rejoin``);
 - ``parts/<job>@<attempt>.json``: the part's record, written by the agent
   before the launch (its launch options, CPUs, slots, wall-time account);
 - ``parts/<job>@<attempt>.pid``: ``pid starttime at mono``, written by the
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nodeagent.launch.contract import part_key
+
 RECORD_VERSION = 1
 _KEY = re.compile(r"^(?P<job>[A-Za-z0-9_.:@-]{1,200})@(?P<attempt>[0-9]{1,9})$")
 MAX_SOCKET_PATH = 107
@@ -61,10 +63,6 @@ def default_state_dir(machine: str) -> Path:
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "accordion" / machine
     return Path(tempfile.gettempdir()) / f"accordion-{os.getuid()}" / machine
-
-
-def part_key(job_id: str, attempt: int) -> str:
-    return f"{job_id}@{attempt}"
 
 
 def start_time(pid: int) -> int | None:

@@ -26,18 +26,17 @@ from broker.codec import MAX_PAYLOAD, REASONS, WireError, decode, peek_reply_to
 from broker.memory import MemoryBroker
 from broker.messages import StartPart
 from broker.topics import Topics
-from model.machine import Machine
-from nodeagent.agent.node_agent import NodeAgent
 from nodeagent.job.mpi import MpiJob
-from nodeagent.job.ranks import MpiParams
 from nodeagent.job.sleep_job import SleepJob
-from nodeagent.launch.spawn import Launch, Spawn
+from nodeagent.launch.contract import Launch, MpiParams
+from nodeagent.launch.spawn import Spawn
 from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import SchedulerActor
 from scheduler.runtime.clock import ManualClock
 from scheduler.runtime.exporter import BAD_MESSAGE_REASONS
 from scheduler.runtime.journal import Journal
 from tests.fuzz.corpus import BY_NAME, FAMILIES, POISON, Family, payloads
+from tests.nodeagent.harness import running_agent, settled
 
 N = 100_000
 TOPICS = Topics("fuzz/v1")
@@ -158,27 +157,20 @@ async def _no_spawn(launch: Launch) -> asyncio.subprocess.Process:
 
 
 async def test_agent_survives_and_counts() -> None:
-    broker = MemoryBroker()
     spawn: Spawn = _no_spawn
-    agent = NodeAgent(
-        bus=broker.client("agent-fz"),
-        topics=TOPICS,
-        machine=Machine(id="fz-node", cpus=4, speed=1.0),
-        spawn=spawn,
-    )
-    topic = TOPICS.agent_commands("fz-node")
-    refused = delivered = 0
-    for payload in payloads(BY_NAME["agent_commands"], N):
-        try:
-            message = decode(payload)
-        except WireError:
-            refused += 1
-        else:
-            if isinstance(message, StartPart):
-                continue  # a valid start is a real process: tests/nodeagent covers those
-        delivered += 1
-        await agent._command(Delivery(topic, payload))
-    stats = agent.stats()
+    refused = 0
+    async with running_agent(name="fz-node", spawn=spawn) as run:
+        for payload in payloads(BY_NAME["agent_commands"], N):
+            try:
+                message = decode(payload)
+            except WireError:
+                refused += 1
+            else:
+                if isinstance(message, StartPart):
+                    continue  # a valid start is a real process: tests/nodeagent covers those
+            await run.scheduler.send_raw(payload)
+        await settled(run.scheduler)
+        stats = run.agent.stats()
     assert refused > N * 0.9
     # Refused payloads, plus valid messages that are no command for an agent.
     assert stats.bad_messages >= refused

@@ -41,8 +41,9 @@ from broker.messages import (
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent
+from nodeagent.launch.contract import Launch
 from nodeagent.launch.pipe import PipeSpawn
-from nodeagent.launch.spawn import JobProcess, Launch, Spawn
+from nodeagent.launch.spawn import JobProcess, Spawn
 from tests.nodeagent.clock import ManualClock
 
 M = TypeVar("M", bound=Message)

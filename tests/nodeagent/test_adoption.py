@@ -325,7 +325,7 @@ async def test_forged_rejoin_is_refused_and_counted(
 ) -> None:
     """A process that is not the adopted part's says HELLO with its key: refused; the
     real part rejoins and finishes."""
-    from nodeagent.launch.pipe import HELLO, WELCOME, Frame, read_frame
+    from nodeagent.launch.frames import HELLO, WELCOME, Frame, read_frame
 
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"

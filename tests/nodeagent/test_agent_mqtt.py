@@ -33,7 +33,7 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
-from nodeagent.job.sleep_job import EXIT_CANCELLED
+from nodeagent.launch.contract import EXIT_CANCELLED
 from nodeagent.launch.spawn import MqttSpawn
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler, gone, job, start

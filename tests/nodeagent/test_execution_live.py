@@ -10,7 +10,7 @@ import pytest
 from broker.messages import ExecutionSpec
 from model.execution import DEFAULT_MODEL, ExecutionModel, ModelKind
 from nodeagent.agent.node_agent import execution_model
-from nodeagent.launch.spawn import Launch, LaunchError
+from nodeagent.launch.contract import Launch, LaunchError
 
 
 def launch(model: ExecutionModel) -> Launch:

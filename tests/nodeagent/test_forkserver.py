@@ -21,11 +21,10 @@ import pytest
 
 from broker.codec import decode
 from broker.messages import PartProgress
-from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, EXIT_USAGE
+from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, EXIT_USAGE, Launch
 from nodeagent.launch.forkserver import ForkedProcess, ForkServer, ForkServerError
-from nodeagent.launch.pipe import PUBLISH, read_frame
+from nodeagent.launch.frames import PUBLISH, read_frame
 from nodeagent.launch.relay import PipeStreams, pipe_streams
-from nodeagent.launch.spawn import Launch
 from tests.nodeagent.harness import HANG
 
 LONG = 3600.0  # work units: a job that runs until the test ends it

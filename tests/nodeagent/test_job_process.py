@@ -31,15 +31,8 @@ from broker.messages import (
     ResizePart,
 )
 from model.execution import ExecutionModel
-from nodeagent.job.sleep_job import (
-    EXIT_CANCELLED,
-    EXIT_DONE,
-    EXIT_LOST,
-    JobSettings,
-    SleepJob,
-    main,
-)
-from nodeagent.launch.spawn import Launch, LaunchError
+from nodeagent.job.sleep_job import JobSettings, SleepJob, main
+from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, Launch, LaunchError
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import HANG, TOPICS, Scheduler, job, running_agent, start
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from broker.codec import encode
 from broker.messages import ResizePart
-from nodeagent.job.sleep_job import EXIT_DONE
+from nodeagent.launch.contract import EXIT_DONE
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.test_job_process import launch, sleep_job
 

@@ -13,9 +13,9 @@ from broker.codec import encode
 from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, Message, PartFinished, PartStarted, ResizePart, StartPart
 from nodeagent.agent.settings import AgentSettings
-from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_LOST, SleepJob
-from nodeagent.launch.spawn import Launch, LaunchError
-from nodeagent.survival.lease import LeaseFile, lease_expired, start_fenced
+from nodeagent.job.sleep_job import SleepJob
+from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_LOST, Launch, LaunchError, lease_expired
+from nodeagent.survival.lease import LeaseFile, start_fenced
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import HANG, TOPICS, command_spawn, job, running_agent
 

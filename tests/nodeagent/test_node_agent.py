@@ -29,7 +29,7 @@ from broker.messages import (
 from model.machine import Machine
 from nodeagent.__main__ import main as cli_main
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
-from nodeagent.job.sleep_job import EXIT_CANCELLED
+from nodeagent.launch.contract import EXIT_CANCELLED
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import (
     FAST,

@@ -8,6 +8,7 @@ import pytest
 
 from broker.bus import BusError
 from nodeagent.agent.outbox import Outbox
+from nodeagent.agent.tasks import Tasks
 from tests.nodeagent.harness import HANG
 
 
@@ -35,9 +36,9 @@ class SlowBus:
 
 async def test_posts_return_at_once_and_each_topic_keeps_its_order() -> None:
     bus = SlowBus()
-    outbox = Outbox(bus, "t")  # type: ignore[arg-type]
-    async with asyncio.timeout(HANG), asyncio.TaskGroup() as tg:
-        outbox.bind(tg)
+    tasks = Tasks("t")
+    outbox = Outbox(bus, tasks)  # type: ignore[arg-type]
+    async with asyncio.timeout(HANG), tasks.running():
         a = [outbox.post("a", bytes([i])) for i in range(3)]
         b = outbox.post("b", b"x", retain=True)
         assert outbox.pending == 4  # nothing published yet, and nobody waited
@@ -56,9 +57,9 @@ async def test_posts_return_at_once_and_each_topic_keeps_its_order() -> None:
 
 async def test_a_post_after_its_topic_drained_starts_a_new_writer() -> None:
     bus = SlowBus()
-    outbox = Outbox(bus, "t")  # type: ignore[arg-type]
-    async with asyncio.timeout(HANG), asyncio.TaskGroup() as tg:
-        outbox.bind(tg)
+    tasks = Tasks("t")
+    outbox = Outbox(bus, tasks)  # type: ignore[arg-type]
+    async with asyncio.timeout(HANG), tasks.running():
         bus.gate("a").release()
         await outbox.post("a", b"1")
         bus.gate("a").release()
@@ -69,12 +70,12 @@ async def test_a_post_after_its_topic_drained_starts_a_new_writer() -> None:
 async def test_a_failed_publish_fails_the_waiting_posts_and_ends_the_group() -> None:
     bus = SlowBus()
     bus.fail.add("a")
-    outbox = Outbox(bus, "t")  # type: ignore[arg-type]
+    tasks = Tasks("t")
+    outbox = Outbox(bus, tasks)  # type: ignore[arg-type]
     posted: list[asyncio.Future[None]] = []
 
     async def post_and_fail() -> None:
-        async with asyncio.timeout(HANG), asyncio.TaskGroup() as tg:
-            outbox.bind(tg)
+        async with asyncio.timeout(HANG), tasks.running():
             posted.extend((outbox.post("a", b"1"), outbox.post("a", b"2")))
             bus.gate("a").release()
 
@@ -88,6 +89,6 @@ async def test_a_failed_publish_fails_the_waiting_posts_and_ends_the_group() -> 
 
 
 async def test_posting_needs_a_task_group() -> None:
-    outbox = Outbox(SlowBus(), "t")  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match="bind"):
+    outbox = Outbox(SlowBus(), Tasks("t"))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="run"):
         outbox.post("a", b"1")

@@ -9,7 +9,9 @@ import pytest
 
 from broker.bus import BusError
 from broker.memory import MemoryBroker
-from nodeagent.launch.pipe import Frame, PipeBus, PipeError, RelayedProcess, read_frame
+from nodeagent.job.pipe_bus import PipeBus
+from nodeagent.launch.frames import Frame, PipeError, read_frame
+from nodeagent.launch.pipe import RelayedProcess
 
 
 def reader_of(data: bytes) -> asyncio.StreamReader:

@@ -12,8 +12,9 @@ import asyncio
 
 from broker.memory import MemoryBroker
 from broker.messages import CancelPart, PartFinished, PartProgress, PartStarted, ResizePart
+from nodeagent.launch.contract import Launch
 from nodeagent.launch.pipe import PipeSpawn
-from nodeagent.launch.spawn import JobProcess, Launch
+from nodeagent.launch.spawn import JobProcess
 from tests.nodeagent.harness import HANG, job, running_agent, settled, start
 
 

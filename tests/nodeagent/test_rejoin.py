@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from broker.bus import BusError
-from nodeagent.launch.pipe import EXIT, HELLO, PUBLISH, SUBSCRIBE, WELCOME, Frame, read_frame
-from nodeagent.survival.rejoin import RefusedError, RejoiningBus
+from nodeagent.job.rejoin import RefusedError, RejoiningBus
+from nodeagent.launch.frames import EXIT, HELLO, PUBLISH, SUBSCRIBE, WELCOME, Frame, read_frame
 from tests.nodeagent.harness import HANG
 
 

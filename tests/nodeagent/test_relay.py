@@ -23,11 +23,10 @@ from broker.codec import decode, encode
 from broker.memory import MemoryBroker, MemoryBus
 from broker.messages import CancelPart, PartFinished, PartProgress
 from broker.topics import Topics
-from nodeagent.job.sleep_job import EXIT_CANCELLED, EXIT_DONE
+from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_DONE, Launch
 from nodeagent.launch.forkserver import ForkServer
-from nodeagent.launch.pipe import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
+from nodeagent.launch.frames import DELIVER, PUBLISH, SUBSCRIBE, Frame, PipeError, read_frame
 from nodeagent.launch.relay import Relay, RelaySpawn, _Session, pipe_streams
-from nodeagent.launch.spawn import Launch
 from tests.nodeagent.harness import HANG
 
 T = Topics()

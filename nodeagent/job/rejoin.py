@@ -1,7 +1,7 @@
 """A job process's bus that outlives its agent: it rejoins the agent's next incarnation.
 
 Theory of operation. A job forked with ``--relay-socket`` (``Launch.relay_socket``)
-starts on its relay pipes like any other (``nodeagent.launch.pipe``). When they
+starts on its relay pipes like any other (``nodeagent.job.pipe_bus``). When they
 break (its agent died), the job does not stop: it keeps working, and
 :class:`RejoiningBus` reconnects to the agent's relay socket (a unix socket
 at a stable path in the machine's state directory, ``nodeagent.survival.state``) with
@@ -39,7 +39,9 @@ from types import TracebackType
 from typing import Self
 
 from broker.bus import BusError, Delivery
-from nodeagent.launch.pipe import (
+from nodeagent.job.pipe_bus import stdio_streams
+from nodeagent.launch.contract import lease_expired
+from nodeagent.launch.frames import (
     DELIVER,
     EXIT,
     HELLO,
@@ -49,9 +51,7 @@ from nodeagent.launch.pipe import (
     Frame,
     PipeError,
     read_frame,
-    stdio_streams,
 )
-from nodeagent.survival.lease import lease_expired
 
 log = logging.getLogger(__name__)
 
