@@ -18,9 +18,9 @@ import tempfile
 from broker.bus import Delivery
 from broker.codec import WireError, decode, encode
 from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
+from model.execution import ExecutionModelError, model_of
 from nodeagent.agent.cpuset import format_cpuset, pin_part
 from nodeagent.agent.parts import Part, RanksFound
-from nodeagent.agent.registration import execution_model
 from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import Reason
 from nodeagent.job.ranks import MpiParams, ParamsError
@@ -67,6 +67,10 @@ class Admission(PartRuns):
         job = command.job
         if job is None:  # checked by the caller; here for the type checker
             raise LaunchError("StartPart without a job")
+        try:
+            execution = model_of(command.execution)
+        except ExecutionModelError as exc:
+            raise LaunchError(str(exc)) from exc
         # Every part of a job runs at the job's MPL (its processes over all its CPUs)
         # and pace. An older scheduler that does not send job_cpus leaves the MPL of
         # a multi-part job unknown: such a part is then taken to run at MPL 1.
@@ -99,7 +103,7 @@ class Admission(PartRuns):
             workload=job.workload,
             root=self._topics.root,
             attempt=max(1, command.attempt),
-            execution=execution_model(command.execution),
+            execution=execution,
             lease_file=self._part_lease(job.id, max(1, command.attempt)),
             lease=self.settings.lease,
             relay_socket=(

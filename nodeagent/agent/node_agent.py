@@ -120,7 +120,7 @@ from nodeagent.agent.admission import Admission
 from nodeagent.agent.cpuset import SlotPool, checked_cpuset, own_cpuset
 from nodeagent.agent.outbox import Outbox
 from nodeagent.agent.parts import Counters, Exited, Launched, Mail, Part, RanksFound, Reconnected
-from nodeagent.agent.registration import agent_will, execution_model, machine_spec, new_incarnation
+from nodeagent.agent.registration import agent_will, machine_spec, new_incarnation
 from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason
 from nodeagent.launch.spawn import Spawn
 from nodeagent.survival.adoption import Survey
@@ -134,7 +134,6 @@ __all__ = [
     "NodeAgent",
     "Reason",
     "agent_will",
-    "execution_model",
     "machine_spec",
     "new_incarnation",
 ]
