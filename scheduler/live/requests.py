@@ -11,7 +11,8 @@ the ``SubmitReply`` waits in the outbox until the actor has committed it.
 *A job that cannot be accepted* (wider than the cluster as configured, beyond the maximum
 wall time, an id reused for another spec) is rejected in its own
 ``SubmitResult``; the rest of the request goes on, and the rejection is
-counted by reason. *The cluster as configured* is every machine whose agent
+counted by reason. Too wide is the core's rule (``SchedulerCore.submit``), given
+the cluster as configured as its capacity. *The cluster as configured* is every machine whose agent
 registered and has not said goodbye (``Context.configured_cpus``): a machine
 lost or suspect right now still counts, so a job wider than the CPUs online
 waits in the queue until its machines are back; an agent scaled down says
@@ -167,18 +168,10 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> tuple[SubmitResult, 
             return SubmitResult(spec.id, False, str(exc)), "walltime"
         except JobError as exc:
             return SubmitResult(spec.id, False, str(exc)), "invalid"
-        configured = ctx.configured_cpus()
-        needed = core.cpus_needed(job)
-        if needed > configured:
-            return SubmitResult(
-                spec.id,
-                False,
-                f"job needs {needed} CPUs for its {job.procs} processes, the cluster "
-                f"as configured has {configured} (every machine registered and not retired)",
-            ), "too_wide"
-        answer = core.submit(job, capacity=configured)
+        # Too wide is the core's rule, against the cluster as configured (module docstring).
+        answer = core.submit(job, capacity=ctx.configured_cpus())
     if isinstance(answer, Rejected):
-        return SubmitResult(spec.id, False, answer.reason), "invalid"
+        return SubmitResult(spec.id, False, answer.reason), answer.code.value
     if not answer.duplicate:
         ctx.specs[spec.id] = spec
         ctx.event(spec.id, JobState.QUEUED.value, now)
