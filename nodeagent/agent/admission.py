@@ -65,8 +65,6 @@ class Admission(PartRuns):
 
     def _launch(self, command: StartPart, start_at: float) -> Launch:
         job = command.job
-        if job is None:  # checked by the caller; here for the type checker
-            raise LaunchError("StartPart without a job")
         try:
             execution = model_of(command.execution)
         except ExecutionModelError as exc:
@@ -128,9 +126,6 @@ class Admission(PartRuns):
 
     async def _start(self, command: StartPart) -> None:
         job = command.job
-        if job is None:
-            self._bad("StartPart without a job")
-            return
         attempt = max(1, command.attempt)
         running = self._parts.get(job.id)
         if running is not None and attempt > running.attempt:
@@ -287,11 +282,7 @@ class Admission(PartRuns):
         self._waiting = [
             w
             for w in self._waiting
-            if not (
-                w.job is not None
-                and w.job.id == command.job_id
-                and command.attempt in (0, w.attempt)
-            )
+            if not (w.job.id == command.job_id and command.attempt in (0, w.attempt))
         ]
         part = self._parts.get(command.job_id)
         if part is not None and command.attempt not in (0, part.attempt):
@@ -329,8 +320,6 @@ def _rank_share(command: StartPart) -> tuple[int, int]:
     only re-pins the ranks.
     """
     job = command.job
-    if job is None:
-        raise LaunchError("StartPart without a job")
     if command.ranks is not None and command.rank_offset is not None:
         if command.rank_offset + command.ranks > job.procs:
             raise LaunchError(

@@ -22,7 +22,7 @@ def machine_spec(machine: Machine) -> MachineSpec:
     # Checked by the codec the scheduler decodes with: an id or a label it would
     # refuse fails here, at start, not as a registration silently dropped there.
     try:
-        decode(encode(AgentOnline(machine=spec)))
+        decode(encode(AgentOnline(machine=spec, incarnation="-", running=())))
     except WireError as exc:
         raise ValueError(f"machine {machine.id!r} cannot be announced: {exc}") from exc
     return spec
