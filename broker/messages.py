@@ -14,9 +14,9 @@ base and on each kind: msgspec applies it to the fields a class declares), so
 a field without a default is required: a payload that lacks it does not decode
 (an ``invalid`` message). A field keeps a default only where the default is
 a meaning the receiver acts on: ``"-"`` for "no request id" or "no reply
-wanted", ``attempt`` 0 for "not said", None for a value an older sender did
-not send. States, event kinds and refusal codes are the enums of
-``broker.vocabulary``.
+wanted", ``attempt`` 0 for "not said", a ``pace`` of 1 (the reference speed,
+as a machine's ``speed``), None for a value an older sender did not send.
+States, event kinds and refusal codes are the enums of ``broker.vocabulary``.
 
 Protocol version 2 (``broker.topics.PROTOCOL_VERSION``): events carry an
 ``event`` kind instead of a ``state`` that mixed states with what happened,
