@@ -41,6 +41,16 @@ and for every subset of the jobs.
 
 The live agents' sleep workload and the twin's modelled agents both call
 :meth:`ExecutionModel.rate`; nothing else may compute progress.
+
+A model travels by name and parameters: in a ``StartPart`` (the wire's
+``broker.messages.ExecutionSpec``) and on a job process's command line
+(``nodeagent.launch.spawn``). :func:`model_of` is the one way back from
+either to an :class:`ExecutionModel`. It lives here, not in ``broker``:
+the wire imports nothing of the project, while the scheduler, the agents,
+the job process and the twin all import this module. It reads the five
+values by name (:class:`ExecutionParams`), so it needs no import of the
+wire's types either: the wire's struct and the parsed command line carry
+the same names, and a test holds the wire's fields to the model's.
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 MAX_MPL = 2.0
 """At most two processes per CPU (FCFS-malleable paper, sec. 3.1)."""
@@ -155,3 +166,48 @@ class ExecutionModel:
 
 
 DEFAULT_MODEL = ExecutionModel()
+
+
+class ExecutionParams(Protocol):
+    """A model by name and parameters, in any form that carries the five values under
+    these names: the wire's ``ExecutionSpec``, a job process's parsed command line,
+    an :class:`ExecutionModel` itself."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def overhead(self) -> float: ...
+    @property
+    def ov_min(self) -> float: ...
+    @property
+    def ov_max(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+
+
+class ExecutionModelError(ValueError):
+    """Parameters that name no execution model (an unknown kind, a bad OV range)."""
+
+
+def model_of(params: ExecutionParams | None) -> ExecutionModel:
+    """The model ``params`` name; None (a sender that names none) is the default.
+
+    Raises :class:`ExecutionModelError` saying what is wrong.
+    """
+    if params is None:
+        return DEFAULT_MODEL
+    kinds = [k.value for k in ModelKind]
+    if params.kind not in kinds:
+        raise ExecutionModelError(
+            f"execution model: no kind {params.kind!r} (one of {', '.join(kinds)})"
+        )
+    try:
+        return ExecutionModel(
+            kind=ModelKind(params.kind),
+            overhead=params.overhead,
+            ov_min=params.ov_min,
+            ov_max=params.ov_max,
+            seed=params.seed,
+        )
+    except ValueError as exc:
+        raise ExecutionModelError(f"execution model: {exc}") from exc

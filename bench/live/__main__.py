@@ -153,7 +153,7 @@ async def _running(client: LiveClient, job_id: str) -> None:
     async with asyncio.timeout(10):
         while True:
             item = await client.next_watched()
-            if isinstance(item, JobEvent) and item.job_id == job_id and item.state == "running":
+            if isinstance(item, JobEvent) and item.job_id == job_id and item.event == "running":
                 return
 
 

@@ -36,7 +36,15 @@ from collections.abc import Sequence
 
 from model.job import Job
 from model.machine import Part
-from scheduler.core.answers import Accepted, Left, PendingJob, PolicyError, Rejected
+from scheduler.core.answers import (
+    Accepted,
+    Left,
+    PendingJob,
+    PolicyError,
+    RejectCode,
+    Rejected,
+    too_wide,
+)
 from scheduler.core.booking import book, release
 from scheduler.core.job_lifecycle import JobState, transition
 from scheduler.core.queue_index import QueueIndex
@@ -44,7 +52,15 @@ from scheduler.core.recovery import CoreRecovery
 from scheduler.core.snapshot import Decisions, RunningJob, Snapshot
 from scheduler.core.snapshot_slots import make_snapshot, refresh_snapshot
 
-__all__ = ["Accepted", "Left", "PendingJob", "PolicyError", "Rejected", "SchedulerCore"]
+__all__ = [
+    "Accepted",
+    "Left",
+    "PendingJob",
+    "PolicyError",
+    "RejectCode",
+    "Rejected",
+    "SchedulerCore",
+]
 
 
 class SchedulerCore(CoreRecovery):
@@ -56,22 +72,20 @@ class SchedulerCore(CoreRecovery):
         """Queue ``job``; idempotent by job id (the same job twice is one job).
 
         A job wider than ``capacity`` CPUs (default: the machines the core holds
-        now) is rejected. The live scheduler passes the cluster as configured, so
-        a job wider than the CPUs online right now waits in the queue (the
-        snapshot hides it from the policy until it fits).
+        now) is rejected (:func:`~scheduler.core.answers.too_wide`). The live
+        scheduler passes the cluster as configured, so a job wider than the CPUs
+        online right now waits in the queue (the snapshot hides it from the
+        policy until it fits).
         """
         seen = self._known.get(job.id)
         if seen is not None:
             if seen == job:
                 return Accepted(job.id, duplicate=True)
-            return Rejected(job.id, f"job id {job.id!r} is already used by a different job")
-        limit = self._total if capacity is None else capacity
-        if self.cpus_needed(job) > limit:
-            return Rejected(
-                job.id,
-                f"job needs {self.cpus_needed(job)} CPUs for its {job.procs} processes, "
-                f"the cluster has {limit}",
-            )
+            why = f"job id {job.id!r} is already used by a different job"
+            return Rejected(job.id, RejectCode.ID_REUSED, why)
+        wide = too_wide(job, self.cpus_needed(job), self._total if capacity is None else capacity)
+        if wide is not None:
+            return wide
         self._enqueue(job)
         return Accepted(job.id)
 

@@ -40,15 +40,13 @@ from __future__ import annotations
 
 import logging
 
+from broker.vocabulary import JobEventKind
 from scheduler.live.agent_lifecycle import AgentInput, AgentState
 from scheduler.live.context import Agent, Context
 from scheduler.live.dispatch import start_commands
 from scheduler.live.part_lifecycle import PartState
 
 log = logging.getLogger(__name__)
-
-HELD = "held"
-ADOPTED = "adopted"
 
 #: job id -> (CPUs when said, attempt) as an agent reported them.
 Reported = dict[str, tuple[int | None, int]]
@@ -70,7 +68,7 @@ def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
         # In the job's row, not only in the event: a restart must wait whatever
         # events are journaled (``job_events="none"`` journals none).
         ctx.journal.record_hold(job_id, now, until, detail)
-        ctx.event(job_id, HELD, now, detail)
+        ctx.event(job_id, JobEventKind.HELD, now, detail)
     log.warning(
         "agent %s lost (%s): %d job(s) held %.1f s for a new incarnation to adopt",
         agent,
@@ -93,7 +91,8 @@ def adopt(ctx: Context, agent: str, ag: Agent, running: Reported, now: float) ->
         listed = running.get(job_id)
         if listed is not None and not part.is_stale(listed[1]):
             adopted += 1
-            ctx.event(job_id, ADOPTED, now, f"its part on {agent} adopted by a new incarnation")
+            why = f"its part on {agent} adopted by a new incarnation"
+            ctx.event(job_id, JobEventKind.ADOPTED, now, why)
             continue
         if part.state is PartState.STARTING and agent not in live.resent:
             # Its start never reached the old process's fork: every part it forked has

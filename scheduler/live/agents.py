@@ -66,6 +66,7 @@ from broker.messages import (
     PartStarted,
     RunningPart,
 )
+from broker.vocabulary import BadMessage
 from model.machine import Machine
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live import agent_hold, reconcile
@@ -88,16 +89,16 @@ def on_state(ctx: Context, agent: str, message: AnyMessage, now: float) -> None:
         case AgentOffline():
             _offline(ctx, agent, message, now)
         case _:
-            ctx.count_bad("unexpected", f"{_kind(message)} is not an agent state")
+            ctx.count_bad(BadMessage.UNEXPECTED, f"{_kind(message)} is not an agent state")
 
 
 def on_event(ctx: Context, agent: str, message: AnyMessage, now: float) -> None:
     """A message on ``agents/<agent>/events``."""
     if not isinstance(message, Heartbeat | PartStarted | PartProgress | PartFinished):
-        ctx.count_bad("unexpected", f"{_kind(message)} is not an agent event")
+        ctx.count_bad(BadMessage.UNEXPECTED, f"{_kind(message)} is not an agent event")
         return
     if message.agent_id not in ("-", agent):
-        ctx.count_bad("unexpected", f"agent {message.agent_id!r} on {agent!r}'s topic")
+        ctx.count_bad(BadMessage.UNEXPECTED, f"agent {message.agent_id!r} on {agent!r}'s topic")
         return
     if isinstance(message, PartFinished):
         _part_finished(ctx, agent, message, now)
@@ -149,8 +150,9 @@ def _kind(message: AnyMessage) -> str:
 
 def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     spec = message.machine
-    if spec is None or spec.id != agent:
-        ctx.count_bad("unexpected", f"agent {agent!r} must describe its own machine {agent!r}")
+    if spec.id != agent:
+        why = f"agent {agent!r} must describe its own machine {agent!r}"
+        ctx.count_bad(BadMessage.UNEXPECTED, why)
         return
     running = _reports(message.running)
     machine = Machine(id=spec.id, cpus=spec.cpus, speed=spec.speed, labels=spec.labels)

@@ -42,6 +42,7 @@ import logging
 from dataclasses import dataclass
 
 from broker.messages import ResizePart
+from broker.vocabulary import JobEventKind
 from model.allocation import Allocation
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.context import Context
@@ -132,7 +133,7 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
                         attempt=live.attempt,
                     ),
                 )
-        ctx.event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
+        ctx.event(job_id, JobEventKind.RUNNING, now, "reconciled after a restart")
     if now >= rec.until:
         for job_id in list(core.pending):
             ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")

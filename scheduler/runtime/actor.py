@@ -79,6 +79,7 @@ from broker.messages import (
     SubmitJobs,
 )
 from broker.topics import PROTOCOL_VERSION, Topics
+from broker.vocabulary import BadMessage
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
@@ -130,10 +131,10 @@ class _Held:
     who: requests.Requester | None
 
 
-def _bad_reason(exc: WireError) -> str:
-    """The bounded label of a decoding failure (see ``exporter.BAD_MESSAGE_REASONS``)."""
-    # too_large is not a label of its own: an oversized payload is not msgpack we read.
-    return "not_msgpack" if exc.reason == "too_large" else exc.reason
+def _bad_reason(exc: WireError) -> BadMessage:
+    """The code of a decoding failure (its metric label and its ``ErrorReply.code``)."""
+    # too_large is not a code of its own: an oversized payload is not msgpack we read.
+    return BadMessage.NOT_MSGPACK if exc.reason == "too_large" else BadMessage(exc.reason)
 
 
 class SchedulerActor:
@@ -346,7 +347,7 @@ class SchedulerActor:
         if message.v != PROTOCOL_VERSION:
             self._refuse(
                 message,
-                "version",
+                BadMessage.VERSION,
                 f"protocol v{message.v}; this scheduler speaks v{PROTOCOL_VERSION}",
                 who,
             )
@@ -358,15 +359,17 @@ class SchedulerActor:
         elif channel == "events":
             agents.on_event(ctx, agent, message, now)
         else:
-            self._refuse(message, "unexpected", f"nothing is accepted on {topic!r}")
+            self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
         if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
-            self._refuse(message, "unexpected", f"{requests.kind(message)} is not a request", who)
+            why = f"{requests.kind(message)} is not a request"
+            self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return
         if not requests.reply_to_ok(self.ctx, message, who):
             # Acting without being able to answer would leave the client guessing.
-            self.ctx.count_bad("invalid", f"reply_to {message.reply_to!r} cannot be a topic level")
+            why = f"reply_to {message.reply_to!r} cannot be a topic level"
+            self.ctx.count_bad(BadMessage.INVALID, why)
             return
         if isinstance(message, SubmitJobs | CancelJob) and (self._held or now < self._hold_until):
             self._held.append(_Held(message, who))
@@ -384,25 +387,28 @@ class SchedulerActor:
         return agent, channel
 
     def _bad_payload(
-        self, payload: bytes, reason: str, error: str, who: requests.Requester | None = None
+        self, payload: bytes, code: BadMessage, error: str, who: requests.Requester | None = None
     ) -> None:
-        self.ctx.count_bad(reason, error)
+        self.ctx.count_bad(code, error)
         request_id, reply_to = peek_reply_to(payload)
         if reply_to is not None:
-            self.ctx.reply(
-                reply_to, ErrorReply(request_id=request_id, error=error), requests.reply_user(who)
-            )
+            reply = ErrorReply(request_id=request_id, code=code, error=error)
+            self.ctx.reply(reply_to, reply, requests.reply_user(who))
 
     def _refuse(
-        self, message: AnyMessage, reason: str, error: str, who: requests.Requester | None = None
+        self,
+        message: AnyMessage,
+        code: BadMessage,
+        error: str,
+        who: requests.Requester | None = None,
     ) -> None:
         """A valid message the scheduler will not act on: count, answer if possible."""
-        self.ctx.count_bad(reason, f"{requests.kind(message)}: {error}")
+        self.ctx.count_bad(code, f"{requests.kind(message)}: {error}")
         reply_to = getattr(message, "reply_to", None)
         if isinstance(reply_to, str):
             self.ctx.reply(
                 reply_to,
-                ErrorReply(request_id=getattr(message, "request_id", None), error=error),
+                ErrorReply(request_id=getattr(message, "request_id", None), code=code, error=error),
                 requests.reply_user(who),
             )
 

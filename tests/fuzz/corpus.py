@@ -53,7 +53,7 @@ FAMILIES = (
                     incarnation="i1",
                     running=(m.RunningPart(job_id="fz-1", cpus=2, started=1.0),),
                 ),
-                m.AgentOffline(agent_id="fz-node", incarnation="i1"),
+                m.AgentOffline(agent_id="fz-node", incarnation="i1", reason="lost"),
             )
         ),
     ),
@@ -69,7 +69,9 @@ FAMILIES = (
                 ),
                 m.PartStarted(job_id="fz-1", agent_id="fz-node", pid=1, at=1.0),
                 m.PartProgress(job_id="fz-1", agent_id="fz-node", done=1.0, rate=1.0, at=2.0),
-                m.PartFinished(job_id="fz-1", agent_id="fz-node", at=3.0),
+                m.PartFinished(
+                    job_id="fz-1", agent_id="fz-node", at=3.0, exit_code=0, reason="done"
+                ),
             )
         ),
     ),

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.bus import Delivery
-from broker.codec import MAX_PAYLOAD, REASONS, WireError, decode, peek_reply_to
+from broker.codec import MAX_PAYLOAD, REASONS, WireError, decode, encode, peek_reply_to
 from broker.memory import MemoryBroker
-from broker.messages import StartPart
+from broker.messages import Heartbeat, StartPart
 from broker.topics import Topics
 from nodeagent.job.mpi import MpiJob
 from nodeagent.job.sleep_job import SleepJob
@@ -77,7 +77,8 @@ def test_codec_raises_only_wire_errors_with_a_bounded_reason(family: Family) -> 
         (b"\x81\xa1x\xdd\xff\xff\xff\xff", "not_msgpack"),  # 4 billion items claimed
         (b"\x00" * (MAX_PAYLOAD + 1), "too_large"),
         (b"\x81\xa4kind\xa3xyz", "unknown_kind"),
-        (b"\x81\xa4kind\xa9heartbeat\x81", "not_msgpack"),
+        # A whole heartbeat, then a byte too many.
+        (encode(Heartbeat(agent_id="a", seq=1, running=())) + b"\x81", "not_msgpack"),
     ],
 )
 def test_hostile_payload_reason(payload: bytes, reason: str) -> None:

@@ -121,7 +121,7 @@ async def test_poison_and_a_broker_restart_end_no_process(
                 message = decode((await box.next(timeout=30)).payload)
                 if isinstance(message, SubmitReply):
                     assert message.results[0].accepted
-                if isinstance(message, JobEvent) and message.state == "running":
+                if isinstance(message, JobEvent) and message.event == "running":
                     break
         async with asyncio.timeout(30):
             while not children_of(agent.pid):
@@ -156,9 +156,12 @@ async def test_poison_and_a_broker_restart_end_no_process(
         async with asyncio.timeout(60):
             while True:
                 message = decode((await box.next(timeout=60)).payload)
-                final = message.state in ("finished", "failed", "cancelled")
-                if isinstance(message, JobEvent) and message.job_id == "long" and final:
+                if (
+                    isinstance(message, JobEvent)
+                    and message.job_id == "long"
+                    and message.state.final
+                ):
                     break
-        assert message.state == "finished", message
+        assert message.event == "finished", message
         assert scheduler.returncode is None
         assert agent.returncode is None

@@ -274,7 +274,9 @@ async def test_malformed_commands_are_counted_and_the_next_good_one_served() -> 
     async with running_agent() as run:
         await run.scheduler.send_raw(b"\xc1 not msgpack")
         await run.scheduler.send_raw(encode(CancelPart(job_id="x"))[:-3] + b"\x00")
-        await run.scheduler.send(Heartbeat(agent_id="node1"))  # valid, but not a command
+        await run.scheduler.send(
+            Heartbeat(agent_id="node1", seq=0, running=())
+        )  # valid, but not a command
         await run.scheduler.send(start(job("good", work=10.0)))
         finished = await run.scheduler.expect(PartFinished)
         assert (finished.job_id, finished.reason) == ("good", "done")

@@ -39,6 +39,7 @@ from broker.messages import (
     SubmitReply,
     SubmitResult,
 )
+from broker.vocabulary import BadMessage
 from model.job import Job
 from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
@@ -118,7 +119,7 @@ async def test_events_and_the_retained_summary_are_watched(
         while "finished" not in seen:
             item = await client.next_watched()
             if isinstance(item, JobEvent) and item.job_id == "w":
-                seen.append(item.state)
+                seen.append(item.event)
             elif isinstance(item, ClusterSummary):
                 summaries.append(item)
     assert seen == ["queued", "running", "finished"]  # the harness asks for every event
@@ -144,9 +145,11 @@ async def _fake_scheduler(broker: MemoryBroker, answer: str) -> None:
             assert isinstance(request, StatusRequest | SubmitJobs)
             reply: ErrorReply | SubmitReply
             if answer == "error":
-                reply = ErrorReply(request_id=request.request_id, error="protocol v9")
+                reply = ErrorReply(
+                    request_id=request.request_id, code=BadMessage.VERSION, error="protocol v9"
+                )
             elif answer == "wrong":
-                reply = SubmitReply(request_id=request.request_id)
+                reply = SubmitReply(request_id=request.request_id, results=())
             else:
                 continue
             await bus.publish(TOPICS.replies(request.reply_to), encode(reply))
@@ -363,7 +366,7 @@ async def test_history_and_gaps(cluster: Cluster, client: LiveClient) -> None:
     await client.submit([job_spec(job_id="h", procs=1, walltime=9.0)])
     await eventually(lambda: cluster.state("h") == "finished")
     events = await client.history(["h", "unknown"])
-    assert [(e.seq, e.state) for e in events] == [(1, "queued"), (2, "running"), (3, "finished")]
+    assert [(e.seq, e.event) for e in events] == [(1, "queued"), (2, "running"), (3, "finished")]
     assert final_states(events) == {"h": "finished"}
     gaps = EventGaps()
     gaps.seen(events[0])

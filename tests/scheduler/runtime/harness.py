@@ -246,13 +246,12 @@ class FakeAgent:
 
     async def _react(self, message: AnyMessage) -> None:
         if isinstance(message, StartPart):
-            assert message.job is not None
             job_id = message.job.id
             self.running[job_id] = message
             if not self.ack_starts:
                 return
             await self.event(
-                PartStarted(job_id=job_id, agent_id=self.id, pid=1, attempt=message.attempt)
+                PartStarted(job_id=job_id, agent_id=self.id, pid=1, at=0.0, attempt=message.attempt)
             )
             if self.auto_finish:
                 await self.finish(job_id)
@@ -266,6 +265,7 @@ class FakeAgent:
                     job_id=message.job_id,
                     agent_id=self.id,
                     exit_code=-15,
+                    at=0.0,
                     reason="cancelled",
                     attempt=attempt,
                 )
@@ -278,6 +278,7 @@ class FakeAgent:
                 job_id=job_id,
                 agent_id=self.id,
                 exit_code=exit_code,
+                at=0.0,
                 reason=reason,  # type: ignore[arg-type]
                 attempt=0 if start is None else start.attempt,
             )

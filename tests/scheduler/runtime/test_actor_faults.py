@@ -42,7 +42,7 @@ async def test_last_will_requeues_the_job_and_it_restarts_on_another_agent(
     assert row.submit == 1000.0  # the same job: id and submit time kept
     assert lost(cluster, "will") == 1
     assert requeues(cluster) == 1
-    await cluster.client.inbox.expect(JobEvent, lambda e: e.state == "requeued")
+    await cluster.client.inbox.expect(JobEvent, lambda e: e.event == "requeued")
 
 
 async def test_requeued_twice_then_failed(cluster: Cluster) -> None:

@@ -42,7 +42,7 @@ def test_meta_is_kept_and_a_new_time_scale_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     with Journal(path) as journal:
         meta = journal.ensure_meta(epoch=1.7e9, time_scale=10.0, policy="easy")
-        assert (meta.epoch, meta.time_scale, meta.policy, meta.protocol) == (1.7e9, 10.0, "easy", 1)
+        assert (meta.epoch, meta.time_scale, meta.policy, meta.protocol) == (1.7e9, 10.0, "easy", 2)
     with Journal(path) as journal:
         again = journal.ensure_meta(epoch=2e9, time_scale=10.0, policy="fcfs")
         assert (again.epoch, again.policy) == (1.7e9, "fcfs")  # the stored epoch wins

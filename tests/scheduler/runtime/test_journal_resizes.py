@@ -7,6 +7,7 @@ from contextlib import closing
 from pathlib import Path
 
 from broker.messages import JobEvent, JobSpec
+from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
 
@@ -39,7 +40,9 @@ def test_a_resize_is_recorded_with_its_parts_before_and_after(tmp_path: Path) ->
         journal.record_submissions([(spec("a"), 0.0)])
         journal.record_start("a", 1.0, [Part("m", 3), Part("n", 1)])
         journal.record_parts("a", 2.0, [Part("m", 1), Part("n", 1)], [Part("m", 3), Part("n", 1)])
-        event = JobEvent(job_id="a", state="resized", at=2.0, seq=2, cpus_before=4, cpus_after=2)
+        event = JobEvent(
+            job_id="a", event=JobEventKind.RESIZED, at=2.0, seq=2, cpus_before=4, cpus_after=2
+        )
         journal.record_event(event)
         resized = [e for e in journal.history("a") if e.kind == "resized"]
         assert [(e.at, e.before, e.parts) for e in resized] == [
@@ -59,9 +62,11 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
         old = journal.history("old")
         assert [(e.kind, e.parts, e.before) for e in old] == [("resized", (Part("m", 2),), ())]
         assert journal.job_events(["old"]) == [
-            JobEvent(job_id="old", state="resized", at=1.0, seq=1, detail="2 CPUs")
+            JobEvent(job_id="old", event=JobEventKind.RESIZED, at=1.0, seq=1, detail="2 CPUs")
         ]
-        journal.record_event(JobEvent(job_id="old", state="resized", seq=2, cpus_after=4))
+        journal.record_event(
+            JobEvent(job_id="old", event=JobEventKind.RESIZED, seq=2, cpus_after=4, at=0.0)
+        )
         assert journal.job_events(["old"])[-1].cpus_after == 4
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (

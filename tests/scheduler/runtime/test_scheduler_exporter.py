@@ -138,7 +138,9 @@ async def test_totals_survive_a_scheduler_restart(cluster: Cluster) -> None:
     # Counted only in the totals table: rejections, a duplicate, bad messages, a loss.
     await cluster.client.submit(spec("wide", 9), spec("wider", 12), spec("j1", 2))
     await cluster.client.send_raw(b"\xc1")  # a byte msgpack never uses
-    await cluster.client.send_raw(encode(StatusReply(request_id="x", now=0.0)))
+    await cluster.client.send_raw(
+        encode(StatusReply(request_id="x", now=0.0, machines=(), queue=(), running=()))
+    )
     await a2.kill()
     await eventually(lambda: not cluster.online("a2"))
     cluster.clock.advance(20.0)
