@@ -238,14 +238,18 @@ def main(argv: list[str] | None = None) -> int:
         yielding = Yielding(args.yield_with) if args.yield_with else lib.default_yielding()
         if yielding is Yielding.MCA and not lib.has_mca:
             p.error(f"{lib.name} has no yield switch of its own; use --yield-with shim")
+        skipped = [k.name for k in kernels if not k.runs_under(lib)]
+        if skipped:
+            console.print(f"{lib.name}: {', '.join(skipped)} left out (runs under another MPI)")
+        ours = [k for k in kernels if k.runs_under(lib)]
         try:
             measured = measure(
-                lib, kernels, cores=cores, yielding=yielding, repeats=args.repeats, scale=args.scale
+                lib, ours, cores=cores, yielding=yielding, repeats=args.repeats, scale=args.scale
             )
         except RunError as exc:
             console.print(f"[bold red]a run failed:[/] {exc}", highlight=False)
             return 1
-        rows = [(k, m, fit(m)) for k, m in zip(kernels, measured, strict=True)]
+        rows = [(k, m, fit(m)) for k, m in zip(ours, measured, strict=True)]
         console.print(table(lib, yielding, rows))
         cg = next((m for k, m, _ in rows if k.name == "cg"), None)
         if cg is not None:

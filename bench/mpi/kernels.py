@@ -41,8 +41,6 @@ class Library:
 
     name: str
     launcher: str
-    #: What mpi4py's ABI-neutral wheel should open (``MPI4PY_LIBMPI``).
-    libmpi: str
     #: Whether it has a yield switch of its own (``Yielding.MCA``).
     has_mca: bool
 
@@ -95,8 +93,8 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-OPENMPI = Library("openmpi", "mpirun.openmpi", "libmpi.so.40", has_mca=True)
-MPICH = Library("mpich", "mpiexec.mpich", "libmpich.so.12", has_mca=False)
+OPENMPI = Library("openmpi", "mpirun.openmpi", has_mca=True)
+MPICH = Library("mpich", "mpiexec.mpich", has_mca=False)
 LIBRARIES = {lib.name: lib for lib in (OPENMPI, MPICH)}
 
 
@@ -116,8 +114,15 @@ class Kernel:
     size: int
     iterations: int
     spin_iterations: int
+    #: The libraries it runs under (None: all).
+    libraries: frozenset[str] | None = None
+
+    def runs_under(self, lib: Library) -> bool:
+        return self.libraries is None or lib.name in self.libraries
 
     def program(self, lib: Library, *, iterations: int) -> list[str]:
+        if not self.runs_under(lib):
+            raise ValueError(f"{self.name} does not run under {lib.name}")
         args = ["-i", str(iterations), "-n", str(self.size)]
         if self.name.endswith(".py"):
             return [sys.executable, str(EXAMPLES / self.name), *args]
@@ -159,6 +164,9 @@ KERNELS = (
         size=20_000,
         iterations=2_000,
         spin_iterations=300,
+        # The wheel's MPICH build links libmpi.so.12, MPICH's standard ABI name, which
+        # Debian's MPICH does not ship (it has libmpich.so.12 only).
+        libraries=frozenset({"openmpi"}),
     ),
 )
 KERNEL_NAMES = {k.name: k for k in KERNELS}

@@ -108,8 +108,6 @@ def command(
         env["ACCORDION_MPI_YIELD"] = "0" if setting.timing else "1"
         if report is not None:
             env["ACCORDION_MPI_REPORT"] = str(report)
-    if kernel.name.endswith(".py"):
-        env["MPI4PY_LIBMPI"] = lib.libmpi
     return lib.argv(ranks, kernel.program(lib, iterations=iterations), env=env, mca=mca)
 
 

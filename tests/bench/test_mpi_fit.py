@@ -107,3 +107,12 @@ def test_parse_reads_the_timing_line_and_the_rank_reports() -> None:
     assert run.u == pytest.approx(0.5)
     with pytest.raises(RunError, match="one accordion-kernel line"):
         parse("nothing here", [])
+
+
+def test_the_mpi4py_kernel_runs_under_open_mpi_only() -> None:
+    # The wheel's MPICH build needs libmpi.so.12, which Debian's MPICH does not ship.
+    py = KERNEL_NAMES["cg.py"]
+    assert py.runs_under(OPENMPI)
+    assert not py.runs_under(MPICH)
+    with pytest.raises(ValueError, match="does not run under mpich"):
+        py.program(MPICH, iterations=1)
