@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         cg = next((m for k, m, _ in rows if k.name == "cg"), None)
         if cg is not None:
             verdict = "met" if cg.ratio_yield <= TARGET else "MISSED"
+            if stick < QUIET:
+                verdict = f"not judged: the yardstick reads ×{stick:.2f}"
             console.print(
                 f"target: folded 2-rank cg with yield ×{cg.ratio_yield:.2f} of expanded "
                 f"(<= {TARGET}: {verdict}); default setting (spinning) ×{cg.ratio_default:.2f}"
