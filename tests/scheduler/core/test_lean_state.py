@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.allocation import Allocation, AllocationMemo
-from model.execution import ExecutionModel, ModelKind
+from model.execution import AppParams, Calibration, ExecutionModel, ModelKind
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.queue_index import KINDS, QueueIndex
@@ -244,7 +244,12 @@ def test_the_inline_merge_of_starts_is_the_generators_merge(
 @pytest.mark.parametrize("overhead", [0.0, 0.3])
 def test_remembered_rates_are_the_computed_ones(kind: ModelKind, overhead: float) -> None:
     speeds = {"a": 1.0, "b": 2.5}
-    model = ExecutionModel(kind=kind, overhead=overhead)
+    if kind is ModelKind.CALIBRATED:
+        # Its OV is each application's: the parametrized one goes to an application.
+        apps = {"cg": AppParams(0.9, overhead), "halo": AppParams(0.3, 1.5)}
+        model = ExecutionModel(kind=kind, calibration=Calibration.of("t", apps))
+    else:
+        model = ExecutionModel(kind=kind, overhead=overhead)
     memo = AllocationMemo(speeds, model)
     for parts in [(Part("a", 4),), (Part("b", 2),), (Part("a", 2), Part("b", 2)), (Part("a", 4),)]:
         alloc = memo.of(parts)
@@ -252,16 +257,18 @@ def test_remembered_rates_are_the_computed_ones(kind: ModelKind, overhead: float
         cpus = alloc.cpus
         for procs in range(cpus, 2 * cpus + 1):  # every MPL from 1 to 2
             for util in (1.0, 0.5, 0.25):
-                j = Job(
-                    id=f"j{procs}-{util}",
-                    submit=0.0,
-                    procs=procs,
-                    walltime=10.0,
-                    cpu_util=util,
-                    ref_speed=1.5,
-                )
-                assert memo.rate(alloc, j) == alloc.rate(j, model)
-                assert memo.rate(alloc, j) == alloc.rate(j, model)  # and when remembered
+                for app in (None, "cg", "halo"):
+                    j = Job(
+                        id=f"j{procs}-{util}-{app}",
+                        submit=0.0,
+                        procs=procs,
+                        walltime=10.0,
+                        cpu_util=util,
+                        ref_speed=1.5,
+                        app=app,
+                    )
+                    assert memo.rate(alloc, j) == alloc.rate(j, model)
+                    assert memo.rate(alloc, j) == alloc.rate(j, model)  # and when remembered
 
 
 def test_a_machine_that_changes_speed_is_not_remembered_at_its_old_speed() -> None:
