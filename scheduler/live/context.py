@@ -108,6 +108,7 @@ class Context:
         topics: Topics,
         time_scale: float,
         wall: Callable[[], float],
+        cordoned: set[str],
     ) -> None:
         self.core = core
         self.settings = settings
@@ -125,8 +126,9 @@ class Context:
         self.seqs: dict[str, int] = {}
         #: Something changed that a policy could act on.
         self.dirty = False
-        #: SUSPECT agents: no new part is placed on them (``scheduler.live.cordon``).
-        self.cordoned: set[str] = set()
+        #: SUSPECT and HELD agents: no new part is placed on them. The core was given
+        #: the same set (``SchedulerCore``, "Cordoned machines") and hides their CPUs.
+        self.cordoned = cordoned
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
-from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
 from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.planning.scratch import start_while_fit, take
@@ -36,7 +36,7 @@ class EasyBackfill:
     placement: Placement = field(default_factory=Placement)
     name: str = "easy"
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         if len(snapshot.machines) == 1:
             return self._decide_one(snapshot)
         now = snapshot.now
@@ -111,7 +111,7 @@ class EasyBackfill:
                 reservations.append(shadow.reservation)
         return Decisions(starts=starts, reservations=reservations)
 
-    def _decide_one(self, snapshot: Snapshot) -> Decisions:
+    def _decide_one(self, snapshot: SnapshotView) -> Decisions:
         """:meth:`decide` on one machine, where every placement rule fits a job
         exactly when enough CPUs are free: the same rule on integers instead of
         per-machine maps (a homogeneous trace replays through here, at every event)."""

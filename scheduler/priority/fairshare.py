@@ -85,7 +85,7 @@ from typing import Literal
 
 from model.job import Job
 from scheduler.core.queue_index import QueueIndex
-from scheduler.core.snapshot import RunningJob, Snapshot
+from scheduler.core.snapshot import RunningJob, SnapshotView
 from scheduler.core.usage import UsageLedger, decayed_sum, split_periods
 from scheduler.priority.fairshare_rank import entries, merge_ties, order_by_rank
 
@@ -161,7 +161,7 @@ class FairShare:
         """The name whose share ``job`` draws on: its user, or its group with ``by="group"``."""
         return job.user if self.by == "user" else job.group
 
-    def standings(self, snapshot: Snapshot) -> dict[str, Standing]:
+    def standings(self, snapshot: SnapshotView) -> dict[str, Standing]:
         """Share, decayed usage and priority of every listed name and every name seen.
 
         Listed names come first in ``shares`` order, then the others in the
@@ -199,7 +199,7 @@ class FairShare:
             for who in [*listed, *unlisted]
         }
 
-    def queue_standings(self, snapshot: Snapshot) -> dict[str, Standing]:
+    def queue_standings(self, snapshot: SnapshotView) -> dict[str, Standing]:
         """:meth:`standings` of the names that have a job in the queue, and no others.
 
         The same numbers, computed the same way; what it saves is the decayed
@@ -210,7 +210,7 @@ class FairShare:
             for who, (priority, share) in self.queue_table(snapshot).items()
         }
 
-    def queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+    def queue_table(self, snapshot: SnapshotView) -> dict[str, tuple[float, float]]:
         """``(P, S)`` of each name with a queued job: the hot path of :meth:`order`
         (and of multi-factor's, which reads it without building another table)."""
         index = snapshot.by_account
@@ -224,7 +224,7 @@ class FairShare:
             }
         return self._queue_table(snapshot)
 
-    def _queue_table(self, snapshot: Snapshot) -> dict[str, tuple[float, float]]:
+    def _queue_table(self, snapshot: SnapshotView) -> dict[str, tuple[float, float]]:
         """:meth:`queue_table` computed from scratch at this event: the reference the
         kept standings (``fairshare_rank``) must equal bit for bit, and the path of
         snapshots without the core's index or ledger."""
@@ -331,7 +331,7 @@ class FairShare:
 
     def _standing(
         self,
-        snapshot: Snapshot,
+        snapshot: SnapshotView,
         who: str,
         share: float,
         live: dict[str, dict[int, float]],
@@ -359,15 +359,15 @@ class FairShare:
             used *= share
         return Standing(share=share, usage=used, priority=share - used)
 
-    def priorities(self, snapshot: Snapshot) -> dict[str, float]:
+    def priorities(self, snapshot: SnapshotView) -> dict[str, float]:
         """``P = S - U`` by user (or group), for every listed name and every name seen."""
         return {who: s.priority for who, s in self.standings(snapshot).items()}
 
-    def queue_priorities(self, snapshot: Snapshot) -> dict[str, float]:
+    def queue_priorities(self, snapshot: SnapshotView) -> dict[str, float]:
         """``P = S - U`` of the names with a job in the queue (see :meth:`queue_standings`)."""
         return {who: p for who, (p, _) in self.queue_table(snapshot).items()}
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         """The queue by decreasing ``P``; ties: higher share, earlier submit, arrival order."""
         queue = snapshot.queue
         if len(queue) < 2:
@@ -390,7 +390,7 @@ class FairShare:
         keys.sort()
         return [queue[k[2]] for k in keys]
 
-    def _order_by_name(self, snapshot: Snapshot, index: QueueIndex) -> list[Job]:
+    def _order_by_name(self, snapshot: SnapshotView, index: QueueIndex) -> list[Job]:
         """:meth:`order` from the core's per-name queue: the same order, built by
         sorting names, not jobs.
 
