@@ -30,10 +30,10 @@ from model.machine import Machine, Part
 from scheduler.core.core import Left, SchedulerCore
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
+from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
-from scheduler.runtime.exporter import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Context:
         core: SchedulerCore,
         settings: ActorSettings,
         journal: JournalWriter,
-        metrics: SchedulerMetrics,
+        metrics: HandlerMetrics,
         topics: Topics,
         time_scale: float,
         wall: Callable[[], float],

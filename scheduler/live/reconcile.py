@@ -39,18 +39,49 @@ Each job's event sequence goes on from the journal's last ``seq``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from broker.messages import ResizePart
+from broker.messages import JobSpec, ResizePart
 from model.allocation import Allocation
+from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.context import Context
 from scheduler.live.dispatch import start_commands
 from scheduler.live.part_lifecycle import PartState
 from scheduler.live.specs import job_from_spec
-from scheduler.runtime.journal import JournalState
 
 log = logging.getLogger(__name__)
+
+
+class RestoredJob(Protocol):
+    """One job as the journal restores it, in submission order (the runtime's
+    ``JournalJob`` is one): what a restart rebuilds the core from."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def submit(self) -> float: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def start(self) -> float | None: ...
+    @property
+    def end(self) -> float | None: ...
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """Its last allocation (a running or ended job's)."""
+
+    @property
+    def requeues(self) -> int: ...
+    @property
+    def uncharged(self) -> int:
+        """Of ``requeues``, those not counted against ``max_requeues``."""
+
+    @property
+    def held_until(self) -> float | None:
+        """When the hold of its parts for adoption ends (cluster seconds), if held."""
 
 
 @dataclass(slots=True)
@@ -61,11 +92,13 @@ class Reconciliation:
     until: float = 0.0
 
 
-def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float) -> Reconciliation:
-    """Rebuild ``ctx`` from the journal's ``state`` (see the module docstring)."""
+def restore(
+    ctx: Context, jobs: Sequence[RestoredJob], seqs: dict[str, int], now: float
+) -> Reconciliation:
+    """Rebuild ``ctx`` from the journal's ``jobs`` (see the module docstring)."""
     core = ctx.core
     holds: list[float] = []
-    for row in state.jobs:
+    for row in jobs:
         spec = row.spec
         job = job_from_spec(spec, row.submit)
         ctx.specs[spec.id] = spec
@@ -93,7 +126,7 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
     ctx.dirty = bool(core.queue)
     log.info(
         "restored %d job(s): %d queued, %d running",
-        len(state.jobs),
+        len(jobs),
         len(core.queue),
         len(core.pending),
     )

@@ -203,7 +203,7 @@ class SchedulerActor:
         journalled = self._journal.load()
         self.metrics.restore(journalled)
         self._reconciliation = reconcile.restore(
-            self.ctx, journalled, self._journal.last_event_seqs(), now
+            self.ctx, journalled.jobs, self._journal.last_event_seqs(), now
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
