@@ -48,8 +48,7 @@ from model.allocation import Allocation
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.context import Context
-from scheduler.live.dispatch import start_commands
-from scheduler.live.part_lifecycle import PartState
+from scheduler.live.coupling import PartEvent, ToJob, part_event
 from scheduler.live.specs import job_from_spec
 
 log = logging.getLogger(__name__)
@@ -168,7 +167,11 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
         ctx.event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
     if now >= rec.until:
         for job_id in list(core.pending):
-            ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")
+            # Settled above if every part was confirmed: one at least was not.
+            unconfirmed = [p for p in ctx.placements[job_id].parts.values() if not p.confirmed]
+            agent = unconfirmed[0].machine
+            why = "not re-announced by its agents after the restart"
+            part_event(ctx, job_id, agent, PartEvent.NOT_REANNOUNCED, now, detail=why)
     if not core.pending:
         rec.active = False
         ctx.dirty = True
@@ -181,23 +184,15 @@ def not_running(ctx: Context, job_id: str, agent: str, now: float) -> None:
     Never heard of since the restart: its start was in flight, so it is sent
     again (once) instead of costing the job a requeue; while that one is on its
     way, later heartbeats change nothing (the reconcile grace bounds the wait).
-    Heard of since (listed, or started) and now gone: the lost-agent rule.
+    Heard of since (listed, or started) and now gone: the lost-agent rule. Both
+    are rows of ``scheduler.live.coupling``'s part table.
     """
-    live = ctx.placements[job_id]
-    part = live.parts[agent]
-    if part.state is not PartState.PENDING:
-        ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
-        return
-    if agent in live.resent:
-        return
-    live.resent.add(agent)
-    parts = live.layout()
-    for machine, command in start_commands(ctx, job_id, parts, live.attempt, ctx.wall()):
-        if machine == agent:
-            ctx.command(machine, command)
-    log.info(
-        "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
-        job_id,
-        agent,
-        live.attempt,
-    )
+    why = f"{agent} does not run it after the restart"
+    rule = part_event(ctx, job_id, agent, PartEvent.UNLISTED_AFTER_RESTART, now, detail=why)
+    if rule.job is ToJob.START_SENT_AGAIN:
+        log.info(
+            "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
+            job_id,
+            agent,
+            ctx.placements[job_id].attempt,
+        )
