@@ -89,6 +89,7 @@ from scheduler.core.snapshot import RunningJob, SnapshotView
 from scheduler.core.usage import UsageLedger, decayed_sum
 from scheduler.priority.fairshare_live import running_use
 from scheduler.priority.fairshare_rank import entries, merge_ties, order_by_rank
+from scheduler.priority.fairshare_state import day_of
 
 DEFAULT_DECAY = 0.7
 """The text's decay factor ``D``."""
@@ -189,8 +190,9 @@ class FairShare:
             seen.setdefault(who)
             mine.setdefault(who, []).append(run)
         live: dict[str, dict[int, float]] = {}
+        day = day_of(today, self.window, period)
         for who, runs in mine.items():
-            today_use, _, older = running_use(runs, now, today, self.window, period, True)
+            today_use, _, older = running_use(runs, now, day, True)
             if older is None and today_use <= 0.0:
                 continue  # nothing used since its last charge (or no CPUs)
             per = {} if older is None else older
@@ -278,6 +280,7 @@ class FairShare:
         )
         other_share = self._other_share(usage.count(kind) + fresh - seen_listed)
         capacity = snapshot.total_cpus * period
+        day = day_of(today, window, period)
         scale = self.scale_usage_by_share
         out: dict[str, tuple[float, float]] = {}
         for who in wanted:
@@ -289,7 +292,7 @@ class FairShare:
             older: dict[int, float] | None = None
             mine = runs.get(who)
             if mine:
-                today_use, _, older = running_use(mine.values(), now, today, window, period, True)
+                today_use, _, older = running_use(mine.values(), now, day, True)
             share = listed.get(who, other_share) if listed else other_share
             used = 0.0
             if capacity > 0:

@@ -22,23 +22,26 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.snapshot import RunningJob
 from scheduler.core.usage import UsageLedger, split_periods
-from scheduler.priority.fairshare_state import TIE_DIGITS, Entry, Mode, NameRanks, OlderParts
+from scheduler.priority.fairshare_state import (
+    TIE_DIGITS,
+    Day,
+    Entry,
+    Mode,
+    NameRanks,
+    OlderParts,
+    day_of,
+)
 
 if TYPE_CHECKING:  # fairshare.py imports fairshare_rank, which imports this module
     from scheduler.priority.fairshare import FairShare
 
 
-def running_use(  # noqa: PLR0917 - a hot helper; keywords would cost per call
-    runs: Iterable[RunningJob],
-    now: float,
-    today: int,
-    window: int,
-    period: float,
-    split: bool,
+def running_use(
+    runs: Iterable[RunningJob], now: float, day: Day, split: bool
 ) -> tuple[float, float | None, dict[int, float] | None]:
     """The use of ``runs`` (one name's running jobs) not yet charged to the ledger,
-    inside the window of ``window`` periods up to ``today``: each run's CPUs times
-    the seconds from ``max(start, charged_from, window start)`` to ``now``.
+    inside the window of ``day`` (:func:`day_of`): each run's CPUs times the seconds
+    from ``max(start, charged_from, window start)`` to ``now``.
 
     Returns ``(today_use, older_today, older)``:
 
@@ -52,9 +55,7 @@ def running_use(  # noqa: PLR0917 - a hot helper; keywords would cost per call
       it ends on today's start exactly). Both are None when no run began before
       today.
     """
-    today_start = today * period
-    next_start = (today + 1) * period
-    window_start = (today - window + 1) * period
+    today_start, next_start, window_start, period = day
     today_use = 0.0
     older_today: float | None = None
     older: dict[int, float] | None = None
@@ -163,7 +164,10 @@ def add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     (multi-factor) sees the same factor without the work."""
     period = memo.period
     today_start = today * period
-    window = fs.window
+    if memo.day_index != today:
+        memo.day = day_of(today, fs.window, period)
+        memo.day_index = today
+    day = memo.day
     listed = fs._listed
     scale = fs.scale_usage_by_share
     last = memo.last
@@ -174,7 +178,7 @@ def add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
                 out.append(previous)
                 continue
         mine = runs[who]
-        today_use, older_today, _ = running_use(mine.values(), now, today, window, period, False)
+        today_use, older_today, _ = running_use(mine.values(), now, day, False)
         if older_today is not None:
             parts = memo.older.get(who)
             if parts is None or parts[0] != today:
@@ -224,7 +228,8 @@ def with_runs(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     arithmetic for one name, unchanged (the floats must not move)."""
     kind = fs.by
     window = fs.window
-    today_use, _, older = running_use(mine.values(), now, today, window, ledger.period, True)
+    day = day_of(today, window, ledger.period)
+    today_use, _, older = running_use(mine.values(), now, day, True)
     listed = fs._listed
     share = listed.get(who, other_share) if listed else other_share
     used = 0.0
@@ -271,15 +276,12 @@ def older_parts(  # noqa: PLR0917 - one call per name and day
     seconds to today, which is what the reference's ``split_periods`` gives for any
     ``now`` in ``(today_start, next_start]``; if it does not give that here (float
     corner cases at a period's edge) the name takes the reference path (``None``)."""
-    period = ledger.period
     window = fs.window
-    window_start = (today - window + 1) * period
-    today_start = today * period
-    next_start = (today + 1) * period
+    day = today_start, next_start, window_start, _ = day_of(today, window, ledger.period)
     older: dict[int, float] = {}
     for run in mine.values():
         # The run's own pieces, by the one formula: None if it began today.
-        _, _, pieces = running_use((run,), now, today, window, period, True)
+        _, _, pieces = running_use((run,), now, day, True)
         if pieces is None:
             continue
         # Its last piece starts at the boundary the piece before it ended on, which
