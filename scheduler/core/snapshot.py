@@ -8,12 +8,11 @@ for display).
 The view is read-only by type: every member is a read-only property, so a
 policy that assigns to one fails the type check. What stands behind it is a
 :class:`Snapshot`, a plain mutable value: the core owns one and refreshes it
-in place at every event (``SchedulerCore.snapshot``), because a trace replay
-decides hundreds of thousands of times and a new value per event cost a
-tenth of a replay; tests build their own. Its sequences and mappings are the
-core's own containers, not copies, for the same reason. So a snapshot is valid
-during the ``decide`` call it was given to, and a policy keeps none (its
-containers would be stale anyway).
+in place at every event (``SchedulerCore.snapshot``: five assignments), because
+a trace replay decides hundreds of thousands of times; tests build their own.
+Its sequences and mappings are the core's own containers, not copies, for the
+same reason. So a snapshot is valid during the ``decide`` call it was given
+to, and a policy keeps none (its containers would be stale anyway).
 """
 
 from __future__ import annotations

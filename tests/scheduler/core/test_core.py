@@ -124,3 +124,29 @@ def test_the_core_refreshes_one_snapshot_to_the_value_its_constructor_builds() -
         by_account=snap.by_account,
     )
     assert [j.id for j in snap.queue] == ["b"]
+
+
+def test_the_policy_sees_no_free_cpu_on_a_cordoned_machine() -> None:
+    # The caller's set, shared at construction and edited by the caller: the core reads
+    # it at every event. The machines stay in the cluster and keep their running jobs.
+    cordoned: set[str] = set()
+    machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
+    c = SchedulerCore(policy=Fcfs(), machines=machines, cordoned=cordoned)
+    c.submit(job("x", 2, 100.0))
+    c.schedule(0.0)
+    (held,) = c.running[0].parts
+    cordoned.add(held.machine)
+    snap = c.snapshot(1.0)
+    assert snap.free[held.machine] == 0
+    assert c.free(held.machine) == 2
+    assert snap.total_cpus == 8
+    c.submit(job("y", 4, 100.0, submit=1.0))
+    c.submit(job("z", 2, 100.0, submit=1.0))
+    c.schedule(1.0)
+    # y takes the other machine; z waits, though 2 CPUs are free on the cordoned one.
+    assert sorted(r.job.id for r in c.running) == ["x", "y"]
+    cordoned.clear()
+    assert c.snapshot(2.0).free[held.machine] == 2
+    c.schedule(2.0)
+    assert c.running_job("z") is not None
+    assert c.running_job("z").parts == (Part(held.machine, 2),)  # type: ignore[union-attr]
