@@ -107,7 +107,7 @@ from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.core.snapshot import Decisions, Resize, RunningJob, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Resize, RunningJob, SnapshotView, Start
 from scheduler.planning.placement import Placement
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
@@ -154,7 +154,7 @@ class FcfsMalleable:
     #: Tells the core that jobs may run on fewer CPUs than processes under this policy.
     folds: ClassVar[bool] = True
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         plan = _Plan(snapshot, self.placement)
         blocked = False
         for job in self.priority.order(snapshot):
@@ -180,7 +180,7 @@ class _Plan:
     cannot start at all, and a sum over the running jobs is enough to tell.
     """
 
-    def __init__(self, snapshot: Snapshot, placement: Placement) -> None:
+    def __init__(self, snapshot: SnapshotView, placement: Placement) -> None:
         self._now = snapshot.now
         self._machines: Sequence[Machine] = snapshot.machines
         self._placement = placement

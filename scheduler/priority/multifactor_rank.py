@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from model.job import Job
 from scheduler.core.queue_index import QueueIndex
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare_rank import entries
 
@@ -126,7 +126,7 @@ class ClockFreeOrder:
 
 
 def clock_free_order(
-    mf: MultiFactor, snapshot: Snapshot, index: QueueIndex, ledger: UsageLedger
+    mf: MultiFactor, snapshot: SnapshotView, index: QueueIndex, ledger: UsageLedger
 ) -> list[Job] | None:
     """The queue in the reference's order, from the kept order; None when this event
     must take the reference path (module docstring)."""
