@@ -369,7 +369,8 @@ FIELD_NOTES: Final[dict[tuple[str, str], str]] = {
     ("JobEvent", "state"): (
         "One of `queued`, `running`, `resized`, `requeued`, `held`, `adopted`, "
         "`finished`, `failed`, `cancelled`. The last three are final: no event of the "
-        "job follows."
+        "job follows. `queued` is published only by a scheduler run with "
+        "`--job-events all`; by default a job's first event is `running`."
     ),
     ("JobStatus", "state"): "`queued` or `running`.",
     ("SubmitResult", "reason"): "Why a job was refused, in words; None when accepted.",
@@ -426,7 +427,9 @@ is refused. A submission whose reply did not come may be sent again unchanged.
 5. Each job's events carry `seq`, 1, 2, ... without gaps. A watcher that sees \
 a jump asks for the missing ones with a `HistoryRequest`. Events are \
 published after they are durable in the scheduler's journal; a job ends with \
-`finished`, `failed` or `cancelled`.
+`finished`, `failed` or `cancelled`. The scheduler's `--job-events` says \
+which it publishes: `lifecycle` (the default) all but `queued`, so a job's \
+first event is `running`; `all`; or `none`.
 6. `cluster` and agents' `state` are retained: a subscriber gets the latest \
 at once. An empty retained payload clears a topic and is not a message.
 
