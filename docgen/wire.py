@@ -90,7 +90,10 @@ def _bounds(schema: dict[str, Any]) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """``text`` on one line, fit for a table cell: a pipe outside code is escaped
+    (Python-Markdown's tables already read a pipe inside backticks as text)."""
+    pieces = " ".join(text.split()).split("`")
+    return "`".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(pieces))
 
 
 def _fields(schema: dict[str, Any]) -> list[str]:
