@@ -42,8 +42,22 @@ _BOUNDS: Final = (
 )
 
 
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML is untyped here
+    """Writes a string of several lines as a literal block, so the rules read as text."""
+
+
+def _string(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _string)
+
+
 def render_yaml() -> str:
-    return str(yaml.safe_dump(document(), sort_keys=False, allow_unicode=True, width=100))
+    return str(
+        yaml.dump(document(), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
+    )
 
 
 def render_json() -> str:

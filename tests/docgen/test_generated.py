@@ -33,3 +33,9 @@ def test_a_stale_page_is_caught(tmp_path: Path) -> None:
     assert target.stale(root)
     (root / "page.md").write_text("new text\n")
     assert not target.stale(root)
+
+
+def test_the_readme_stays_a_newcomers_page() -> None:
+    """The README is the ten-minute page; everything longer belongs to the site."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move the detail to docs/"
