@@ -8,7 +8,8 @@ a scale-down (goodbye) makes it too wide.
 from __future__ import annotations
 
 from broker.messages import AgentOffline
-from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 
 def rejections(cluster: Cluster, reason: str) -> float | None:

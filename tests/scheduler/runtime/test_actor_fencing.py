@@ -22,7 +22,8 @@ from broker.messages import (
 from model.execution import ExecutionModel, ModelKind
 from scheduler.live.settings import ActorSettings
 from scheduler.runtime.clock import ManualClock
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually
 
 
 def stale(cluster: Cluster) -> float | None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from broker.messages import AnyMessage, JobSpec, ResizePart, RunningPart, StartPart
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, FakeAgent, eventually
 
 
 async def started_cluster(path: Path) -> Cluster:
