@@ -53,7 +53,7 @@ def job(
     procs: int = 1,
     *,
     walltime: float | None = None,
-    runtime: float | None | _Same = AS_WALLTIME,
+    runtime: float | _Same | None = AS_WALLTIME,
     submit: float = 0.0,
     user: str = "nobody",
     group: str = "nobody",

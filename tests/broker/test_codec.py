@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from broker import messages as m
 from broker.codec import WireError, decode, encode, peek_reply_to
+from tests.builders import spec
 
-JOB = m.JobSpec(
-    id="job-1",
-    procs=8,
+JOB = spec(
+    "job-1",
+    8,
     walltime=3600.0,
     work=1800.0,
     workload="mpi",
@@ -32,7 +33,7 @@ MACHINE = m.MachineSpec(id="node-1", cpus=32, speed=1.5, labels=("gpu", "fast"))
 PARTS = (m.PartSpec(machine="node-1", cpus=4), m.PartSpec(machine="node-2", cpus=4))
 
 ONE_OF_EACH: tuple[m.Message, ...] = (
-    m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, m.JobSpec("j2", 1, 1.0, 0.5))),
+    m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, spec("j2", walltime=1.0, work=0.5))),
     m.CancelJob(request_id="r2", reply_to="cli-1", job_id="job-1"),
     m.StatusRequest(request_id="r3", reply_to="cli-1"),
     m.HistoryRequest(request_id="r4", reply_to="cli-1", job_ids=("job-1", "j2")),

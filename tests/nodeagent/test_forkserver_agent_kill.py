@@ -96,7 +96,14 @@ async def test_a_killed_agent_leaves_no_launcher_and_no_job(
             await scheduler.expect(AgentOnline)
             mpi = MpiSpec(iterations=100_000, compute=0.01) if workload == "mpi" else None
             procs = 2 if workload == "mpi" else 1
-            job = spec("victim", procs, work=3600.0, walltime=7200.0, workload=workload, mpi=mpi)
+            job = spec(
+                "victim",
+                procs,
+                work=3600.0,
+                walltime=7200.0,
+                workload=workload,  # type: ignore[arg-type]
+                mpi=mpi,
+            )
             await scheduler.send(StartPart(job=job, cpus=1, job_cpus=1))
             started = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)  # the job process is up

@@ -33,13 +33,12 @@ from broker.messages import (
     ClusterSummary,
     ErrorReply,
     JobEvent,
-    JobSpec,
     StatusRequest,
     SubmitJobs,
     SubmitReply,
     SubmitResult,
 )
-from model.job import Job
+from tests.builders import job, spec
 from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 
@@ -245,36 +244,35 @@ def test_bad_durations_say_what_is_expected(text: str) -> None:
 
 
 def test_specs_are_checked_as_the_scheduler_decodes_them() -> None:
-    spec = job_spec(job_id="x", procs=3, walltime=60.0, deadline=600.0, malleable=True)
-    assert (spec.work, spec.deadline, spec.malleable) == (60.0, 600.0, True)
+    sent = job_spec(job_id="x", procs=3, walltime=60.0, deadline=600.0, malleable=True)
+    assert (sent.work, sent.deadline, sent.malleable) == (60.0, 600.0, True)
     with pytest.raises(UserError, match=r"job 'bad id' cannot be sent: .*`id`"):
         job_spec(job_id="bad id", procs=1, walltime=60.0)
     with pytest.raises(UserError, match="procs"):
-        checked(JobSpec(id="z", procs=0, walltime=1.0, work=1.0))
-
-
-def _job(i: int, submit: float, **kw: object) -> Job:
-    return Job(id=str(i), submit=submit, procs=1, walltime=100.0, runtime=40.0, **kw)  # type: ignore[arg-type]
+        checked(spec("z", 0, walltime=1.0, work=1.0))
 
 
 def test_trace_jobs_become_specs_with_relative_deadlines() -> None:
-    spec = spec_of(_job(7, 100.0, deadline=400.0, user="u1", group="g2"), prefix="r1-")
+    traced = job(
+        "7", walltime=100.0, runtime=40.0, submit=100.0, deadline=400.0, user="u1", group="g2"
+    )
+    spec = spec_of(traced, prefix="r1-")
     assert (spec.id, spec.work, spec.walltime, spec.deadline) == ("r1-7", 40.0, 100.0, 300.0)
     assert (spec.user, spec.group) == ("u1", "g2")
 
 
 def test_arrivals_group_one_instant_into_one_request() -> None:
-    jobs = [_job(1, 10.0), _job(2, 10.0), _job(3, 25.0), _job(4, 40.0), _job(5, 40.0)]
+    jobs = [job(i, submit=t) for i, t in (("1", 10), ("2", 10), ("3", 25), ("4", 40), ("5", 40))]
     plan = arrivals(jobs, prefix="p-")
     assert [(a.at, [s.id for s in a.jobs]) for a in plan] == [
         (0.0, ["p-1", "p-2"]),
         (15.0, ["p-3"]),
         (30.0, ["p-4", "p-5"]),
     ]
-    many = [_job(i, 0.0) for i in range(MAX_JOBS_PER_REQUEST + 3)]
+    many = [job(str(i)) for i in range(MAX_JOBS_PER_REQUEST + 3)]
     assert [len(a.jobs) for a in arrivals(many)] == [MAX_JOBS_PER_REQUEST, 3]
     with pytest.raises(ValueError, match="submit order"):
-        arrivals([_job(1, 5.0), _job(2, 1.0)])
+        arrivals([job("1", submit=5.0), job("2", submit=1.0)])
 
 
 # -- replay --------------------------------------------------------------------------------
@@ -331,7 +329,10 @@ async def test_follow_ends_when_every_accepted_job_has_ended(
 ) -> None:
     cluster.agents["fast"].auto_finish = True
     cluster.agents["slow"].auto_finish = True
-    plan = arrivals([_job(1, 0.0), _job(2, 0.0), _job(3, 1.0)], prefix="f-")
+    traced = [
+        job(i, walltime=100.0, runtime=40.0, submit=t) for i, t in (("1", 0), ("2", 0), ("3", 1))
+    ]
+    plan = arrivals(traced, prefix="f-")
     state = ReplayState(frozenset(s.id for a in plan for s in a.jobs))
     await replay(client, plan, time_scale=100.0, state=state)
     async with asyncio.timeout(10):
