@@ -1,14 +1,21 @@
-"""Shared fixtures: where the real traces are, and the real brokers.
+"""Shared fixtures and hooks: the real brokers, the event loops, where the real traces are.
 
 The brokers (``tests.brokers``) are registered here and only here, so one
 Mosquitto and one embedded broker serve the whole test run.
+
+The async tests of the live runtime's packages (:data:`BOTH_LOOPS`) run twice,
+on asyncio and on uvloop, the loop the actors run on in production; the other
+async tests (the twin's, the benches') run on asyncio only.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from tests.brokers import embedded_broker, mosquitto, mqtt_broker, private_mosquitto
 
@@ -16,6 +23,26 @@ __all__ = ["embedded_broker", "mosquitto", "mqtt_broker", "private_mosquitto"]
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 PWA = SHARED / "workloads" / "pwa"
+
+TESTS = Path(__file__).resolve().parent
+#: Folders (under ``tests/``) whose async tests run on asyncio and on uvloop.
+BOTH_LOOPS = (
+    Path("broker"),
+    Path("integration"),
+    Path("nodeagent"),
+    Path("accordion/live"),
+    Path("scheduler/runtime"),
+)
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """pytest-asyncio's hook: the loops an async test is parametrized over."""
+    where = item.path.resolve().relative_to(TESTS)
+    if any(where.is_relative_to(folder) for folder in BOTH_LOOPS):
+        return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
 
 
 @pytest.fixture
