@@ -5,7 +5,8 @@ Mosquitto and one embedded broker serve the whole test run.
 
 The async tests of the live runtime's packages (:data:`BOTH_LOOPS`) run twice,
 on asyncio and on uvloop, the loop the actors run on in production; the other
-async tests (the twin's, the benches') run on asyncio only.
+async tests (the twin's, the benches') run on asyncio only. A test that asks for
+the virtual clock (``tests.virtual_clock``) runs on it alone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import uvloop
 
 from tests.brokers import embedded_broker, mosquitto, mqtt_broker, private_mosquitto
+from tests.virtual_clock import VIRTUAL, VirtualClockLoop
 
 __all__ = ["embedded_broker", "mosquitto", "mqtt_broker", "private_mosquitto"]
 
@@ -39,6 +41,9 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     """pytest-asyncio's hook: the loops an async test is parametrized over."""
+    asked = item.get_closest_marker("asyncio")
+    if asked is not None and VIRTUAL in asked.kwargs.get("loop_factories", ()):
+        return {VIRTUAL: VirtualClockLoop}
     where = item.path.resolve().relative_to(TESTS)
     if any(where.is_relative_to(folder) for folder in BOTH_LOOPS):
         return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}

@@ -1,8 +1,10 @@
 """The live client (``accordion.client``: ``live_client``, ``specs``, ``replay``) on the
 in-process broker, against the real scheduler actor.
 
-The actor runs on a manual clock with fake agents (``tests/scheduler/actor/harness``);
-a fake scheduler stands in where a test needs an answer the actor never gives.
+The actor runs on a manual clock with fake agents (``tests/scheduler/runtime/harness``);
+a fake scheduler stands in where a test needs an answer the actor never gives. The
+replay, which paces itself by the event loop's clock, runs on a virtual one
+(``tests.virtual_clock``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from broker.messages import (
 )
 from tests.builders import job, spec
 from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
+from tests.virtual_clock import VIRTUAL
 
 
 @pytest.fixture
@@ -134,10 +137,12 @@ async def test_a_client_not_watching_cannot_read_events(cluster: Cluster) -> Non
 # -- a fake scheduler for the answers the actor does not give -------------------------------
 
 
-async def _fake_scheduler(broker: MemoryBroker, answer: str) -> None:
-    """Answers every request with an ErrorReply, the wrong kind of reply, or nothing."""
+async def _fake_scheduler(broker: MemoryBroker, answer: str, listening: asyncio.Event) -> None:
+    """Answers every request with an ErrorReply, the wrong kind of reply, or nothing;
+    sets ``listening`` once subscribed (a request sent before would be lost)."""
     async with broker.client("fake-scheduler") as bus:
         await bus.subscribe(TOPICS.requests)
+        listening.set()
         async for d in bus.deliveries():
             request = decode(d.payload)
             assert isinstance(request, StatusRequest | SubmitJobs)
@@ -164,8 +169,11 @@ async def test_error_replies_wrong_replies_and_silence_raise(
 ) -> None:
     broker = MemoryBroker()
     async with asyncio.TaskGroup() as tg:
-        fake = tg.create_task(_fake_scheduler(broker, answer), name="test-fake-scheduler")
-        await asyncio.sleep(0)
+        listening = asyncio.Event()
+        fake = tg.create_task(
+            _fake_scheduler(broker, answer, listening), name="test-fake-scheduler"
+        )
+        await listening.wait()
         async with broker.client("asker") as bus, LiveClient(bus, TOPICS, timeout=0.2) as client:
             with pytest.raises(error, match=text):
                 await client.status()
@@ -179,6 +187,8 @@ class LosingBus:
     def __init__(self, inner: MemoryBus) -> None:
         self.inner = inner
         self.lose = asyncio.Event()
+        #: Set once a request went out: its reply is then pending.
+        self.published = asyncio.Event()
 
     @property
     def client_id(self) -> str:
@@ -188,6 +198,7 @@ class LosingBus:
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
         await self.inner.publish(topic, payload, qos=qos, retain=retain)
+        self.published.set()
 
     async def subscribe(self, pattern: str, *, qos: int = 1) -> None:
         await self.inner.subscribe(pattern, qos=qos)
@@ -205,7 +216,7 @@ async def test_a_lost_connection_fails_pending_and_later_requests() -> None:
         bus = LosingBus(inner)
         async with LiveClient(bus, TOPICS, timeout=5.0, watch=True) as client:
             asking = asyncio.create_task(client.status(), name="test-ask")
-            await asyncio.sleep(0.01)
+            await bus.published.wait()
             bus.lose.set()
             with pytest.raises(BusError, match="connection lost"):
                 await asking
@@ -278,15 +289,20 @@ def test_arrivals_group_one_instant_into_one_request() -> None:
 # -- replay --------------------------------------------------------------------------------
 
 
+@pytest.mark.asyncio(loop_factories=[VIRTUAL])
 async def test_replay_sends_each_instant_at_its_compressed_time(
     cluster: Cluster, client: LiveClient
 ) -> None:
+    # On the virtual clock the replay's sleeps end exactly when asked: the instants
+    # the spy sees are the plan's, to the float, however loaded the machine is.
     received: list[tuple[float, int]] = []
     loop = asyncio.get_running_loop()
+    listening = asyncio.Event()
 
     async def spy() -> None:
         async with cluster.broker.client("spy") as bus:
             await bus.subscribe(TOPICS.requests)
+            listening.set()
             async for d in bus.deliveries():
                 message = decode(d.payload)
                 if isinstance(message, SubmitJobs):
@@ -306,18 +322,15 @@ async def test_replay_sends_each_instant_at_its_compressed_time(
     changes: list[int] = []
     async with asyncio.TaskGroup() as tg:
         spying = tg.create_task(spy(), name="test-spy")
-        await asyncio.sleep(0.01)
+        await listening.wait()
         t0 = loop.time()
         state = await replay(
             client, plan, time_scale=100.0, on_change=lambda s: changes.append(s.sent)
         )
-        await asyncio.sleep(0.01)
+        await eventually(lambda: len(received) == len(plan))
         spying.cancel()
-    offsets = [round(t - t0, 2) for t, _ in received]
     assert [n for _, n in received] == [1, 2, 1]
-    assert offsets[0] < 0.05
-    assert offsets[1] == pytest.approx(0.2, abs=0.05)
-    assert offsets[2] == pytest.approx(0.3, abs=0.05)
+    assert [t - t0 for t, _ in received] == pytest.approx([0.0, 0.2, 0.3], abs=1e-9)
     assert state.accepted == {"r1", "r2", "r4"}
     assert list(state.rejected) == ["r3"]
     assert (state.sent, state.total, state.replay_done) == (4, 4, True)
