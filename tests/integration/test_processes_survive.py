@@ -2,8 +2,8 @@
 
 The scheduler (``python -m scheduler``), an agent (``python -m nodeagent``)
 and the job process it starts run as OS processes on a Mosquitto of this
-test's own (it is killed and restarted). The issue's poison payloads (invalid
-UTF-8 in a msgpack string) and a few hundred fuzzed payloads that do not
+test's own (it is killed and restarted). Poison payloads (invalid UTF-8 in a
+msgpack string) and a few hundred fuzzed payloads that do not
 decode go to every topic each of them reads; then the broker is SIGKILLed and restarted on the
 same port. Every process must still be alive, and the job must finish once,
 in the process that started it.

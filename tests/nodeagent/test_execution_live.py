@@ -1,5 +1,6 @@
 """The live runtime runs the scheduler's execution model: the agent reads it from the
-StartPart, and the job process gets it on its command line (issue 7, part 3)."""
+StartPart, and the job process gets it on its command line, so live and twin runs of
+one replay use the same model."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ class HeldBroker(MemoryBroker):
 
 
 async def test_the_fork_of_an_admitted_start_waits_on_no_broker() -> None:
-    """Issue 9's agent-freeze duplicate: a start passed the fence, then the agent
+    """The fault matrix's agent-freeze duplicate: a start passed the fence, then the agent
     waited for the broker (clearing the job's control topic) before forking; frozen
     there past the lease, it woke after the job was requeued elsewhere and forked
     the stale attempt. Now nothing between the fence and the fork waits on the

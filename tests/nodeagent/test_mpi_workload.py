@@ -2,7 +2,7 @@
 
 Each job here runs real rank processes (``nodeagent.job.ranks``) under a real job
 process relayed to the memory broker. Pinning is read back from
-``/proc/PID/status`` (``Cpus_allowed_list``), as the issue asks. Waits are for
+``/proc/PID/status`` (``Cpus_allowed_list``), what the kernel applies. Waits are for
 conditions (a report, a pinning seen in /proc), each bounded by ``HANG``.
 """
 

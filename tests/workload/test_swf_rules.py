@@ -405,7 +405,7 @@ REAL = {
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_traces(name: str) -> None:
     records, cpus, kept, skipped = REAL[name]
@@ -421,7 +421,7 @@ def test_real_traces(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 def test_real_lublin_trace_needs_fallbacks() -> None:
     result = load_jobs(PWA / "synthetic" / "lublin_256.swf.gz", total_cpus=256)
     assert len(result.jobs) == 10000

@@ -1,6 +1,6 @@
 """The twin's lean bookkeeping gives what the eager bookkeeping gave.
 
-Each speed-up of issue 7 that defers or remembers work is checked here against
+Each speed-up of the twin that defers or remembers work is checked here against
 the straightforward computation it replaced: a dormant queue index woken late
 against one kept up to date from the start; the deferred usage ledger against
 charges folded at once; remembered allocations and rates against computing

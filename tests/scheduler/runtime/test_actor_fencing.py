@@ -1,5 +1,5 @@
-"""Fencing and liveness (issue 9, item 3): attempts, stale reports, forged wills,
-progress that is not a heartbeat; the restart order (item 4); durable events (item 8)."""
+"""Fencing and liveness: attempts, stale reports, forged wills, progress that is not a
+heartbeat; the restart order; durable events."""
 
 from __future__ import annotations
 
