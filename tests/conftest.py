@@ -44,8 +44,8 @@ def pytest_asyncio_loop_factories(
     asked = item.get_closest_marker("asyncio")
     if asked is not None and VIRTUAL in asked.kwargs.get("loop_factories", ()):
         return {VIRTUAL: VirtualClockLoop}
-    where = item.path.resolve().relative_to(TESTS)
-    if any(where.is_relative_to(folder) for folder in BOTH_LOOPS):
+    where = item.path.resolve()
+    if any(where.is_relative_to(TESTS / folder) for folder in BOTH_LOOPS):
         return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
     return {"asyncio": asyncio.new_event_loop}
 
