@@ -164,19 +164,19 @@ def main() -> None:
             parser.error(f"{path}: no {summary_of(path).name} beside it; pass --cpus")
     over = 0
     print(
-        f"{'schedule':<40} {'longest (s)':>12} {'from':>12} {'to':>12} {'free':>6} "
+        f"{'policy':<24} {'longest (s)':>12} {'from':>12} {'to':>12} {'free':>6} "
         f"{'waiting':>8} {'total (s)':>12}"
     )
     for path in args.jobs_csv:
         cpus = args.cpus if args.cpus is not None else cluster_cpus(path)
         span = longest_idle_while_waiting(read_jobs_csv(path), cpus)
-        name = str(path)[-40:]
+        name = path.name.removesuffix(".jobs.csv")
         if span is None:
-            print(f"{name:<40} {0:>12,.0f}")
+            print(f"{name:<24} {0:>12,.0f}")
             continue
         over += span.length > args.limit
         print(
-            f"{name:<40} {span.length:>12,.0f} {span.start:>12,.0f} {span.end:>12,.0f} "
+            f"{name:<24} {span.length:>12,.0f} {span.start:>12,.0f} {span.end:>12,.0f} "
             f"{span.free:>6} {span.smallest_waiting:>8} {span.total:>12,.0f}"
         )
     if over:

@@ -118,11 +118,11 @@ def _planned(est: float, now: float) -> float:
 def _shadow(running: Running, free: int, now: float, need: int) -> tuple[float, int]:
     """The shadow time for a job of ``need`` CPUs and the extra CPUs at it."""
     avail = free
-    ends = [(est, procs) for est, _, procs in running]
-    if ends and ends[0][0] < now:  # some job is overdue (they come first)
-        ends = sorted((_planned(est, now), procs) for est, procs in ends)
+    ends = running
+    if running and running[0][0] < now:  # some job is overdue (they come first)
+        ends = sorted((_planned(est, now), number, procs) for est, number, procs in running)
     last = len(ends) - 1
-    for k, (t, procs) in enumerate(ends):
+    for k, (t, _, procs) in enumerate(ends):
         avail += procs
         if avail >= need and (k == last or ends[k + 1][0] > t):
             return t, avail - need

@@ -67,3 +67,15 @@ def test_overdue_jobs_are_placed_at_their_planned_ends() -> None:
     runs = [running("a", 30.0), running("b", 99.0), running("c", 120.0), running("d", 200.0)]
     assert [r.job.id for r in in_planned_order(100.0, runs)] == ["b", "c", "a", "d"]
     assert [t for t, _ in planned_releases(100.0, runs)] == [101.0, 120.0, 158.0, 200.0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ends=st.lists(st.sampled_from([0.0, 1.0, 3.0, 5.0, 6.0, 9.0, 10.0, 13.0, 40.0]), max_size=12),
+    now=st.sampled_from([0.0, 4.0, 5.0, 10.0, 20.0]),
+)
+def test_the_order_is_a_stable_sort_by_planned_end(ends: list[float], now: float) -> None:
+    # Equal ends on purpose: ties between overdue and running jobs are where it can slip.
+    runs = [running(f"r{k}", t) for k, t in enumerate(sorted(ends))]
+    expected = sorted(runs, key=lambda r: planned_end(r.est_end, now))
+    assert [r.job.id for r in in_planned_order(now, runs)] == [r.job.id for r in expected]
