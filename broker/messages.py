@@ -165,6 +165,12 @@ class CancelReply(Message, tag="cancel_reply", frozen=True):
 
 
 class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One job of a ``StatusReply``. What a chart of the plan needs besides its place
+    (``accordion gantt``): ``walltime``, the user's estimate (seconds at the job's
+    reference speed); ``est_end``, a running job's end as the scheduler estimates it
+    from that wall time (the end its plan counts on); ``deadline``, absolute. None
+    from an older sender."""
+
     id: str
     state: str
     procs: int
@@ -172,6 +178,9 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     submit: float
     start: float | None = None
     parts: tuple[PartSpec, ...] = ()
+    walltime: float | None = None
+    est_end: float | None = None
+    deadline: float | None = None
 
 
 class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -399,6 +408,10 @@ class JobEvent(Message, tag="job_event", frozen=True):
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
+    #: A ``running`` or ``resized`` event's parts of the job from then on (where it
+    #: runs, for a chart of the schedule); empty on other events and from an older
+    #: sender.
+    parts: Annotated[tuple[PartSpec, ...], msgspec.Meta(max_length=65_536)] = ()
 
 
 AnyMessage = (

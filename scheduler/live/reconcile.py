@@ -132,7 +132,9 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
                         attempt=live.attempt,
                     ),
                 )
-        ctx.event(job_id, JobState.RUNNING.value, now, "reconciled after a restart")
+        ctx.event(
+            job_id, JobState.RUNNING.value, now, "reconciled after a restart", parts=pending.parts
+        )
     if now >= rec.until:
         for job_id in list(core.pending):
             ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")

@@ -18,7 +18,9 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    last ``held`` job event of each running job (schema 4 wrote the hold only
    into that event's text). ``jobs.uncharged``: how many of the job's
    requeues do not count against ``max_requeues``; 0 in older rows, which
-   never told them apart.
+   never told them apart;
+6. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
+   on (JSON, as ``jobs.parts``), NULL in older rows.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -68,6 +70,7 @@ CREATE TABLE IF NOT EXISTS job_events (
     detail TEXT,
     cpus_before INTEGER,
     cpus_after INTEGER,
+    parts TEXT,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (
@@ -108,9 +111,13 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns, added to the tables an older scheduler made.
+    # columns and schema 6 the events' parts, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
-    _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
+    _add_columns(
+        db,
+        "job_events",
+        [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER"), ("parts", "TEXT")],
+    )
     _add_columns(db, "jobs", [("held_until", "REAL"), ("uncharged", "INTEGER NOT NULL DEFAULT 0")])
     if found < 4:
         _seed_resize_totals(db)

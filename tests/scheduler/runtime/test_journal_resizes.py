@@ -1,4 +1,5 @@
-"""The journal's resize records (schema 3), and a schema-2 journal opened by this scheduler."""
+"""The journal's resize records (schema 3), the parts of job events (schema 6), and a
+schema-2 journal opened by this scheduler."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from broker.messages import JobEvent, JobSpec
+from broker.messages import JobEvent, JobSpec, PartSpec
 from model.machine import Part
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
 
@@ -61,8 +62,11 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
         assert journal.job_events(["old"]) == [
             JobEvent(job_id="old", state="resized", at=1.0, seq=1, detail="2 CPUs")
         ]
-        journal.record_event(JobEvent(job_id="old", state="resized", seq=2, cpus_after=4))
+        journal.record_event(
+            JobEvent(job_id="old", state="resized", seq=2, cpus_after=4, parts=(PartSpec("m", 4),))
+        )
         assert journal.job_events(["old"])[-1].cpus_after == 4
+        assert journal.job_events(["old"])[-1].parts == (PartSpec("m", 4),)
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
             str(SCHEMA_VERSION),
@@ -70,3 +74,25 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
     # Opening it again changes nothing (the columns are there).
     with Journal(path) as journal:
         assert len(journal.job_events(["old"])) == 2
+
+
+def test_a_job_event_keeps_the_parts_it_was_published_with(tmp_path: Path) -> None:
+    # What `accordion gantt` reads back through a history request: where the job ran.
+    started = JobEvent(
+        job_id="a", state="running", at=1.0, seq=1, parts=(PartSpec("m", 3), PartSpec("n", 1))
+    )
+    resized = JobEvent(
+        job_id="a",
+        state="resized",
+        at=2.0,
+        seq=2,
+        cpus_before=4,
+        cpus_after=2,
+        parts=(PartSpec("m", 1), PartSpec("n", 1)),
+    )
+    finished = JobEvent(job_id="a", state="finished", at=3.0, seq=3)
+    with Journal(tmp_path / "j.sqlite") as journal:
+        journal.record_submissions([(spec("a"), 0.0)])
+        for event in (started, resized, finished):
+            journal.record_event(event)
+        assert journal.job_events(["a"]) == [started, resized, finished]
