@@ -146,8 +146,15 @@ def create_app(
             headers={"Cache-Control": "max-age=3600"},
         )
 
+    # One view is laid out once, whatever the number of pages that ask for it.
+    drawn: dict[int, bytes] = {}
+
     async def api_state(_: Request) -> Response:
-        return JSONResponse(state(feed, identity))
+        version = feed.version
+        if version not in drawn:
+            drawn.clear()
+            drawn[version] = bytes(JSONResponse(state(feed, identity)).body)
+        return Response(drawn[version], media_type="application/json")
 
     async def api_gantt(_: Request) -> Response:
         from bokeh.embed import json_item  # noqa: PLC0415 (only when a page asks)

@@ -28,7 +28,7 @@ from accordion.cluster.local_cluster import LocalCluster
 from broker.codec import encode
 from broker.messages import JobEvent, PartSpec
 from broker.mqtt import MqttBus, MqttSettings
-from tests.accordion.live.cli_harness import cli
+from tests.accordion.live.cli_harness import cli, status_of, wait_until
 from tests.browser import ARTIFACTS, chromium
 
 pytestmark = pytest.mark.integration
@@ -171,3 +171,21 @@ def test_the_page_shows_a_submitted_job_running_queued_and_in_the_chart(
     # Nothing of the forged job: no bar, and no band for its machine (4 + 2 CPUs only).
     assert "ghost" not in run_jobs
     assert rows == 6
+
+
+def test_gantt_live_draws_a_running_job_with_its_planned_rest(
+    live_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    job = f"gantt-live-{uuid.uuid4().hex[:6]}"
+    submitted = cli(live_cluster, "submit", "--id", job, "-n", "2", "-t", "900", "--work", "600")
+    assert submitted.exit_code == 0, submitted.output
+    try:
+        wait_until(lambda: any(j.id == job for j in status_of(live_cluster).running))
+        result = cli(live_cluster, "gantt", "--live", "--out", str(tmp_path / "now"))
+        assert result.exit_code == 0, result.output
+    finally:
+        cli(live_cluster, "cancel", job)
+    assert (tmp_path / "now.png").read_bytes()[:4] == b"\x89PNG"
+    html = (tmp_path / "now.html").read_text()
+    assert job in html
+    assert html.count(job) >= 2  # a run bar and its planned rest, each in its data source
