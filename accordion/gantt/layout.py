@@ -5,9 +5,10 @@ as its CPUs (row 0 at the bottom of the band). Neither the twin nor the
 live cluster says *which* CPUs a part holds, only how many, so the layout
 chooses rows: a sweep over each machine's bars in time order, ends before
 starts at the same instant, gives every starting bar the lowest free rows
-(first fit over the free intervals). Rows need not be contiguous when the
-machine is fragmented: such a bar is drawn as several rectangles, one per
-run of rows, all with the same tooltip.
+(the lowest run of free rows side by side that fits it, else the lowest free
+rows wherever they are). Rows need not be contiguous when the machine is
+fragmented: such a bar is drawn as several rectangles, one per run of rows,
+all with the same tooltip.
 
 A bar that continues another of the same job on the same machine at the
 instant the other ends (a resize, or a running job's estimated rest after
@@ -71,18 +72,30 @@ class Layout:
 class _FreeRows:
     """Free rows as sorted disjoint intervals ``[a, b)``; the last reaches ``_TOP``."""
 
-    __slots__ = ("_ends", "_starts", "peak")
+    __slots__ = ("_cpus", "_ends", "_starts", "peak")
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: int) -> None:
+        self._cpus = cpus
         self._starts = [0]
         self._ends = [_TOP]
         #: The highest row ever handed out, plus one.
         self.peak = 0
 
     def take(self, n: int) -> list[tuple[int, int]]:
-        """The lowest ``n`` free rows, as intervals."""
-        got: list[tuple[int, int]] = []
+        """``n`` free rows, as intervals: the lowest run of ``n`` side by side within the
+        machine's CPUs if there is one (one rectangle to draw), else the lowest rows."""
         starts, ends = self._starts, self._ends
+        for i, (a, b) in enumerate(zip(starts, ends, strict=True)):
+            if a + n > self._cpus:
+                break
+            if b - a >= n:
+                if a + n == b:
+                    del starts[i], ends[i]
+                else:
+                    starts[i] = a + n
+                self.peak = max(self.peak, a + n)
+                return [(a, a + n)]
+        got: list[tuple[int, int]] = []
         while n > 0:
             a, b = starts[0], ends[0]
             k = min(n, b - a)
@@ -133,7 +146,9 @@ def _keep_lowest(rows: Rows, n: int) -> tuple[Rows, Rows]:
     return kept, rest
 
 
-def _lay_machine(gantt: Gantt, indices: list[int]) -> tuple[dict[int, list[tuple[int, int]]], int]:
+def _lay_machine(
+    gantt: Gantt, indices: list[int], cpus: int
+) -> tuple[dict[int, list[tuple[int, int]]], int]:
     """Rows of each bar of one machine, and the rows the machine needs."""
     bars = gantt.bars
     # A bar of no length covers no row (and would end before it starts in the sweep).
@@ -143,7 +158,7 @@ def _lay_machine(gantt: Gantt, indices: list[int]) -> tuple[dict[int, list[tuple
     events = sorted(
         [(bars[i].end, 0, i) for i in indices] + [(bars[i].start, 1, i) for i in indices]
     )
-    free = _FreeRows()
+    free = _FreeRows(cpus)
     rows: dict[int, list[tuple[int, int]]] = {}
     handed: dict[int, list[tuple[int, int]]] = {}
     for _, is_start, i in events:
@@ -192,7 +207,7 @@ def lay_out(gantt: Gantt) -> Layout:
         # Below the machines: planned jobs the plan has not placed yet.
         lanes.insert(0, (UNPLACED, "planned, no machine yet", 0))
     for machine, label, cpus in lanes:
-        rows, peak = _lay_machine(gantt, by_machine.get(machine, []))
+        rows, peak = _lay_machine(gantt, by_machine.get(machine, []), cpus)
         height = max(cpus, peak, 1)
         bands.append(Band(machine=machine, label=label, bottom=bottom, height=height, cpus=cpus))
         for i, held in sorted(rows.items()):
