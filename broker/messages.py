@@ -8,6 +8,21 @@ is the scheduler's to judge and answer.
 
 Names: events are past tense (``PartStarted``), commands imperative
 (``StartPart``), requests and replies say so.
+
+Required fields. Every field of a message is keyword-only (``kw_only`` on the
+base and on each kind: msgspec applies it to the fields a class declares), so
+a field without a default is required: a payload that lacks it does not decode
+(an ``invalid`` message). A field keeps a default only where the default is
+a meaning the receiver acts on: ``"-"`` for "no request id" or "no reply
+wanted", ``attempt`` 0 for "not said", a ``pace`` of 1 (the reference speed,
+as a machine's ``speed``), None for a value an older sender did not send.
+States, event kinds and refusal codes are the enums of ``broker.vocabulary``.
+
+Protocol version 2 (``broker.topics.PROTOCOL_VERSION``): events carry an
+``event`` kind instead of a ``state`` that mixed states with what happened,
+refusals a ``code`` beside their text, a status its ``reconciling`` flag;
+required fields are required. A version-1 peer cannot read these messages
+(unknown fields), hence the new version and its own topic root.
 """
 
 from __future__ import annotations
@@ -17,6 +32,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from broker.topics import PROTOCOL_VERSION
+from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 #: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
@@ -39,8 +55,14 @@ Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Workload = Literal["sleep", "mpi"]
 
 
-class Message(msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, frozen=True):
-    """Base of every message; ``v`` is the protocol version of the sender."""
+class Message(
+    msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, frozen=True, kw_only=True
+):
+    """Base of every message; ``v`` is the protocol version of the sender.
+
+    ``kw_only``: the kinds' fields may then go without defaults (required)
+    although ``v`` has one.
+    """
 
     v: int = PROTOCOL_VERSION
 
@@ -115,72 +137,90 @@ class PartSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 # -- requests and replies (clients <-> scheduler) --------------------------------
 
 
-class SubmitJobs(Message, tag="submit_jobs", frozen=True):
+class SubmitJobs(Message, tag="submit_jobs", frozen=True, kw_only=True):
     """Submit one or many jobs; answered by one ``SubmitReply`` on ``reply_to``."""
 
     request_id: Id = "-"
     #: The client id: replies go to ``Topics.replies(reply_to)``, never to a topic the
     #: client names, so a request cannot make the scheduler publish anywhere else.
     reply_to: Id = "-"
-    jobs: tuple[JobSpec, ...] = ()
+    jobs: tuple[JobSpec, ...]
 
 
-class CancelJob(Message, tag="cancel_job", frozen=True):
+class CancelJob(Message, tag="cancel_job", frozen=True, kw_only=True):
     request_id: Id = "-"
     reply_to: Id = "-"
-    job_id: Id = "-"
+    job_id: Id
 
 
-class StatusRequest(Message, tag="status_request", frozen=True):
+class StatusRequest(Message, tag="status_request", frozen=True, kw_only=True):
     request_id: Id = "-"
     reply_to: Id = "-"
 
 
-class HistoryRequest(Message, tag="history_request", frozen=True):
+class HistoryRequest(Message, tag="history_request", frozen=True, kw_only=True):
     """Every journalled ``JobEvent`` of ``job_ids`` (a watcher filling a gap); answered
     by one ``HistoryReply``. At most 10,000 jobs per request."""
 
     request_id: Id = "-"
     reply_to: Id = "-"
-    job_ids: Annotated[tuple[Id, ...], msgspec.Meta(max_length=10_000)] = ()
+    job_ids: Annotated[tuple[Id, ...], msgspec.Meta(max_length=10_000)]
 
 
 class SubmitResult(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One job's answer: accepted (perhaps a ``duplicate`` of one accepted before), or
+    refused with a ``code`` and a ``reason`` in words. A refusal without a code, or
+    an acceptance with one, does not decode."""
+
     job_id: str
     accepted: bool
     reason: str | None = None
     duplicate: bool = False
+    code: Rejection | None = None
+
+    def __post_init__(self) -> None:
+        if self.accepted == (self.code is not None):
+            raise ValueError("a refused job has a code, an accepted one has none")
 
 
-class SubmitReply(Message, tag="submit_reply", frozen=True):
-    request_id: str = "-"
-    results: tuple[SubmitResult, ...] = ()
+class SubmitReply(Message, tag="submit_reply", frozen=True, kw_only=True):
+    request_id: str
+    results: tuple[SubmitResult, ...]
 
 
-class CancelReply(Message, tag="cancel_reply", frozen=True):
-    request_id: str = "-"
-    job_id: str = "-"
-    cancelled: bool = False
+class CancelReply(Message, tag="cancel_reply", frozen=True, kw_only=True):
+    """``cancelled``: the job is cancelled (now, or it was already). Otherwise ``code``
+    says why not and ``reason`` in words."""
+
+    request_id: str
+    job_id: str
+    cancelled: bool
     reason: str | None = None
+    code: CancelRefusal | None = None
 
 
-class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    """One job of a ``StatusReply``. What a chart of the plan needs besides its place
-    (``accordion gantt``): ``walltime``, the user's estimate (seconds at the job's
-    reference speed); ``est_end``, a running job's end as the scheduler estimates it
-    from that wall time (the end its plan counts on); ``deadline``, absolute. None
-    from an older sender."""
+class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """A queued or running job; ``reconciling``: running as the journal says, not yet
+    confirmed by its agents (a scheduler that just restarted).
+
+    What a chart of the plan needs besides its place (``accordion gantt``):
+    ``walltime``, the user's estimate (seconds at the job's reference speed);
+    ``est_end``, a running job's end as the scheduler estimates it from that wall
+    time (the end its plan counts on), None for a job not running yet;
+    ``deadline``, absolute, None for a job without one.
+    """
 
     id: str
-    state: str
+    state: JobState
     procs: int
     user: str
     submit: float
+    walltime: float
     start: float | None = None
     parts: tuple[PartSpec, ...] = ()
-    walltime: float | None = None
     est_end: float | None = None
     deadline: float | None = None
+    reconciling: bool = False
 
 
 class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -191,28 +231,30 @@ class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     online: bool
 
 
-class StatusReply(Message, tag="status_reply", frozen=True):
-    request_id: str = "-"
-    now: float = 0.0
-    machines: tuple[MachineStatus, ...] = ()
-    queue: tuple[JobStatus, ...] = ()
-    running: tuple[JobStatus, ...] = ()
+class StatusReply(Message, tag="status_reply", frozen=True, kw_only=True):
+    request_id: str
+    now: float
+    machines: tuple[MachineStatus, ...]
+    queue: tuple[JobStatus, ...]
+    running: tuple[JobStatus, ...]
 
 
-class HistoryReply(Message, tag="history_reply", frozen=True):
+class HistoryReply(Message, tag="history_reply", frozen=True, kw_only=True):
     """The events of the requested jobs, by job then ``seq``; unknown ids are listed
     in ``unknown``."""
 
-    request_id: str = "-"
-    events: tuple[JobEvent, ...] = ()
-    unknown: tuple[str, ...] = ()
+    request_id: str
+    events: tuple[JobEvent, ...]
+    unknown: tuple[str, ...]
 
 
-class ErrorReply(Message, tag="error_reply", frozen=True):
-    """A request the scheduler could not read or accept as a whole."""
+class ErrorReply(Message, tag="error_reply", frozen=True, kw_only=True):
+    """A request the scheduler could not read or accept as a whole: ``code`` says why,
+    ``error`` in words; ``request_id`` is None when it could not be read."""
 
-    request_id: str | None = None
-    error: str = ""
+    request_id: str | None
+    code: BadMessage
+    error: str
 
 
 # -- agents <-> scheduler ---------------------------------------------------------
@@ -227,12 +269,12 @@ class RunningPart(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     attempt: Attempt = 0
 
 
-class AgentOnline(Message, tag="agent_online", frozen=True):
+class AgentOnline(Message, tag="agent_online", frozen=True, kw_only=True):
     """Retained on the agent's state topic while it lives."""
 
-    machine: MachineSpec | None = None
-    incarnation: Id = "-"
-    running: tuple[RunningPart, ...] = ()
+    machine: MachineSpec
+    incarnation: Id
+    running: tuple[RunningPart, ...]
     #: Wall seconds the agent keeps its parts running without the broker acknowledging
     #: its heartbeats (its lease); 0 when it has none. The scheduler checks that it
     #: declares an agent lost only later than that (see ``scheduler.live.agents``).
@@ -255,28 +297,28 @@ class AgentOnline(Message, tag="agent_online", frozen=True):
     adopts: bool = False
 
 
-class AgentOffline(Message, tag="agent_offline", frozen=True):
+class AgentOffline(Message, tag="agent_offline", frozen=True, kw_only=True):
     """The agent's Last Will (``lost``) or its clean goodbye (``goodbye``)."""
 
-    agent_id: Id = "-"
-    incarnation: Id = "-"
-    reason: Literal["lost", "goodbye"] = "lost"
+    agent_id: Id
+    incarnation: Id
+    reason: Literal["lost", "goodbye"]
 
 
-class Heartbeat(Message, tag="heartbeat", frozen=True):
+class Heartbeat(Message, tag="heartbeat", frozen=True, kw_only=True):
     """The agent's liveness (only the agent's own heartbeat counts as such) and the
     complete list of the parts it runs now."""
 
-    agent_id: Id = "-"
-    seq: Seq = 0
-    running: tuple[RunningPart, ...] = ()
+    agent_id: Id
+    seq: Seq
+    running: tuple[RunningPart, ...]
 
 
-class PartStarted(Message, tag="part_started", frozen=True):
-    job_id: Id = "-"
-    agent_id: Id = "-"
-    pid: int = 0
-    at: float = 0.0
+class PartStarted(Message, tag="part_started", frozen=True, kw_only=True):
+    job_id: Id
+    agent_id: Id
+    pid: int
+    at: float
     attempt: Attempt = 0
     #: Wall seconds from the agent's admission of the ``StartPart`` to the instant the
     #: part's run counts from (its process's fork), on the agent's own monotonic clock:
@@ -285,14 +327,14 @@ class PartStarted(Message, tag="part_started", frozen=True):
     launch_seconds: Seconds | None = None
 
 
-class PartProgress(Message, tag="part_progress", frozen=True):
+class PartProgress(Message, tag="part_progress", frozen=True, kw_only=True):
     """Work done so far (units of ``JobSpec.work``), from the job process."""
 
-    job_id: Id = "-"
-    agent_id: Id = "-"
-    done: Seconds = 0.0
-    rate: float = 0.0
-    at: float = 0.0
+    job_id: Id
+    agent_id: Id
+    done: Seconds
+    rate: float
+    at: float
     attempt: Attempt = 0
     #: MPI-like workload: iterations done, and the CPU utilisation ``u`` measured so
     #: far (compute time over compute plus communication time of the ranks).
@@ -300,16 +342,16 @@ class PartProgress(Message, tag="part_progress", frozen=True):
     cpu_util: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
 
 
-class PartFinished(Message, tag="part_finished", frozen=True):
+class PartFinished(Message, tag="part_finished", frozen=True, kw_only=True):
     """The part's process exited: ``exit_code`` 0 is success; ``reason`` says why not."""
 
-    job_id: Id = "-"
-    agent_id: Id = "-"
-    exit_code: int = 0
-    at: float = 0.0
+    job_id: Id
+    agent_id: Id
+    exit_code: int
+    at: float
     #: ``fenced``: the agent refused or stopped this attempt for fencing (a start
     #: delayed past its lease, or its lease lapsed): the job goes back to the queue.
-    reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"] = "done"
+    reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"]
     attempt: Attempt = 0
     #: What went wrong, in words, when the part can say (e.g. which MPI rank died).
     detail: Annotated[str, msgspec.Meta(max_length=512)] | None = None
@@ -323,20 +365,22 @@ class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The execution model the scheduler plans with (``model.execution``), so the
     agents' sleep workload progresses by the same formula: its named ``kind``,
     formula (4)'s fixed ``overhead`` and the ``paper`` model's per-job OV range
-    and seed."""
+    and seed. ``calibrated`` is named so that every kind of ``model.execution`` has
+    its wire name, but no StartPart carries a calibration yet: an agent refuses it."""
 
-    kind: Literal["linear", "max", "paper"] = "linear"
+    kind: Literal["linear", "max", "paper", "calibrated"] = "linear"
     overhead: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
     ov_min: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
     ov_max: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0
     seed: int = 0
 
 
-class StartPart(Message, tag="start_part", frozen=True):
-    """Run ``cpus`` CPUs of ``job`` on this agent at the job's ``pace`` (slowest part)."""
+class StartPart(Message, tag="start_part", frozen=True, kw_only=True):
+    """Run ``cpus`` CPUs of ``job`` on this agent at the job's ``pace`` (its slowest part's
+    machine speed; the reference speed by default, as a machine's)."""
 
-    job: JobSpec | None = None
-    cpus: Cpus = 1
+    job: JobSpec
+    cpus: Cpus
     pace: Speed = 1.0
     part: Annotated[int, msgspec.Meta(ge=0)] = 0
     parts: Annotated[int, msgspec.Meta(ge=1)] = 1
@@ -361,9 +405,9 @@ class StartPart(Message, tag="start_part", frozen=True):
     rank_offset: Annotated[int, msgspec.Meta(ge=0, le=1_048_576)] | None = None
 
 
-class ResizePart(Message, tag="resize_part", frozen=True):
-    job_id: Id = "-"
-    cpus: Cpus = 1
+class ResizePart(Message, tag="resize_part", frozen=True, kw_only=True):
+    job_id: Id
+    cpus: Cpus
     pace: Speed = 1.0
     #: The job's CPUs over all its parts after the resize (see ``StartPart``).
     job_cpus: Cpus | None = None
@@ -374,44 +418,49 @@ class ResizePart(Message, tag="resize_part", frozen=True):
     issued: Annotated[float, msgspec.Meta(ge=0)] = 0.0
 
 
-class CancelPart(Message, tag="cancel_part", frozen=True):
+class CancelPart(Message, tag="cancel_part", frozen=True, kw_only=True):
     """End a part; ``attempt`` 0 ends whatever attempt runs, n only attempt n."""
 
-    job_id: Id = "-"
+    job_id: Id
     attempt: Attempt = 0
 
 
 # -- for everyone -------------------------------------------------------------------
 
 
-class ClusterSummary(Message, tag="cluster_summary", frozen=True):
-    now: float = 0.0
-    machines: Annotated[int, msgspec.Meta(ge=0)] = 0
-    cpus: Annotated[int, msgspec.Meta(ge=0)] = 0
-    free: Annotated[int, msgspec.Meta(ge=0)] = 0
-    queued: Annotated[int, msgspec.Meta(ge=0)] = 0
-    running: Annotated[int, msgspec.Meta(ge=0)] = 0
-    policy: str = ""
+class ClusterSummary(Message, tag="cluster_summary", frozen=True, kw_only=True):
+    now: float
+    machines: Annotated[int, msgspec.Meta(ge=0)]
+    cpus: Annotated[int, msgspec.Meta(ge=0)]
+    free: Annotated[int, msgspec.Meta(ge=0)]
+    queued: Annotated[int, msgspec.Meta(ge=0)]
+    running: Annotated[int, msgspec.Meta(ge=0)]
+    policy: str
 
 
-class JobEvent(Message, tag="job_event", frozen=True):
-    """One transition of a job, journalled before it is published (QoS 1). ``seq``
-    counts a job's events from 1 without gaps, so a watcher that sees a jump knows
-    it missed some and asks for them (``HistoryRequest``)."""
+class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
+    """One thing that happened to a job (``event``), journalled before it is published
+    (QoS 1). ``seq`` counts a job's events from 1 without gaps, so a watcher that
+    sees a jump knows it missed some and asks for them (``HistoryRequest``)."""
 
-    job_id: str = "-"
-    state: str = ""
-    at: float = 0.0
+    job_id: str
+    event: JobEventKind
+    at: float
+    seq: Seq
     detail: str = ""
-    seq: Seq = 0
     #: A ``resized`` event's CPUs of the job (all parts) before and after; None on
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
     #: A ``running`` or ``resized`` event's parts of the job from then on (where it
-    #: runs, for a chart of the schedule); empty on other events and from an older
-    #: sender.
+    #: runs, for a chart of the schedule); empty on the other kinds, which place
+    #: nothing.
     parts: Annotated[tuple[PartSpec, ...], msgspec.Meta(max_length=65_536)] = ()
+
+    @property
+    def state(self) -> JobState:
+        """The job's state once the event happened (a function of its kind)."""
+        return self.event.state
 
 
 AnyMessage = (

@@ -3,13 +3,22 @@
 Kept beside the codec so that msgspec is imported only by the ``broker``
 package: the scheduler's journal stores a ``JobSpec`` as readable JSON (for
 the ``sqlite3`` shell) and reads it back validated, through these two calls.
+
+A stored spec outlives the code that wrote it: :data:`STORED_PROTOCOLS` are
+the protocol versions whose stored specs :func:`spec_from_json` reads.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
 from broker.messages import JobSpec
+from broker.topics import PROTOCOL_VERSION
+
+#: Protocol 2 changed messages, not ``JobSpec``: a spec stored by protocol 1 reads as is.
+STORED_PROTOCOLS: Final = frozenset({1, PROTOCOL_VERSION})
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(JobSpec)

@@ -1,6 +1,6 @@
 """Every topic name of the protocol, under one configurable root.
 
-Layout (``R`` is the root, ``accordion/v1`` by default; the version is part
+Layout (``R`` is the root, ``accordion/v2`` by default; the version is part
 of the root so two protocol versions can share a broker):
 
 - ``R/scheduler/requests``: clients to the scheduler; SubmitJobs, CancelJob,
@@ -41,7 +41,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PROTOCOL_VERSION = 1
+#: Bumped when a peer of the previous version could not read this one's messages:
+#: 2 gave job events a kind, refusals a code and messages required fields
+#: (``broker.messages``).
+PROTOCOL_VERSION = 2
 DEFAULT_ROOT = f"accordion/v{PROTOCOL_VERSION}"
 
 

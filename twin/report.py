@@ -7,7 +7,7 @@ the instant it began and its parts, placements separated by ``|`` (one for a
 job never resized; each lasts until the next, the last until ``end``).
 ``deadline`` is the job's absolute deadline, empty for a job without one.
 
-The summary holds every DESIGN.md metric (``model.metrics``), the decision time
+The summary holds every schedule metric (``model.metrics``), the decision time
 per event (mean, p99, max, in milliseconds of wall time) and the events per
 second of the replay, and says which time base each number uses: schedule
 metrics are in virtual trace seconds, decision times in wall-clock time.

@@ -41,6 +41,7 @@ class SimulationResult:
     policy: str
     machines: tuple[Machine, ...]
     outcomes: list[JobOutcome]
+    #: Jobs the core refused, by code (``scheduler.core.answers.RejectCode``).
     rejected: Counter[str]
     #: Wall time of each ``schedule`` call, nanoseconds (one per instant with events).
     decision_ns: array[int]
@@ -109,7 +110,7 @@ def simulate(
         while next_job < n and jobs[next_job].submit <= now:
             answer = core.submit(jobs[next_job])
             if isinstance(answer, Rejected):
-                rejected[answer.reason.split(":")[0]] += 1
+                rejected[answer.code.value] += 1
                 total -= 1
             next_job += 1
             events += 1

@@ -20,12 +20,11 @@ from accordion.client.specs import spec_of
 from accordion.errors import LiveError, NoReplyError
 from broker.bus import BusError
 from broker.messages import JobEvent, JobSpec, MpiSpec, SubmitReply
+from broker.vocabulary import JobEventKind
 from model.job import Job
 
 #: Jobs per SubmitJobs at most: a bigger instant is split (a message stays below ~1 MB).
 MAX_JOBS_PER_REQUEST = 5000
-#: JobEvent states after which a job never changes again.
-FINAL_STATES = frozenset({"finished", "failed", "cancelled"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,11 +211,15 @@ async def follow(
     while not state.all_ended:
         item = await client.next_watched(timeout=max(0.0, next_poll - loop.time()))
         changed = False
-        resized = isinstance(item, JobEvent) and item.state == "resized" and state.resized(item)
+        resized = (
+            isinstance(item, JobEvent)
+            and item.event is JobEventKind.RESIZED
+            and state.resized(item)
+        )
         if resized and on_change is not None:
             on_change(state)
-        if isinstance(item, JobEvent) and item.state in FINAL_STATES:
-            changed = state.end(item.job_id, item.state)
+        if isinstance(item, JobEvent) and item.state.final:
+            changed = state.end(item.job_id, item.state.value)
         if changed:
             next_poll = loop.time() + poll
         elif loop.time() >= next_poll:
@@ -286,8 +289,8 @@ def final_states(events: Sequence[JobEvent]) -> dict[str, str]:
     """Each job's final state among ``events`` (its last final event)."""
     finals: dict[str, str] = {}
     for event in events:
-        if event.state in FINAL_STATES:
-            finals[event.job_id] = event.state
+        if event.state.final:
+            finals[event.job_id] = event.state.value
     return finals
 
 

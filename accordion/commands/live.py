@@ -355,7 +355,7 @@ def _watched_line(item: JobEvent | ClusterSummary) -> str:
             f"free, {item.queued} queued, {item.running} running, policy {item.policy}"
         )
     detail = f"  {item.detail}" if item.detail else ""
-    return f"t={item.at:,.1f}  job {item.job_id}  {item.state}{detail}"
+    return f"t={item.at:,.1f}  job {item.job_id}  {item.event}{detail}"
 
 
 def watch(

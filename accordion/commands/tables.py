@@ -184,7 +184,7 @@ def print_status(reply: StatusReply, limit: int) -> None:
             f"{start:,.1f}",
             f"{now - start:,.1f}",
             parts,
-            j.state,
+            "reconciling" if j.reconciling else j.state.value,
         )
     out_console.print(running)
 

@@ -40,10 +40,19 @@ from typing import Any
 from accordion.client.live_client import LiveClient
 from accordion.gantt.bars import UNPLACED, Bar, BarKind, Gantt, MachineRow, placement_bars
 from broker.messages import JobEvent, JobStatus, PartSpec, StatusReply
+from broker.vocabulary import JobEventKind
 from model.machine import Part
 
-ENDS_A_RUN = frozenset(("requeued", "finished", "failed", "cancelled"))
-FINAL = frozenset(("finished", "failed", "cancelled"))
+#: The events after which the job no longer runs where it ran (``held`` and
+#: ``adopted`` leave it running on its parts).
+ENDS_A_RUN = frozenset(
+    (
+        JobEventKind.REQUEUED,
+        JobEventKind.FINISHED,
+        JobEventKind.FAILED,
+        JobEventKind.CANCELLED,
+    )
+)
 
 
 def predicted_start(job: JobStatus) -> float | None:
@@ -110,18 +119,18 @@ class LiveTimeline:
         job.last_seq = max(job.last_seq, event.seq)
         parts = _parts(event.parts)
         run = job.runs[-1] if job.runs and job.runs[-1].end is None else None
-        state = event.state
-        if state == "running":
+        kind = event.event
+        if kind is JobEventKind.RUNNING:
             if run is None:
                 job.runs.append(_Run([(event.at, parts)]))
             elif parts and parts != run.steps[-1][1]:
                 run.steps.append((event.at, parts))  # reconciled elsewhere after a restart
-        elif state == "resized" and run is not None:
+        elif kind is JobEventKind.RESIZED and run is not None:
             run.steps.append((event.at, parts or _resized(run.steps[-1][1], event)))
-        elif state in ENDS_A_RUN:
+        elif kind in ENDS_A_RUN:
             if run is not None:
                 run.end = event.at
-            if state in FINAL:
+            if event.state.final:
                 job.ended = True
                 self._ended[event.job_id] = None
                 self._forget()
@@ -182,7 +191,7 @@ class LiveTimeline:
     ) -> list[Bar]:
         steps = run.steps
         if not steps[-1][1] and status is not None and status.parts:
-            # An event from an older scheduler named no parts: the status does.
+            # An event journalled before events carried parts names none: the status does.
             steps = [*steps[:-1], (steps[-1][0], _parts(status.parts))]
         steps = [(at, parts) for at, parts in steps if parts]
         if not steps:
@@ -212,7 +221,7 @@ class LiveTimeline:
 
     def _planned_bars(self, status: JobStatus) -> list[Bar]:
         start = predicted_start(status)
-        if start is None or status.walltime is None:
+        if start is None:
             return []
         end = start + status.walltime
         parts = _parts(status.parts) or (Part(UNPLACED, status.procs),)
@@ -229,7 +238,7 @@ class LiveTimeline:
 
 
 def _resized(parts: tuple[Part, ...], event: JobEvent) -> tuple[Part, ...]:
-    """A resize's parts from an older scheduler's event (no parts, only CPUs): certain
+    """A resize's parts from an event journalled before events carried them (only CPUs): certain
     only for a job on one machine; otherwise its parts are left as they were."""
     if len(parts) == 1 and event.cpus_after is not None:
         return (Part(parts[0].machine, event.cpus_after),)

@@ -16,9 +16,9 @@ move on.
 An event whose job's earlier events were not seen (the feed started late,
 the watch queue overflowed, the broker restarted), or of a job neither a
 status nor an event has shown yet, makes it ask the scheduler for that
-job's history first (DESIGN.md: "a watcher that missed some asks the
-scheduler"), and the event is drawn only if the history holds it: on a
-broker without logins anyone may publish on the events topic, and an event
+job's history first (the scheduler answers from its journal), and the
+event is drawn only if the history holds it: on a broker without logins
+anyone may publish on the events topic, and an event
 the scheduler never journalled (a forged one, a job that does not exist, a
 sequence number far ahead) is dropped and counted in :attr:`unconfirmed`.
 An event that follows the ones seen is taken as it comes: telling a forged
@@ -112,7 +112,7 @@ class ClusterFeed:
                 return
             for old in history:
                 timeline.event(old)
-            if not any(old.seq == item.seq and old.state == item.state for old in history):
+            if not any(old.seq == item.seq and old.event is item.event for old in history):
                 self.unconfirmed += 1
                 log.warning("dropped an event the scheduler's history does not hold: %s", item)
                 return

@@ -115,7 +115,7 @@ async def wait_requeued(cluster: LocalCluster, accepted: set[str]) -> None:
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
         with Journal(cluster.journal) as journal:
-            if any(e.state == "requeued" for e in journal.job_events(sorted(accepted))):
+            if any(e.event == "requeued" for e in journal.job_events(sorted(accepted))):
                 return
         await asyncio.sleep(0.1)
     raise RuntimeError("no job was requeued within the bound")
@@ -174,7 +174,7 @@ def tally(result: Result, journal_path: Path, accepted: set[str]) -> None:
         rows = {row.spec.id: row for row in journal.load().jobs}
         events = journal.job_events(sorted(accepted))
     result.accepted = len(accepted)
-    result.adopted = sum(1 for e in events if e.state == "adopted")
+    result.adopted = sum(1 for e in events if e.event == "adopted")
     for job_id in accepted:
         row = rows.get(job_id)
         if row is None or row.state not in FINAL:

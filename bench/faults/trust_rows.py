@@ -42,13 +42,14 @@ from broker.messages import (
 )
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
+from broker.vocabulary import JobEventKind
 
 
 def hostile_payloads(n: int, seed: int = 7) -> list[bytes]:
     """Random bytes, and valid messages with bytes flipped, cut or extended."""
     rng = random.Random(seed)
     base = [
-        encode(StartPart(job=job_spec(job_id="x", procs=1, walltime=5.0))),
+        encode(StartPart(job=job_spec(job_id="x", procs=1, walltime=5.0), cpus=1)),
         bytes.fromhex("a1ff"),
         bytes.fromhex("81a46b696e64a1ff"),
     ]
@@ -100,11 +101,17 @@ async def row_hostile(
 def forgeries(
     topics: Topics, tag: str, victim: str, m0: str, m1: str
 ) -> list[tuple[str, str, bytes]]:
-    """Issue 9's forged messages: ``(forger login, topic, payload)``."""
+    """One message of each kind the broker's ACL must refuse from a user (mallory) or from
+    another machine's agent: ``(forger login, topic, payload)``."""
     ghost = MachineSpec(id=f"ghost-{tag}", cpus=1_048_576, speed=1.0)
-    fake_start = StartPart(job=job_spec(job_id=f"forged-{tag}", procs=1, walltime=5.0))
-    finished = PartFinished(job_id=victim, agent_id=m0, attempt=1)
-    event = JobEvent(job_id=victim, state="finished", at=0.0, detail=f"forged-{tag}")
+    fake_start = StartPart(job=job_spec(job_id=f"forged-{tag}", procs=1, walltime=5.0), cpus=1)
+    finished = PartFinished(
+        job_id=victim, agent_id=m0, exit_code=0, at=0.0, reason="done", attempt=1
+    )
+    event = JobEvent(
+        job_id=victim, event=JobEventKind.FINISHED, at=0.0, seq=0, detail=f"forged-{tag}"
+    )
+    online = AgentOnline(machine=ghost, incarnation=f"forged-{tag}", running=())
     return [
         ("mallory", topics.agent_commands(m0), encode(fake_start)),
         (f"agent-{m1}", topics.agent_commands(m0), encode(fake_start)),
@@ -113,9 +120,13 @@ def forgeries(
         ("mallory", topics.user_requests("alice"), encode(CancelJob(job_id=victim))),
         ("mallory", topics.admin_requests("mallory"), encode(CancelJob(job_id=victim))),
         ("mallory", topics.requests, encode(CancelJob(job_id=victim))),
-        ("mallory", topics.agent_state(f"ghost-{tag}"), encode(AgentOnline(machine=ghost))),
-        ("mallory", topics.agent_state(m0), encode(AgentOnline(machine=ghost))),
-        ("mallory", topics.job_control(victim), encode(ResizePart(job_id=victim, pace=1000.0))),
+        ("mallory", topics.agent_state(f"ghost-{tag}"), encode(online)),
+        ("mallory", topics.agent_state(m0), encode(online)),
+        (
+            "mallory",
+            topics.job_control(victim),
+            encode(ResizePart(job_id=victim, cpus=1, pace=1000.0)),
+        ),
         ("mallory", topics.events, encode(event)),
         ("mallory", topics.user_events("alice"), encode(event)),
     ]

@@ -65,7 +65,7 @@ class FakeAgent:
             asyncio.TaskGroup() as tg,
         ):
             await bus.subscribe(self.topics.agent_commands(self.machine.id))
-            online = AgentOnline(machine=self.machine, incarnation=uuid.uuid4().hex)
+            online = AgentOnline(machine=self.machine, incarnation=uuid.uuid4().hex, running=())
             await bus.publish(state, encode(online), retain=True)
             reader = tg.create_task(self._read(bus), name=f"bench-fake-{self.machine.id}")
             beat = tg.create_task(self._beat(bus), name=f"bench-beat-{self.machine.id}")
@@ -78,7 +78,7 @@ class FakeAgent:
 
     async def _beat(self, bus: MqttBus) -> None:
         for seq in itertools.count():
-            beat = Heartbeat(agent_id=self.machine.id, seq=seq)
+            beat = Heartbeat(agent_id=self.machine.id, seq=seq, running=())
             await bus.publish(self.topics.agent_events(self.machine.id), encode(beat))
             await asyncio.sleep(2.0)
 
@@ -86,7 +86,7 @@ class FakeAgent:
         events = self.topics.agent_events(self.machine.id)
         async for d in bus.deliveries():
             message = decode(d.payload)
-            if not isinstance(message, StartPart) or message.job is None:
+            if not isinstance(message, StartPart):
                 continue
             job_id = message.job.id
             self.arrived[job_id] = time.perf_counter()
@@ -94,8 +94,10 @@ class FakeAgent:
                 self.waiters[job_id].set()
             if self.finish:
                 me = self.machine.id
-                await bus.publish(events, encode(PartStarted(job_id=job_id, agent_id=me)))
-                await bus.publish(events, encode(PartFinished(job_id=job_id, agent_id=me)))
+                started = PartStarted(job_id=job_id, agent_id=me, pid=0, at=0.0)
+                done = PartFinished(job_id=job_id, agent_id=me, exit_code=0, at=0.0, reason="done")
+                await bus.publish(events, encode(started))
+                await bus.publish(events, encode(done))
 
 
 async def host_agents(url: str, root: str, names: Sequence[str]) -> None:

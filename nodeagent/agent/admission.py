@@ -25,10 +25,10 @@ from broker.bus import Delivery
 from broker.codec import WireError, decode, encode
 from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
 from broker.topics import Topics
+from model.execution import ExecutionModelError, model_of
 from nodeagent.agent.cpuset import SlotPool, format_cpuset, pin_part
 from nodeagent.agent.outbox import Outbox
 from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
-from nodeagent.agent.registration import execution_model
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import AgentSettings, Reason
@@ -109,8 +109,10 @@ class Admission:
 
     def _launch(self, command: StartPart, start_at: float) -> Launch:
         job = command.job
-        if job is None:  # checked by the caller; here for the type checker
-            raise LaunchError("StartPart without a job")
+        try:
+            execution = model_of(command.execution)
+        except ExecutionModelError as exc:
+            raise LaunchError(str(exc)) from exc
         # Every part of a job runs at the job's MPL (its processes over all its CPUs)
         # and pace. An older scheduler that does not send job_cpus leaves the MPL of
         # a multi-part job unknown: such a part is then taken to run at MPL 1.
@@ -143,7 +145,7 @@ class Admission:
             workload=job.workload,
             root=self._topics.root,
             attempt=max(1, command.attempt),
-            execution=execution_model(command.execution),
+            execution=execution,
             lease_file=self._lease.part_file(job.id, max(1, command.attempt)),
             lease=self._settings.lease,
             relay_socket=(
@@ -160,9 +162,6 @@ class Admission:
 
     def start(self, command: StartPart) -> None:
         job = command.job
-        if job is None:
-            self.bad("StartPart without a job")
-            return
         attempt = max(1, command.attempt)
         running = self._parts.get(job.id)
         if running is not None and attempt > running.attempt:
@@ -189,8 +188,9 @@ class Admission:
         # it), or sent while its lease had lapsed: the scheduler may have requeued the
         # job meanwhile. Fencing: refused until a heartbeat renews the lease. Nothing
         # from here to the fork waits on the broker (the control topic's clear below
-        # is posted, not awaited), so a freeze cannot slip in between: the
-        # agent-freeze duplicate of issue 9 was a fork after such a wait.
+        # is posted, not awaited), so a freeze cannot slip in between: a fork after
+        # such a wait once ran a frozen agent's job twice (the fault matrix's
+        # agent-freeze row, bench.faults).
         why = start_fenced(
             command.issued, self._clock(), self._settings.lease, self._lease.lapsed()
         )
@@ -339,11 +339,7 @@ class Admission:
         self._waiting = [
             w
             for w in self._waiting
-            if not (
-                w.job is not None
-                and w.job.id == command.job_id
-                and command.attempt in (0, w.attempt)
-            )
+            if not (w.job.id == command.job_id and command.attempt in (0, w.attempt))
         ]
         part = self._parts.get(command.job_id)
         if part is not None and command.attempt not in (0, part.attempt):
@@ -366,8 +362,6 @@ def _rank_share(command: StartPart) -> tuple[int, int]:
     only re-pins the ranks.
     """
     job = command.job
-    if job is None:
-        raise LaunchError("StartPart without a job")
     if command.ranks is not None and command.rank_offset is not None:
         if command.rank_offset + command.ranks > job.procs:
             raise LaunchError(

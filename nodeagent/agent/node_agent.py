@@ -138,7 +138,7 @@ from nodeagent.agent.parts import (
     RanksFound,
     Reconnected,
 )
-from nodeagent.agent.registration import agent_will, execution_model, machine_spec, new_incarnation
+from nodeagent.agent.registration import agent_will, machine_spec, new_incarnation
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason
@@ -156,7 +156,6 @@ __all__ = [
     "NodeAgent",
     "Reason",
     "agent_will",
-    "execution_model",
     "machine_spec",
     "new_incarnation",
 ]

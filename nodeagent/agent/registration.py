@@ -1,4 +1,4 @@
-"""What a node agent announces: its machine, its incarnation, its Last Will, its model.
+"""What a node agent announces: its machine, its incarnation, its Last Will.
 
 The agent registers with a retained ``AgentOnline`` on its state topic; the
 broker publishes :func:`agent_will` (a retained ``AgentOffline(lost)``) if it
@@ -11,18 +11,9 @@ import uuid
 
 from broker.bus import Will
 from broker.codec import WireError, decode, encode
-from broker.messages import AgentOffline, AgentOnline, ExecutionSpec, MachineSpec
+from broker.messages import AgentOffline, AgentOnline, MachineSpec
 from broker.topics import Topics
-from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
-from nodeagent.launch.contract import model_of
-
-
-def execution_model(spec: ExecutionSpec | None) -> ExecutionModel:
-    """The model a ``StartPart`` names (its default when it names none)."""
-    if spec is None:
-        return DEFAULT_MODEL
-    return model_of(spec.kind, spec.overhead, spec.ov_min, spec.ov_max, spec.seed)
 
 
 def machine_spec(machine: Machine) -> MachineSpec:
@@ -31,7 +22,7 @@ def machine_spec(machine: Machine) -> MachineSpec:
     # Checked by the codec the scheduler decodes with: an id or a label it would
     # refuse fails here, at start, not as a registration silently dropped there.
     try:
-        decode(encode(AgentOnline(machine=spec)))
+        decode(encode(AgentOnline(machine=spec, incarnation="-", running=())))
     except WireError as exc:
         raise ValueError(f"machine {machine.id!r} cannot be announced: {exc}") from exc
     return spec

@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from typing import Literal, NoReturn
 
 from broker.topics import DEFAULT_ROOT, Topics
-from model.execution import DEFAULT_MODEL, AllocationError, ExecutionModel, ModelKind
+from model.execution import (
+    DEFAULT_MODEL,
+    AllocationError,
+    ExecutionModel,
+    ExecutionModelError,
+    ModelKind,
+    model_of,
+)
 
 JOB_MODULE = "nodeagent.job"
 
@@ -295,13 +302,16 @@ class Launch:
             "--start-at", type=float, default=None, help="count the work from (epoch s)"
         )
         parser.add_argument("--attempt", type=int, default=1, help="the job's attempt (fencing)")
+        # Parsed under the names ``model.execution.model_of`` reads (``ExecutionParams``).
         parser.add_argument(
-            "--execution-model", default="linear", choices=[k.value for k in ModelKind]
+            "--execution-model", dest="kind", default="linear", choices=[k.value for k in ModelKind]
         )
         parser.add_argument("--overhead", type=float, default=0.0, help="formula (4)'s OV")
         parser.add_argument("--ov-min", type=float, default=0.0, help="paper model: OV_j's min")
         parser.add_argument("--ov-max", type=float, default=1.0, help="paper model: OV_j's max")
-        parser.add_argument("--model-seed", type=int, default=0, help="paper model: OV_j's seed")
+        parser.add_argument(
+            "--model-seed", dest="seed", type=int, default=0, help="paper model: OV_j's seed"
+        )
         parser.add_argument("--lease-file", default=None, help="the agent's lease file")
         parser.add_argument("--lease", type=float, default=0.0, help="lease length (wall s)")
         parser.add_argument(
@@ -364,18 +374,11 @@ class _OptionsParser(argparse.ArgumentParser):
         raise LaunchError(f"launch options: {message}")
 
 
-def model_of(kind: str, overhead: float, ov_min: float, ov_max: float, seed: int) -> ExecutionModel:
-    """The execution model named by a StartPart or a command line; LaunchError if bad."""
-    try:
-        return ExecutionModel(
-            kind=ModelKind(kind), overhead=overhead, ov_min=ov_min, ov_max=ov_max, seed=seed
-        )
-    except ValueError as exc:
-        raise LaunchError(f"execution model: {exc}") from exc
-
-
 def _model(args: argparse.Namespace) -> ExecutionModel:
-    return model_of(args.execution_model, args.overhead, args.ov_min, args.ov_max, args.model_seed)
+    try:
+        return model_of(args)
+    except ExecutionModelError as exc:
+        raise LaunchError(str(exc)) from exc
 
 
 def part_key(job_id: str, attempt: int) -> str:

@@ -26,14 +26,15 @@ from typing import Protocol
 
 from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec
 from broker.topics import TopicError, Topics
+from broker.vocabulary import BadMessage, JobEventKind
 from model.machine import Machine, Part
 from scheduler.core.core import Left, SchedulerCore
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
+from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
-from scheduler.runtime.exporter import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,11 @@ class Context:
         core: SchedulerCore,
         settings: ActorSettings,
         journal: JournalWriter,
-        metrics: SchedulerMetrics,
+        metrics: HandlerMetrics,
         topics: Topics,
         time_scale: float,
         wall: Callable[[], float],
+        cordoned: set[str],
     ) -> None:
         self.core = core
         self.settings = settings
@@ -125,8 +127,9 @@ class Context:
         self.seqs: dict[str, int] = {}
         #: Something changed that a policy could act on.
         self.dirty = False
-        #: SUSPECT agents: no new part is placed on them (``scheduler.live.cordon``).
-        self.cordoned: set[str] = set()
+        #: SUSPECT and HELD agents: no new part is placed on them. The core was given
+        #: the same set (``SchedulerCore``, "Cordoned machines") and hides their CPUs.
+        self.cordoned = cordoned
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")
@@ -160,7 +163,7 @@ class Context:
     def event(
         self,
         job_id: str,
-        state: str,
+        kind: JobEventKind,
         now: float,
         detail: str = "",
         *,
@@ -173,14 +176,14 @@ class Context:
         ``parts`` a start's or a resize's parts from then on.
         """
         events = self.settings.job_events
-        if events == "none" or (events == "lifecycle" and state == JobState.QUEUED.value):
+        if events == "none" or (events == "lifecycle" and kind is JobEventKind.QUEUED):
             return
         seq = self.seqs.get(job_id, 0) + 1
         self.seqs[job_id] = seq
         before, after = cpus if cpus is not None else (None, None)
         event = JobEvent(
             job_id=job_id,
-            state=state,
+            event=kind,
             at=now,
             detail=detail,
             seq=seq,
@@ -198,7 +201,7 @@ class Context:
                 return  # an owner no login can have: nobody to tell
             self.out.send(owner, event)
 
-    def count_bad(self, reason: str, error: str) -> None:
+    def count_bad(self, reason: BadMessage, error: str) -> None:
         self.metrics.bad_messages.labels(reason=reason).inc()
         log.info("refused a message (%s): %s", reason, error)
 
@@ -247,7 +250,7 @@ class Context:
         self.cancel_parts(live)
         live.end_all(PartInput.CANCELLED)
         self.metrics.jobs_finished.labels(state=state.value).inc()
-        self.event(job_id, state.value, now, detail)
+        self.event(job_id, ended_event(state), now, detail)
         self.dirty = True
 
     def after_loss(self, left: Left, now: float, why: str, *, also_cancel: str | None) -> None:
@@ -263,13 +266,16 @@ class Context:
             self.journal.record_requeue(job_id, now, n, why, uncharged=uncharged)
             self.metrics.requeues.inc()
             self.event(
-                job_id, "requeued", now, f"{why}; requeue {n} of {self.settings.max_requeues}"
+                job_id,
+                JobEventKind.REQUEUED,
+                now,
+                f"{why}; requeue {n} of {self.settings.max_requeues}",
             )
         else:
             detail = f"{why}; already requeued {self.core.requeues(job_id)} times"
             self.journal.record_end(job_id, now, JobState.FAILED, detail)
             self.metrics.jobs_finished.labels(state=JobState.FAILED.value).inc()
-            self.event(job_id, JobState.FAILED.value, now, detail)
+            self.event(job_id, JobEventKind.FAILED, now, detail)
         self.dirty = True
 
     def job_lost(self, job_id: str, now: float, why: str, *, charged: bool = True) -> None:
@@ -277,3 +283,15 @@ class Context:
         ``charged=False`` for a part that never ran (``SchedulerCore.job_lost``)."""
         left = self.core.job_lost(job_id, now, charged=charged)
         self.after_loss(left, now, why, also_cancel=None)
+
+
+def ended_event(state: JobState) -> JobEventKind:
+    """The event that tells watchers a job ended in ``state`` (a final state)."""
+    return _ENDED[state]
+
+
+_ENDED = {
+    JobState.FINISHED: JobEventKind.FINISHED,
+    JobState.FAILED: JobEventKind.FAILED,
+    JobState.CANCELLED: JobEventKind.CANCELLED,
+}

@@ -25,10 +25,10 @@ job's ``procs`` however uneven the parts are).
 from __future__ import annotations
 
 from broker.messages import ExecutionSpec, ResizePart, StartPart
+from broker.vocabulary import JobEventKind
 from model.allocation import Allocation
 from model.machine import Part
 from scheduler.core.core import PolicyError
-from scheduler.core.job_lifecycle import JobState
 from scheduler.core.snapshot import Decisions
 from scheduler.live.context import Context
 
@@ -65,7 +65,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
         ctx.metrics.job_resizes.labels(direction=direction).inc()
         ctx.event(
             job_id,
-            "resized",
+            JobEventKind.RESIZED,
             now,
             resize_detail(direction, was, alloc.cpus, resize.job.procs),
             cpus=(was, alloc.cpus),
@@ -80,7 +80,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             ctx.command(machine, command)
         ctx.event(
             job_id,
-            JobState.RUNNING.value,
+            JobEventKind.RUNNING,
             now,
             ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
             parts=start.parts,

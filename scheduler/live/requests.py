@@ -10,22 +10,24 @@ the ``SubmitReply`` waits in the outbox until the actor has committed it.
 
 *A job that cannot be accepted* (wider than the cluster as configured, beyond the maximum
 wall time, an id reused for another spec) is rejected in its own
-``SubmitResult``; the rest of the request goes on, and the rejection is
-counted by reason. *The cluster as configured* is every machine whose agent
-registered and has not said goodbye (``Context.configured_cpus``): a machine
-lost or suspect right now still counts, so a job wider than the CPUs online
-waits in the queue until its machines are back; an agent scaled down says
-goodbye and stops counting. A ``reply_to`` that cannot
-be a topic level refuses the whole request (nobody could be told what was
-done).
+``SubmitResult``, with a code (``broker.vocabulary.Rejection``) and a reason in
+words; the rest of the request goes on, and the rejection is counted by its
+code. Too wide is the core's rule (``SchedulerCore.submit``), given the
+cluster as configured as its capacity. *The cluster as configured* is every
+machine whose agent registered and has not said goodbye
+(``Context.configured_cpus``): a machine lost or suspect right now still
+counts, so a job wider than the CPUs online waits in the queue until its
+machines are back; an agent scaled down says goodbye and stops counting. A
+``reply_to`` that cannot be a topic level refuses the whole request (nobody
+could be told what was done).
 
 *History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
 exactly the events that were published, so a watcher that saw a gap in a
 job's ``seq`` fills it.
 
-*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
-user may publish only on ``scheduler/requests/<user>`` and an admin only on
-``scheduler/admin/<admin>``, so the topic names the sender
+*Who asks*: identity comes from the broker, not from the payload. With broker
+logins and ACLs, a user may publish only on ``scheduler/requests/<user>`` and
+an admin only on ``scheduler/admin/<admin>``, so the topic names the sender
 (:class:`Requester`), never the payload. A user's submissions are owned by
 that user whatever their ``user`` field says; a user may cancel, and read
 the history of, only their own jobs (another user's job is answered as if it
@@ -58,6 +60,8 @@ from broker.messages import (
     owned_by,
 )
 from broker.topics import Topics
+from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, Rejection
+from broker.vocabulary import JobState as WireState
 from model.job import JobError
 from scheduler.core.core import Left, Rejected
 from scheduler.core.job_lifecycle import JobState, is_final
@@ -126,11 +130,11 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
     for spec in specs:
-        result, why = _submit_one(ctx, spec, now)
+        result = _submit_one(ctx, spec, now)
         results.append(result)
-        if not result.accepted:
+        if result.code is not None:
             counts["rejected"] += 1
-            ctx.metrics.rejections.labels(reason=why).inc()
+            ctx.metrics.rejections.labels(reason=result.code).inc()
         elif result.duplicate:
             counts["duplicate"] += 1
         else:
@@ -147,59 +151,55 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     ctx.reply(request.reply_to, reply, reply_user(who))
 
 
-def _submit_one(ctx: Context, spec: JobSpec, now: float) -> tuple[SubmitResult, str]:
-    """The job's result, and the reason label of a rejection (``REJECTION_REASONS``)."""
+def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
+    """The job's result; a rejection's code is also its metric label."""
     core = ctx.core
     known = core.job(spec.id)
     if known is not None:
         # The Job carries its submit time, so equal specs are compared here and
         # the core is handed the job it knows: it answers "duplicate".
         if ctx.specs[spec.id] != spec:
-            return SubmitResult(
-                spec.id, False, f"job id {spec.id!r} is already used by a different job"
-            ), "id_reused"
+            why = f"job id {spec.id!r} is already used by a different job"
+            return _rejected(spec, Rejection.ID_REUSED, why)
         answer = core.submit(known)
     else:
         try:
             check_spec(spec, max_walltime=ctx.settings.max_walltime)
             job = job_from_spec(spec, now)
         except SpecError as exc:
-            return SubmitResult(spec.id, False, str(exc)), "walltime"
+            return _rejected(spec, Rejection.WALLTIME, str(exc))
         except JobError as exc:
-            return SubmitResult(spec.id, False, str(exc)), "invalid"
-        configured = ctx.configured_cpus()
-        needed = core.cpus_needed(job)
-        if needed > configured:
-            return SubmitResult(
-                spec.id,
-                False,
-                f"job needs {needed} CPUs for its {job.procs} processes, the cluster "
-                f"as configured has {configured} (every machine registered and not retired)",
-            ), "too_wide"
-        answer = core.submit(job, capacity=configured)
+            return _rejected(spec, Rejection.INVALID, str(exc))
+        # Too wide is the core's rule, against the cluster as configured (module docstring).
+        answer = core.submit(job, capacity=ctx.configured_cpus())
     if isinstance(answer, Rejected):
-        return SubmitResult(spec.id, False, answer.reason), "invalid"
+        return _rejected(spec, Rejection(answer.code.value), answer.reason)
     if not answer.duplicate:
         ctx.specs[spec.id] = spec
-        ctx.event(spec.id, JobState.QUEUED.value, now)
-    return SubmitResult(spec.id, True, duplicate=answer.duplicate), ""
+        ctx.event(spec.id, JobEventKind.QUEUED, now)
+    return SubmitResult(spec.id, True, duplicate=answer.duplicate)
+
+
+def _rejected(spec: JobSpec, code: Rejection, reason: str) -> SubmitResult:
+    return SubmitResult(spec.id, False, reason, code=code)
 
 
 def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None) -> None:
     job_id = request.job_id
     state = ctx.core.state_of(job_id)
     reason: str | None = None
+    code: CancelRefusal | None = None
     cancelled = False
     if state is not None and not _owns(ctx, who, job_id):
         # Answered as an unknown job: whether another user's job exists is not news.
-        ctx.count_bad("forbidden", f"{reply_user(who)} may not cancel job {job_id!r}")
+        ctx.count_bad(BadMessage.FORBIDDEN, f"{reply_user(who)} may not cancel job {job_id!r}")
         state = None
     if state is None:
-        reason = f"no job {job_id!r}"
+        code, reason = CancelRefusal.UNKNOWN_JOB, f"no job {job_id!r}"
     elif state is JobState.CANCELLED:
         cancelled, reason = True, "already cancelled"
     elif is_final(state):
-        reason = f"job {job_id!r} is already {state}"
+        code, reason = CancelRefusal.ENDED, f"job {job_id!r} is already {state}"
     else:
         left = ctx.core.cancel(job_id, now)
         cancelled = True
@@ -209,12 +209,16 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
             ctx.cancel_parts(live)
             live.end_all(PartInput.CANCELLED)
         ctx.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc()
-        ctx.event(job_id, JobState.CANCELLED.value, now, "cancelled by a client")
+        ctx.event(job_id, JobEventKind.CANCELLED, now, "cancelled by a client")
         ctx.dirty = True
     ctx.reply(
         request.reply_to,
         CancelReply(
-            request_id=request.request_id, job_id=job_id, cancelled=cancelled, reason=reason
+            request_id=request.request_id,
+            job_id=job_id,
+            cancelled=cancelled,
+            reason=reason,
+            code=code,
         ),
         reply_user(who),
     )
@@ -224,7 +228,7 @@ def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> No
     known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
     theirs = [j for j in known if _owns(ctx, who, j)]
     if len(theirs) < len(known):
-        ctx.count_bad("forbidden", f"{reply_user(who)} asked for other users' job events")
+        ctx.count_bad(BadMessage.FORBIDDEN, f"{reply_user(who)} asked for other users' job events")
     allowed = set(theirs)
     unknown = tuple(j for j in request.job_ids if j not in allowed)
     events = ctx.journal.job_events(theirs)
@@ -253,7 +257,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
     queue = tuple(
         JobStatus(
             id=j.id,
-            state=JobState.QUEUED.value,
+            state=WireState.QUEUED,
             procs=j.procs,
             user=j.user,
             submit=j.submit,
@@ -265,7 +269,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
     running = [
         JobStatus(
             id=r.job.id,
-            state=JobState.RUNNING.value,
+            state=WireState.RUNNING,
             procs=r.job.procs,
             user=r.job.user,
             submit=r.job.submit,
@@ -280,7 +284,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
     running += [
         JobStatus(
             id=p.job.id,
-            state="reconciling",
+            state=WireState.RUNNING,
             procs=p.job.procs,
             user=p.job.user,
             submit=p.job.submit,
@@ -288,6 +292,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
             walltime=p.job.walltime,
             deadline=p.job.deadline,
+            reconciling=True,
         )
         for p in core.pending.values()
     ]

@@ -34,7 +34,7 @@ Everything the actor decides lives in those sans-I/O modules, over one
 transactions and keeps time. ``now`` is read once per batch from the
 injected :class:`~scheduler.runtime.clock.Clock` (cluster seconds = wall seconds x K).
 
-*Bad input* (DESIGN.md, "Trust and faults"). A payload that fails to decode,
+*Bad input*: no input ends the process. A payload that fails to decode,
 or a valid message on a topic where it makes no sense, is counted in
 ``accordion_scheduler_bad_messages_total{reason}``, answered with an
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around
@@ -79,12 +79,12 @@ from broker.messages import (
     SubmitJobs,
 )
 from broker.topics import PROTOCOL_VERSION, Topics
+from broker.vocabulary import BadMessage
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
 from scheduler.live import agents, reconcile, requests
 from scheduler.live.context import Context, Outgoing
-from scheduler.live.cordon import CordonedCore
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
 from scheduler.live.specs import job_from_spec
@@ -130,10 +130,10 @@ class _Held:
     who: requests.Requester | None
 
 
-def _bad_reason(exc: WireError) -> str:
-    """The bounded label of a decoding failure (see ``exporter.BAD_MESSAGE_REASONS``)."""
-    # too_large is not a label of its own: an oversized payload is not msgpack we read.
-    return "not_msgpack" if exc.reason == "too_large" else exc.reason
+def _bad_reason(exc: WireError) -> BadMessage:
+    """The code of a decoding failure (its metric label and its ``ErrorReply.code``)."""
+    # too_large is not a code of its own: an oversized payload is not msgpack we read.
+    return BadMessage.NOT_MSGPACK if exc.reason == "too_large" else BadMessage(exc.reason)
 
 
 class SchedulerActor:
@@ -154,8 +154,10 @@ class SchedulerActor:
         link: Link | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ActorSettings()
+        # SUSPECT and HELD agents' machines: the handlers edit the set, the core's
+        # snapshot hides their free CPUs from the policy.
         cordoned: set[str] = set()
-        core = CordonedCore(
+        core = SchedulerCore(
             cordoned=cordoned,
             policy=policy,
             machines=(),
@@ -172,8 +174,8 @@ class SchedulerActor:
             topics=topics,
             time_scale=clock.time_scale,
             wall=wall,
+            cordoned=cordoned,
         )
-        self.ctx.cordoned = cordoned
         self._bus = bus
         self._link = link
         self._topics = topics
@@ -202,7 +204,7 @@ class SchedulerActor:
         journalled = self._journal.load()
         self.metrics.restore(journalled)
         self._reconciliation = reconcile.restore(
-            self.ctx, journalled, self._journal.last_event_seqs(), now
+            self.ctx, journalled.jobs, self._journal.last_event_seqs(), now
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
@@ -346,7 +348,7 @@ class SchedulerActor:
         if message.v != PROTOCOL_VERSION:
             self._refuse(
                 message,
-                "version",
+                BadMessage.VERSION,
                 f"protocol v{message.v}; this scheduler speaks v{PROTOCOL_VERSION}",
                 who,
             )
@@ -358,15 +360,17 @@ class SchedulerActor:
         elif channel == "events":
             agents.on_event(ctx, agent, message, now)
         else:
-            self._refuse(message, "unexpected", f"nothing is accepted on {topic!r}")
+            self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
         if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
-            self._refuse(message, "unexpected", f"{requests.kind(message)} is not a request", who)
+            why = f"{requests.kind(message)} is not a request"
+            self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return
         if not requests.reply_to_ok(self.ctx, message, who):
             # Acting without being able to answer would leave the client guessing.
-            self.ctx.count_bad("invalid", f"reply_to {message.reply_to!r} cannot be a topic level")
+            why = f"reply_to {message.reply_to!r} cannot be a topic level"
+            self.ctx.count_bad(BadMessage.INVALID, why)
             return
         if isinstance(message, SubmitJobs | CancelJob) and (self._held or now < self._hold_until):
             self._held.append(_Held(message, who))
@@ -384,25 +388,28 @@ class SchedulerActor:
         return agent, channel
 
     def _bad_payload(
-        self, payload: bytes, reason: str, error: str, who: requests.Requester | None = None
+        self, payload: bytes, code: BadMessage, error: str, who: requests.Requester | None = None
     ) -> None:
-        self.ctx.count_bad(reason, error)
+        self.ctx.count_bad(code, error)
         request_id, reply_to = peek_reply_to(payload)
         if reply_to is not None:
-            self.ctx.reply(
-                reply_to, ErrorReply(request_id=request_id, error=error), requests.reply_user(who)
-            )
+            reply = ErrorReply(request_id=request_id, code=code, error=error)
+            self.ctx.reply(reply_to, reply, requests.reply_user(who))
 
     def _refuse(
-        self, message: AnyMessage, reason: str, error: str, who: requests.Requester | None = None
+        self,
+        message: AnyMessage,
+        code: BadMessage,
+        error: str,
+        who: requests.Requester | None = None,
     ) -> None:
         """A valid message the scheduler will not act on: count, answer if possible."""
-        self.ctx.count_bad(reason, f"{requests.kind(message)}: {error}")
+        self.ctx.count_bad(code, f"{requests.kind(message)}: {error}")
         reply_to = getattr(message, "reply_to", None)
         if isinstance(reply_to, str):
             self.ctx.reply(
                 reply_to,
-                ErrorReply(request_id=getattr(message, "request_id", None), error=error),
+                ErrorReply(request_id=getattr(message, "request_id", None), code=code, error=error),
                 requests.reply_user(who),
             )
 

@@ -72,8 +72,9 @@ from prometheus_client.core import InfoMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from broker.vocabulary import BadMessage, Rejection
 from model.metrics import DEFAULT_TAU
-from scheduler.core.job_lifecycle import JobState
+from scheduler.core.job_lifecycle import JobState, is_final
 from scheduler.runtime.gauges import PREFIX, GaugeState, MachineGauge, StateCollector
 from scheduler.runtime.journal import JournalState, TotalKey
 from scheduler.runtime.journaled_counters import JournaledCounter, Tally
@@ -115,19 +116,13 @@ ACCEPTED = (("result", "accepted"),)
 SUBMISSION_RESULTS = ("accepted", "rejected", "duplicate")
 #: How an agent's hold for adoption ended (``scheduler.live.agent_hold``).
 HOLD_OUTCOMES = ("adopted", "rejoined", "expired")
-#: Why a submission was refused: wider than the cluster as configured; beyond the
-#: maximum wall time; an invalid spec; a job id already used by another spec.
-REJECTION_REASONS = ("too_wide", "walltime", "invalid", "id_reused")
-BAD_MESSAGE_REASONS = (
-    "not_msgpack",
-    "unknown_kind",
-    "invalid",
-    "version",
-    "unexpected",
-    # A user's request about another user's job (cancel, history): answered "no such job".
-    "forbidden",
-)
-FINAL_STATES = ("finished", "failed", "cancelled")
+#: Why a submission was refused: the codes of ``broker.vocabulary.Rejection`` (wider than
+#: the cluster as configured; beyond the maximum wall time; an invalid spec; a job id
+#: already used by another spec).
+REJECTION_REASONS = tuple(code.value for code in Rejection)
+#: Why a message was refused: the codes of ``broker.vocabulary.BadMessage``.
+BAD_MESSAGE_REASONS = tuple(code.value for code in BadMessage)
+FINAL_STATES = tuple(state.value for state in JobState if is_final(state))
 LOSS_REASONS = ("will", "silence", "incarnation", "goodbye")
 RESIZE_DIRECTIONS = ("shrink", "expand")
 #: Job-size classes by processes: 1; 2-8; 9-32; more.
@@ -423,7 +418,7 @@ class SchedulerMetrics:
         for job in state.jobs:
             accepted += 1
             requeues += job.requeues
-            if job.state.value in FINAL_STATES:
+            if is_final(job.state):
                 self.jobs_finished.labels(state=job.state.value).inc()
             if job.state is JobState.FINISHED and job.start is not None and job.end is not None:
                 self.job_finished(

@@ -54,7 +54,7 @@ written by :meth:`Journal.record_hold` with a ``held`` history event, cleared
 by its next start, requeue or end), so a restarted scheduler waits it out
 before declaring the parts lost, whichever job events it journals.
 
-Placements in job events (schema 6). A ``running`` or ``resized`` job event
+Placements in job events (schema 7). A ``running`` or ``resized`` job event
 keeps the job's parts from then on (``job_events.parts``), so a history
 request tells where a job ran as well as when (``accordion gantt``); NULL in
 older rows.
@@ -77,8 +77,9 @@ from types import TracebackType
 from typing import Literal, Self
 
 from broker.messages import JobEvent, JobSpec, PartSpec
-from broker.storage import spec_to_json
+from broker.storage import STORED_PROTOCOLS, spec_to_json
 from broker.topics import PROTOCOL_VERSION
+from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal_records import (
@@ -185,7 +186,9 @@ class Journal:
         different time scale is refused: every submit time, deadline and
         estimate in the journal is in the old scale's cluster seconds. A
         different policy is allowed (the journal holds no policy state) and
-        recorded.
+        recorded. A journal of an older protocol whose specs this code reads
+        (``broker.storage.STORED_PROTOCOLS``) goes on under this one; any other
+        is refused.
         """
         with self.transaction():
             stored = self.meta()
@@ -205,11 +208,17 @@ class Journal:
                     f"{self.path} was written at time scale {stored.time_scale:g}; "
                     f"restart with that scale, not {time_scale:g}"
                 )
-            if stored.protocol != PROTOCOL_VERSION:
+            if stored.protocol not in STORED_PROTOCOLS:
                 raise JournalError(
                     f"{self.path} was written by protocol v{stored.protocol}, "
                     f"this scheduler speaks v{PROTOCOL_VERSION}"
                 )
+            if stored.protocol != PROTOCOL_VERSION:
+                # What is written from now on is this protocol's.
+                self._db.execute(
+                    "UPDATE meta SET value=? WHERE key='protocol'", (str(PROTOCOL_VERSION),)
+                )
+                stored = Meta(stored.epoch, stored.time_scale, stored.policy, PROTOCOL_VERSION)
             if stored.policy != policy:
                 self._db.execute("UPDATE meta SET value=? WHERE key='policy'", (policy,))
                 stored = Meta(stored.epoch, stored.time_scale, policy, stored.protocol)
@@ -314,13 +323,13 @@ class Journal:
         """A ``JobEvent`` about to be published (idempotent by job and seq)."""
         with self.transaction():
             self._db.execute(
-                "INSERT OR IGNORE INTO job_events(job_id, seq, at, state, detail, "
+                "INSERT OR IGNORE INTO job_events(job_id, seq, at, event, detail, "
                 "cpus_before, cpus_after, parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     event.job_id,
                     event.seq,
                     event.at,
-                    event.state,
+                    event.event.value,
                     event.detail or None,
                     event.cpus_before,
                     event.cpus_after,
@@ -335,7 +344,7 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, state, detail, cpus_before, cpus_after, parts FROM job_events "
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts FROM job_events "
                 "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
@@ -344,13 +353,13 @@ class Journal:
                     job_id=job_id,
                     seq=int(seq),
                     at=float(at),
-                    state=state,
+                    event=JobEventKind(kind),
                     detail=d or "",
                     cpus_before=before,
                     cpus_after=after,
                     parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                 )
-                for seq, at, state, d, before, after, parts in rows
+                for seq, at, kind, d, before, after, parts in rows
             ]
         return out
 

@@ -19,7 +19,10 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    into that event's text). ``jobs.uncharged``: how many of the job's
    requeues do not count against ``max_requeues``; 0 in older rows, which
    never told them apart;
-6. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
+6. ``job_events.event`` (protocol 2): the column that was ``state`` holds what
+   happened (``broker.vocabulary.JobEventKind``), as it always did; the
+   migration renames it, and the values (``queued``, ``resized`` ...) stay;
+7. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
    on (JSON, as ``jobs.parts``), NULL in older rows.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -66,7 +69,7 @@ CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
     at REAL NOT NULL,
-    state TEXT NOT NULL,
+    event TEXT NOT NULL,
     detail TEXT,
     cpus_before INTEGER,
     cpus_after INTEGER,
@@ -111,7 +114,7 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns and schema 6 the events' parts, added to the tables an older scheduler made.
+    # columns and schema 7 the events' parts, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(
         db,
@@ -119,6 +122,9 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
         [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER"), ("parts", "TEXT")],
     )
     _add_columns(db, "jobs", [("held_until", "REAL"), ("uncharged", "INTEGER NOT NULL DEFAULT 0")])
+    if "state" in _columns(db, "job_events"):
+        # Schema 6 (a schema-1 file had no job_events: it was just made with ``event``).
+        db.execute("ALTER TABLE job_events RENAME COLUMN state TO event")
     if found < 4:
         _seed_resize_totals(db)
     if found < 5:
@@ -126,8 +132,12 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
 
 
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
 def _add_columns(db: sqlite3.Connection, table: str, columns: list[tuple[str, str]]) -> None:
-    have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    have = _columns(db, table)
     for name, kind in columns:
         if name not in have:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
@@ -170,7 +180,7 @@ def _seed_holds(db: sqlite3.Connection) -> None:
     scale = float(row[0])
     rows = db.execute(
         "SELECT e.job_id, e.at, e.detail FROM job_events e JOIN jobs j ON j.id = e.job_id "
-        "WHERE j.state='running' AND e.state='held' AND e.seq = "
+        "WHERE j.state='running' AND e.event='held' AND e.seq = "
         "(SELECT MAX(seq) FROM job_events WHERE job_id = e.job_id)"
     ).fetchall()
     for job_id, at, detail in rows:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from accordion.client.replay import ReplayState
 from broker.messages import JobEvent
+from broker.vocabulary import JobEventKind
 
 
 def resized(job_id: str, before: int | None, after: int | None) -> JobEvent:
-    return JobEvent(job_id=job_id, state="resized", cpus_before=before, cpus_after=after)
+    return JobEvent(
+        job_id=job_id,
+        event=JobEventKind.RESIZED,
+        cpus_before=before,
+        cpus_after=after,
+        at=0.0,
+        seq=1,
+    )
 
 
 def test_shrinks_and_expands_of_the_replays_jobs_are_counted() -> None:

@@ -401,7 +401,9 @@ async def test_qos1_request_response(
             while True:
                 asked = decode((await requests.next(timeout=3600)).payload)
                 assert isinstance(asked, StatusRequest)
-                answer = StatusReply(request_id=asked.request_id, now=1.0)
+                answer = StatusReply(
+                    request_id=asked.request_id, now=1.0, machines=(), queue=(), running=()
+                )
                 await server.publish(topics.replies(asked.reply_to), encode(answer), qos=1)
 
         async with asyncio.TaskGroup() as tg:
@@ -413,7 +415,9 @@ async def test_qos1_request_response(
                 await client.publish(topics.requests, encode(ask), qos=1)
                 reply = decode((await replies.next()).payload)
                 rtts.append(time.perf_counter() - start)
-                assert reply == StatusReply(request_id=f"r{i}", now=1.0)
+                assert reply == StatusReply(
+                    request_id=f"r{i}", now=1.0, machines=(), queue=(), running=()
+                )
             serving.cancel()
 
     rtts.sort()

@@ -2,8 +2,8 @@
 
 Run by ``scripts/test-compose`` (which sets ``ACCORDION_TESTBED=1``, and skips
 with its reason when no Docker daemon answers); a plain ``pytest`` skips it.
-It needs the images compose.yaml names (``../shared/tools/offline-images.sh``
-builds stand-ins where no registry is reachable) and builds its own tag of
+It needs the images compose.yaml names (``scripts/test-compose`` says where
+stand-ins come from when no registry is reachable) and builds its own tag of
 the accordion image (``ACCORDION_IMAGE``) from the Dockerfile, so it never
 touches the ``accordion:local`` a developer uses.
 
@@ -52,7 +52,7 @@ import pytest
 
 from broker.bus import BusError
 from broker.codec import encode
-from broker.messages import AgentOnline, MachineSpec, StartPart, StatusRequest
+from broker.messages import AgentOnline, JobSpec, MachineSpec, StartPart, StatusRequest
 from broker.mqtt import MqttBus
 from broker.settings import MqttSettings
 from broker.topics import Topics
@@ -250,10 +250,19 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
             pass
     topics = Topics()
     forged = [
-        (topics.agent_commands(victim), encode(StartPart(job=None))),
+        (
+            topics.agent_commands(victim),
+            encode(StartPart(job=JobSpec(id="forged", procs=1, walltime=5.0, work=1.0), cpus=1)),
+        ),
         (
             topics.agent_state(victim),
-            encode(AgentOnline(machine=MachineSpec(id=victim, cpus=1_048_576, speed=1.0))),
+            encode(
+                AgentOnline(
+                    machine=MachineSpec(id=victim, cpus=1_048_576, speed=1.0),
+                    incarnation="-",
+                    running=(),
+                )
+            ),
         ),
         (topics.agent_events(victim), b"forged"),
     ]

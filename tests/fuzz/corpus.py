@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from broker import messages as m
 from broker.codec import encode
+from tests.builders import spec
 
-JOB = m.JobSpec(id="fz-1", procs=2, walltime=100.0, work=10.0, user="alice")
+JOB = spec("fz-1", 2, walltime=100.0, work=10.0, user="alice")
 
-# The poison payloads: an invalid UTF-8 string, bare and as a map's value.
+# Poison payloads: an invalid UTF-8 string, bare and as a map's value (msgspec lets a
+# UnicodeDecodeError escape on them, which the codec must turn into a WireError).
 POISON = (bytes.fromhex("a1ff"), bytes.fromhex("81a46b696e64a1ff"))
 
 
@@ -53,7 +55,7 @@ FAMILIES = (
                     incarnation="i1",
                     running=(m.RunningPart(job_id="fz-1", cpus=2, started=1.0),),
                 ),
-                m.AgentOffline(agent_id="fz-node", incarnation="i1"),
+                m.AgentOffline(agent_id="fz-node", incarnation="i1", reason="lost"),
             )
         ),
     ),
@@ -69,7 +71,9 @@ FAMILIES = (
                 ),
                 m.PartStarted(job_id="fz-1", agent_id="fz-node", pid=1, at=1.0),
                 m.PartProgress(job_id="fz-1", agent_id="fz-node", done=1.0, rate=1.0, at=2.0),
-                m.PartFinished(job_id="fz-1", agent_id="fz-node", at=3.0),
+                m.PartFinished(
+                    job_id="fz-1", agent_id="fz-node", at=3.0, exit_code=0, reason="done"
+                ),
             )
         ),
     ),

@@ -48,6 +48,7 @@ from broker.messages import (
 from broker.mqtt import MqttBus, MqttSettings
 from broker.settings import read_secret
 from broker.topics import Topics
+from broker.vocabulary import JobEventKind
 from model.machine import Machine
 from tests.broker.scenarios import Inbox
 from tests.brokers import _no_mosquitto
@@ -125,7 +126,9 @@ class FakeAgent:
             if isinstance(message, StartPart) and message.job is not None:
                 job = message.job.id
                 self.running[job] = RunningPart(job, message.cpus, 0.0, message.attempt)
-                started = PartStarted(job_id=job, agent_id=self.machine, attempt=message.attempt)
+                started = PartStarted(
+                    job_id=job, agent_id=self.machine, attempt=message.attempt, pid=1, at=0.0
+                )
                 await self.bus.publish(self.topics.agent_events(self.machine), encode(started))
             elif isinstance(message, CancelPart) and message.job_id in self.running:
                 part = self.running.pop(message.job_id)
@@ -134,6 +137,8 @@ class FakeAgent:
                     agent_id=self.machine,
                     reason="cancelled",
                     attempt=part.attempt,
+                    exit_code=0,
+                    at=0.0,
                 )
                 await self.bus.publish(self.topics.agent_events(self.machine), encode(done))
 
@@ -150,7 +155,9 @@ async def fake_agent(cluster: LocalCluster) -> AsyncIterator[FakeAgent]:
         agent = FakeAgent(bus, topics, MACHINE)
         await bus.subscribe(topics.agent_commands(MACHINE))
         online = AgentOnline(
-            machine=MachineSpec(id=MACHINE, cpus=1, speed=1.0), incarnation=uuid.uuid4().hex[:8]
+            machine=MachineSpec(id=MACHINE, cpus=1, speed=1.0),
+            incarnation=uuid.uuid4().hex[:8],
+            running=(),
         )
         async with asyncio.TaskGroup() as tg:
             serve = tg.create_task(agent.serve(), name="fake-agent-serve")
@@ -223,7 +230,7 @@ async def test_a_user_hears_only_their_own_replies_and_events(cluster: LocalClus
             assert item is not None
             if isinstance(item, JobEvent):
                 seen.append(item.job_id)
-                if item.job_id == mine and item.state == "cancelled":
+                if item.job_id == mine and item.event == "cancelled":
                     break
         assert set(seen) == {mine}
         assert mallory.unmatched == 0
@@ -231,7 +238,8 @@ async def test_a_user_hears_only_their_own_replies_and_events(cluster: LocalClus
 
 
 async def test_forged_messages_change_nothing(cluster: LocalCluster) -> None:
-    """Issue 9's forgeries, by a logged-in user, against the running scheduler."""
+    """Forgeries (a message of each kind a user must not send), by a logged-in user,
+    against the running scheduler."""
     t = uuid.uuid4().hex[:6]
     topics = Topics(cluster.root)
     async with fake_agent(cluster) as agent, as_user(cluster, "alice") as alice:
@@ -245,16 +253,27 @@ async def test_forged_messages_change_nothing(cluster: LocalCluster) -> None:
         forged = [
             (
                 topics.agent_commands(MACHINE),
-                StartPart(job=job_spec(job_id=f"x-{t}", procs=1, walltime=5.0)),
+                StartPart(job=job_spec(job_id=f"x-{t}", procs=1, walltime=5.0), cpus=1),
             ),
-            (topics.agent_events(MACHINE), PartFinished(job_id=job, agent_id=MACHINE, attempt=1)),
+            (
+                topics.agent_events(MACHINE),
+                PartFinished(
+                    job_id=job, agent_id=MACHINE, attempt=1, exit_code=0, at=0.0, reason="done"
+                ),
+            ),
             (topics.user_requests("alice"), CancelJob(job_id=job)),
             (topics.admin_requests("mallory"), CancelJob(job_id=job)),
             (topics.requests, CancelJob(job_id=job)),
-            (topics.agent_state(f"ghost-{t}"), AgentOnline(machine=big, incarnation="x")),
-            (topics.job_control(job), ResizePart(job_id=job, pace=1000.0)),
-            (topics.events, JobEvent(job_id=job, state="finished", at=0.0)),
-            (topics.user_events("alice"), JobEvent(job_id=job, state="finished", at=0.0)),
+            (
+                topics.agent_state(f"ghost-{t}"),
+                AgentOnline(machine=big, incarnation="x", running=()),
+            ),
+            (topics.job_control(job), ResizePart(job_id=job, pace=1000.0, cpus=1)),
+            (topics.events, JobEvent(job_id=job, event=JobEventKind.FINISHED, at=0.0, seq=1)),
+            (
+                topics.user_events("alice"),
+                JobEvent(job_id=job, event=JobEventKind.FINISHED, at=0.0, seq=1),
+            ),
         ]
         # Mosquitto 2.0 closes the connection of a client whose publish it denied, and
         # whether that comes before or after the PUBACK is a race: the bus then sends
@@ -361,7 +380,7 @@ async def test_a_job_runs_under_logins_and_no_process_shows_a_secret(
         while True:  # until its process runs
             item = await alice.next_watched(timeout=30.0)
             assert item is not None
-            if isinstance(item, JobEvent) and item.job_id == job and item.state == "running":
+            if isinstance(item, JobEvent) and item.job_id == job and item.event == "running":
                 break
         # "running" is the scheduler's word at dispatch: wait for the process itself.
         ours = processes_of(local.root)

@@ -28,6 +28,7 @@ SLEEP_RECORD = (
     b'"budget": 42.0, "rate": 0.5443323166459444, "changed": 1234.5, "resized": false}'
 )
 SLEEP = Launch(
+    root="accordion/v1",  # the root the record names, whatever today's default
     agent="node1",
     job_id="j1",
     procs=4,
@@ -59,6 +60,7 @@ MPI_RECORD = (
     b'"budget": 42.0, "rate": 0.5, "changed": 1234.5, "resized": true}'
 )
 MPI = Launch(
+    root="accordion/v1",
     agent="node1",
     job_id="m2",
     procs=8,

@@ -177,11 +177,11 @@ async def test_a_forked_jobs_work_ends_where_its_account_says_not_at_its_exit() 
 
 async def test_a_job_reaches_only_its_own_topics() -> None:
     job = launch("mine", attempt=2)
-    own = "accordion/v1/jobs/mine"
+    own = f"{T.root}/jobs/mine"
     forged_publishes = [
         Frame(PUBLISH, T.job_control("other"), b"x"),
         Frame(PUBLISH, own, b"the subtree's parent level is not inside it"),
-        Frame(PUBLISH, "accordion/v1/jobs/mine2/control", b"a longer id sharing the prefix"),
+        Frame(PUBLISH, f"{T.root}/jobs/mine2/control", b"a longer id sharing the prefix"),
         Frame(PUBLISH, T.agent_commands(AGENT), b"x"),
         Frame(PUBLISH, T.agent_state(AGENT), b"x"),
         Frame(PUBLISH, T.requests, b"x"),
@@ -193,14 +193,18 @@ async def test_a_job_reaches_only_its_own_topics() -> None:
         Frame(
             PUBLISH,
             T.agent_events(AGENT),
-            encode(PartFinished(job_id="mine", agent_id=AGENT, exit_code=0, at=1.0, attempt=2)),
+            encode(
+                PartFinished(
+                    job_id="mine", agent_id=AGENT, exit_code=0, at=1.0, attempt=2, reason="done"
+                )
+            ),
         ),
         Frame(PUBLISH, T.agent_events(AGENT), b"\xa1\xff"),
         Frame(PUBLISH, T.agent_events("a2"), progress("mine", agent="a2", attempt=2)),
     ]
     forged_subscriptions = [
         "#",
-        "accordion/v1/jobs/+/control",
+        f"{T.root}/jobs/+/control",
         own,
         f"{own}2/#",
         T.agent_commands(AGENT),

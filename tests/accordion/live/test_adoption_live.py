@@ -33,7 +33,7 @@ BOUND = 120.0
 
 def _events(journal: Path, job_id: str) -> list[str]:
     with Journal(journal) as j:
-        return [e.state for e in j.job_events([job_id])]
+        return [e.event for e in j.job_events([job_id])]
 
 
 def _forked(root: str) -> set[str]:
@@ -119,7 +119,7 @@ def test_a_restarted_agent_adopts_sleep_and_mpi_parts(
                 row = j.job(job)
                 assert row is not None
                 assert (row.state.value, row.requeues) == ("finished", 0)
-                held = next(e.at for e in j.job_events([job]) if e.state == "held")
+                held = next(e.at for e in j.job_events([job]) if e.event == "held")
                 # Its run continuous: dated from before the kill, not from the adoption.
                 assert row.start is not None
                 assert row.start < held

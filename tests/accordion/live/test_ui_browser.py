@@ -28,6 +28,7 @@ from accordion.cluster.local_cluster import LocalCluster
 from broker.codec import encode
 from broker.messages import JobEvent, PartSpec
 from broker.mqtt import MqttBus, MqttSettings
+from broker.vocabulary import JobEventKind
 from tests.accordion.live.cli_harness import cli, status_of, wait_until
 from tests.browser import ARTIFACTS, chromium
 
@@ -89,10 +90,14 @@ def forge(cluster: LocalCluster, real_job: str) -> int:
     forged = [
         # A job that does not exist, on a machine that does not exist.
         JobEvent(
-            job_id="ghost", seq=1, state="running", at=1.0, parts=(PartSpec("nowhere", 4096),)
+            job_id="ghost",
+            seq=1,
+            event=JobEventKind.RUNNING,
+            at=1.0,
+            parts=(PartSpec("nowhere", 4096),),
         ),
         # A real job's event far ahead of its sequence, saying it finished.
-        JobEvent(job_id=real_job, seq=999, state="finished", at=2.0),
+        JobEvent(job_id=real_job, seq=999, event=JobEventKind.FINISHED, at=2.0),
     ]
 
     async def publish() -> None:
@@ -100,7 +105,11 @@ def forge(cluster: LocalCluster, real_job: str) -> int:
         async with MqttBus(settings, f"forger-{uuid.uuid4().hex[:8]}") as bus:
             topic = f"{cluster.root}/events"
             await bus.publish(topic, b"\x00not msgpack", qos=1)
-            await bus.publish(topic, encode(JobEvent(job_id="-", seq=1)) + b"junk", qos=1)
+            await bus.publish(
+                topic,
+                encode(JobEvent(job_id="-", event=JobEventKind.QUEUED, at=0.0, seq=1)) + b"junk",
+                qos=1,
+            )
             for event in forged:
                 await bus.publish(topic, encode(event), qos=1)
 

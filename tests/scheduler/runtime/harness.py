@@ -47,6 +47,7 @@ from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
 from scheduler.runtime.clock import ManualClock
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 
 M = TypeVar("M", bound=Message)
 
@@ -82,27 +83,6 @@ async def eventually(predicate: Callable[[], object], *, timeout: float = 5.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {predicate}")
         await asyncio.sleep(0.001)
-
-
-def spec(
-    job_id: str,
-    procs: int = 1,
-    *,
-    walltime: float = 100.0,
-    work: float = 50.0,
-    user: str = "ann",
-    malleable: bool = False,
-    deadline: float | None = None,
-) -> JobSpec:
-    return JobSpec(
-        id=job_id,
-        procs=procs,
-        walltime=walltime,
-        work=work,
-        user=user,
-        malleable=malleable,
-        deadline=deadline,
-    )
 
 
 @dataclass
@@ -246,13 +226,12 @@ class FakeAgent:
 
     async def _react(self, message: AnyMessage) -> None:
         if isinstance(message, StartPart):
-            assert message.job is not None
             job_id = message.job.id
             self.running[job_id] = message
             if not self.ack_starts:
                 return
             await self.event(
-                PartStarted(job_id=job_id, agent_id=self.id, pid=1, attempt=message.attempt)
+                PartStarted(job_id=job_id, agent_id=self.id, pid=1, at=0.0, attempt=message.attempt)
             )
             if self.auto_finish:
                 await self.finish(job_id)
@@ -266,6 +245,7 @@ class FakeAgent:
                     job_id=message.job_id,
                     agent_id=self.id,
                     exit_code=-15,
+                    at=0.0,
                     reason="cancelled",
                     attempt=attempt,
                 )
@@ -278,6 +258,7 @@ class FakeAgent:
                 job_id=job_id,
                 agent_id=self.id,
                 exit_code=exit_code,
+                at=0.0,
                 reason=reason,  # type: ignore[arg-type]
                 attempt=0 if start is None else start.attempt,
             )

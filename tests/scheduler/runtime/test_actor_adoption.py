@@ -15,7 +15,8 @@ import pytest
 from broker.messages import JobEvent, PartFinished, PartStarted, RunningPart
 from scheduler.live.settings import JobEvents
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import SETTINGS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, Cluster, FakeAgent, eventually
 
 LEASE = 8.0
 
@@ -36,7 +37,7 @@ async def _restart(agent: FakeAgent, incarnation: str, running: list[RunningPart
 
 def _events(cluster: Cluster, job_id: str) -> list[str]:
     with Journal(cluster.path) as journal:
-        return [e.state for e in journal.job_events([job_id])]
+        return [e.event for e in journal.job_events([job_id])]
 
 
 async def test_a_will_holds_the_parts_and_a_new_incarnation_adopts_them(
@@ -62,7 +63,7 @@ async def test_a_will_holds_the_parts_and_a_new_incarnation_adopts_them(
     cluster.clock.advance(4.0)  # within the 8 s lease
     await _restart(a1, "i2", [part])
     await eventually(lambda: cluster.agent_state("a1") == "online")
-    await cluster.client.inbox.expect(JobEvent, lambda e: e.job_id == "j" and e.state == "adopted")
+    await cluster.client.inbox.expect(JobEvent, lambda e: e.job_id == "j" and e.event == "adopted")
     await a1.heartbeat(running=["j"])
     await other.heartbeat()
     await cluster.tick(9.0)  # past the hold-off: nothing more happens to it
@@ -136,7 +137,7 @@ async def test_a_new_incarnation_without_a_will_first_adopts_too(cluster: Cluste
     await eventually(lambda: a1.started("j"))
     a1.incarnation = "i2"
     await a1.announce([a1.part("j")])
-    await cluster.client.inbox.expect(JobEvent, lambda e: e.job_id == "j" and e.state == "adopted")
+    await cluster.client.inbox.expect(JobEvent, lambda e: e.job_id == "j" and e.event == "adopted")
     assert cluster.agent_state("a1") == "online"
     assert cluster.state("j") == "running"
     assert len(a1.starts()) == 1
@@ -232,18 +233,18 @@ async def test_a_start_fenced_before_it_ran_is_requeued_uncharged(cluster: Clust
         await eventually(lambda n=attempt: len(a1.starts()) == n)  # type: ignore[misc]
         assert a1.starts()[-1].attempt == attempt
         fenced = PartFinished(
-            job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt
+            job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt, at=0.0
         )
         await a1.event(fenced)
     await eventually(lambda: len(a1.starts()) == 5)
     assert cluster.state("j") == "running"
     # Fenced after it ran (the lease lapsed under it): charged, the budget applies.
-    await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=5))
+    await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=5, at=0.0))
     for attempt in (5, 6, 7):
         await eventually(lambda n=attempt: len(a1.starts()) >= n)  # type: ignore[misc]
-        await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt))
+        await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt, at=0.0))
         lapsed = PartFinished(
-            job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt
+            job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt, at=0.0
         )
         await a1.event(lapsed)
     await eventually(lambda: cluster.state("j") == "failed")
@@ -264,7 +265,7 @@ async def test_uncharged_requeues_are_uncharged_after_a_scheduler_restart(
         for attempt in (1, 2, 3):
             await eventually(lambda n=attempt: len(a1.starts()) == n)  # type: ignore[misc]
             fenced = PartFinished(
-                job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt
+                job_id="j", agent_id="a1", exit_code=-1, reason="fenced", attempt=attempt, at=0.0
             )
             await a1.event(fenced)
         await eventually(lambda: len(a1.starts()) == 4)
@@ -279,9 +280,9 @@ async def test_uncharged_requeues_are_uncharged_after_a_scheduler_restart(
         for n in (1, 2):
             await eventually(lambda k=4 + n: len(a1.starts()) >= k)  # type: ignore[misc]
             attempt = a1.starts()[-1].attempt
-            await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt))
+            await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=attempt, at=0.0))
             lapsed = PartFinished(
-                job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt
+                job_id="j", agent_id="a1", exit_code=129, reason="fenced", attempt=attempt, at=0.0
             )
             await a1.event(lapsed)
         await eventually(lambda: len(a1.starts()) >= 7)
@@ -314,7 +315,7 @@ async def test_a_start_that_never_reached_its_agent_is_requeued_uncharged(
     assert again.attempt == 2
     with Journal(cluster.path) as journal:
         row = journal.job("j")
-        states = [e.state for e in journal.job_events(["j"])]
+        states = [e.event for e in journal.job_events(["j"])]
     assert row is not None
     assert (row.requeues, row.uncharged) == (1, 1)
     assert "requeued" in states

@@ -8,7 +8,9 @@ a scale-down (goodbye) makes it too wide.
 from __future__ import annotations
 
 from broker.messages import AgentOffline
-from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually, spec
+from broker.vocabulary import Rejection
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 
 def rejections(cluster: Cluster, reason: str) -> float | None:
@@ -50,7 +52,7 @@ async def test_a_job_wider_than_the_cluster_after_a_goodbye_is_rejected(
     await eventually(lambda: cluster.agent_state("a2") == "gone")
     reply = await cluster.client.submit(spec("wide", 8), spec("fits", 4))
     wide, fits = reply.results
-    assert not wide.accepted
+    assert (wide.accepted, wide.code) == (False, Rejection.TOO_WIDE)
     assert "the cluster as configured has 4" in (wide.reason or "")
     assert fits.accepted
     assert rejections(cluster, "too_wide") == 1

@@ -8,7 +8,8 @@ from broker.codec import encode
 from broker.messages import AgentOffline, JobEvent, RunningPart, StatusReply, StatusRequest
 from scheduler.runtime.clock import ManualClock
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually
 
 
 def lost(cluster: Cluster, reason: str) -> float | None:
@@ -42,7 +43,7 @@ async def test_last_will_requeues_the_job_and_it_restarts_on_another_agent(
     assert row.submit == 1000.0  # the same job: id and submit time kept
     assert lost(cluster, "will") == 1
     assert requeues(cluster) == 1
-    await cluster.client.inbox.expect(JobEvent, lambda e: e.state == "requeued")
+    await cluster.client.inbox.expect(JobEvent, lambda e: e.event == "requeued")
 
 
 async def test_requeued_twice_then_failed(cluster: Cluster) -> None:

@@ -1,5 +1,5 @@
-"""Fencing and liveness (issue 9, item 3): attempts, stale reports, forged wills,
-progress that is not a heartbeat; the restart order (item 4); durable events (item 8)."""
+"""Fencing and liveness: attempts, stale reports, forged wills, progress that is not a
+heartbeat; the restart order; durable events."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from broker.messages import (
 from model.execution import ExecutionModel, ModelKind
 from scheduler.live.settings import ActorSettings
 from scheduler.runtime.clock import ManualClock
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually
 
 
 def stale(cluster: Cluster) -> float | None:
@@ -66,7 +67,9 @@ async def test_every_start_carries_its_attempt_and_a_stale_end_changes_nothing(
     await eventually(lambda: a2.started("j"))
     assert attempts(a2, "j") == [2]
     # a1 was only cut off: its attempt 1 ends "done" and its report arrives late.
-    await a1.event(PartFinished(job_id="j", agent_id="a1", exit_code=0, attempt=1))
+    await a1.event(
+        PartFinished(job_id="j", agent_id="a1", exit_code=0, attempt=1, at=0.0, reason="done")
+    )
     await cluster.settle()
     assert cluster.state("j") == "running"
     # Attempt 2 ends: the job is done, once.
@@ -111,7 +114,9 @@ async def test_progress_is_not_liveness(cluster: Cluster) -> None:
     step = SETTINGS.heartbeat_interval
     for _ in range(int(SETTINGS.silence_factor) + 1):
         # The job process publishes progress on a1's topic; a1 itself is frozen.
-        await a1.event(PartProgress(job_id="j", agent_id="a1", done=1.0, rate=1.0, attempt=1))
+        await a1.event(
+            PartProgress(job_id="j", agent_id="a1", done=1.0, rate=1.0, attempt=1, at=0.0)
+        )
         await a2.heartbeat()
         await cluster.tick(step)
     await eventually(lambda: not cluster.online("a1"))
@@ -166,15 +171,15 @@ async def test_job_events_are_numbered_journalled_and_answered_on_request(
     await eventually(lambda: a1.started("j"))
     await a1.finish("j")
     await eventually(lambda: cluster.state("j") == "finished")
-    seen = await cluster.client.inbox.expect(JobEvent, lambda e: e.state == "finished")
+    seen = await cluster.client.inbox.expect(JobEvent, lambda e: e.event == "finished")
     events = cluster.client.inbox.all(JobEvent, lambda e: e.job_id == "j")
-    assert [(e.seq, e.state) for e in events] == [(1, "queued"), (2, "running"), (3, "finished")]
+    assert [(e.seq, e.event) for e in events] == [(1, "queued"), (2, "running"), (3, "finished")]
     assert seen.seq == 3
     await cluster.client.send(
         HistoryRequest(request_id="h1", reply_to="c1", job_ids=("j", "nobody"))
     )
     history = await cluster.client.inbox.expect(HistoryReply, lambda r: r.request_id == "h1")
-    assert [(e.seq, e.state) for e in history.events] == [
+    assert [(e.seq, e.event) for e in history.events] == [
         (1, "queued"),
         (2, "running"),
         (3, "finished"),
@@ -198,7 +203,7 @@ async def test_event_numbers_go_on_after_a_restart(journal_path: Path) -> None:
         await eventually(lambda: c.state("j") == "finished")
         events = c.client.inbox.all(JobEvent, lambda e: e.job_id == "j")
         seqs = [e.seq for e in events]
-        assert seqs == list(range(1, len(seqs) + 1)), [(e.seq, e.state) for e in events]
+        assert seqs == list(range(1, len(seqs) + 1)), [(e.seq, e.event) for e in events]
         assert events[-1].state == "finished"
     finally:
         await c.stop()

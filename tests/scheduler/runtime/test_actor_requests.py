@@ -28,7 +28,8 @@ from broker.messages import (
 )
 from model.job import JobError
 from scheduler.runtime.actor import job_from_spec
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually
 
 
 def journal_rows(path: Path) -> dict[str, str]:
@@ -233,7 +234,7 @@ GOOD_JOB = {"id": "g", "procs": 1, "walltime": 10.0, "work": 5.0}
             "r-v",
             "v9",
         ),
-        (encode(StartPart(job=None)), "unexpected", None, None),
+        (encode(StartPart(job=spec("g"), cpus=1)), "unexpected", None, None),
     ],
     ids=["not-msgpack", "unknown-kind", "wrong-type", "negative-size", "version", "not-a-request"],
 )
@@ -264,7 +265,7 @@ async def test_bad_messages_on_agent_topics_are_counted_and_the_agent_served(
 ) -> None:
     a1 = await cluster.agent("a1", 4)
     await cluster.client.send_raw(b"\xc1garbage", TOPICS.agent_events("a1"))
-    await cluster.client.send_raw(encode(SubmitJobs()), TOPICS.agent_events("a1"))
+    await cluster.client.send_raw(encode(SubmitJobs(jobs=())), TOPICS.agent_events("a1"))
     await cluster.client.submit(spec("j", 1))
     await eventually(lambda: a1.started("j"))
     sample = cluster.actor.metrics.registry.get_sample_value  # type: ignore[union-attr]
@@ -299,8 +300,8 @@ async def test_a_finished_job_is_journalled_and_counted(cluster: Cluster) -> Non
     await eventually(lambda: cluster.state("f") == "finished")
     assert journal_rows(cluster.path) == {"f": "finished"}
     events = cluster.client.inbox
-    await events.expect(JobEvent, lambda e: e.job_id == "f" and e.state == "finished")
-    assert [e.state for e in events.all(JobEvent, lambda e: e.job_id == "f")] == [
+    await events.expect(JobEvent, lambda e: e.job_id == "f" and e.event == "finished")
+    assert [e.event for e in events.all(JobEvent, lambda e: e.job_id == "f")] == [
         "queued",
         "running",
         "finished",
@@ -408,6 +409,6 @@ async def test_job_events_for_watchers_can_leave_out_submissions(
         await c.client.submit(spec("e", 1))
         await eventually(lambda: a1.started("e"))
         await c.settle()
-        assert [e.state for e in c.client.inbox.all(JobEvent)] == expected
+        assert [e.event for e in c.client.inbox.all(JobEvent)] == expected
     finally:
         await c.stop()

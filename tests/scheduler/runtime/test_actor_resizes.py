@@ -20,10 +20,12 @@ from broker.messages import (
     StatusReply,
     StatusRequest,
 )
+from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.actor import SchedulerActor
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, FakeAgent, eventually
 
 RESIZES = "accordion_job_resizes_total"
 
@@ -76,13 +78,13 @@ async def test_a_shrink_and_an_expand_are_journalled_evented_and_counted(
         await eventually(lambda: len(events_of(c, "A")) == 4)
         queued, running, shrunk, expanded = events_of(c, "A")
         assert [e.seq for e in (queued, running, shrunk, expanded)] == [1, 2, 3, 4]
-        assert (running.state, shrunk.state, expanded.state) == ("running", "resized", "resized")
+        assert (running.event, shrunk.event, expanded.event) == ("running", "resized", "resized")
         assert (shrunk.cpus_before, shrunk.cpus_after) == (2, 1)
         assert shrunk.detail == "shrunk 2 -> 1 CPUs, MPL 2.00"
         assert (expanded.cpus_before, expanded.cpus_after) == (1, 2)
         assert expanded.detail == "expanded 1 -> 2 CPUs, MPL 1.00"
         assert running.cpus_before is None
-        assert all(e.state != "resized" for e in events_of(c, "R"))
+        assert all(e.event != "resized" for e in events_of(c, "R"))
 
         assert c.journal is not None
         history = [e for e in c.journal.history("A") if e.kind == "resized"]
@@ -192,9 +194,9 @@ async def test_forged_and_malformed_resize_messages_change_nothing(tmp_path: Pat
         await c.client.send_raw(zero)
         await a1.publish(TOPICS.agent_events("a1"), forged)
         await c.client.send_raw(
-            encode(JobEvent(job_id="A", state="resized", seq=9, cpus_after=4)).replace(
-                b"\xaacpus_after\x04", b"\xaacpus_after\xff"
-            )
+            encode(
+                JobEvent(job_id="A", event=JobEventKind.RESIZED, seq=9, cpus_after=4, at=0.0)
+            ).replace(b"\xaacpus_after\x04", b"\xaacpus_after\xff")
         )
         # A heartbeat (the agent's own topic) claiming A holds all 4 CPUs.
         await a1.event(

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from broker.messages import PartFinished, PartStarted
 from scheduler.runtime.journal import JournalJob
-from tests.scheduler.runtime.harness import Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, eventually
 
 
 def row(cluster: Cluster, job_id: str) -> JournalJob:
@@ -38,10 +39,20 @@ async def test_a_run_is_dated_by_its_agents_measurements(cluster: Cluster) -> No
     await eventually(lambda: a1.started("j"))
     decided = row(cluster, "j").start
     assert decided is not None
-    await a1.event(PartStarted(job_id="j", agent_id="a1", pid=1, attempt=1, launch_seconds=0.5))
+    await a1.event(
+        PartStarted(job_id="j", agent_id="a1", pid=1, attempt=1, launch_seconds=0.5, at=0.0)
+    )
     await later(cluster, 60.0)  # the end is heard of a minute after the decision
     await a1.event(
-        PartFinished(job_id="j", agent_id="a1", exit_code=0, attempt=1, run_seconds=10.0)
+        PartFinished(
+            job_id="j",
+            agent_id="a1",
+            exit_code=0,
+            attempt=1,
+            run_seconds=10.0,
+            at=0.0,
+            reason="done",
+        )
     )
     await eventually(lambda: cluster.state("j") == "finished")
     dated = row(cluster, "j")
@@ -60,12 +71,22 @@ async def test_a_job_over_two_agents_runs_from_its_last_launch_to_its_last_exit(
     assert decided is not None
     for agent, launch in ((a1, 0.25), (a2, 1.0)):
         await agent.event(
-            PartStarted(job_id="w", agent_id=agent.id, pid=1, attempt=1, launch_seconds=launch)
+            PartStarted(
+                job_id="w", agent_id=agent.id, pid=1, attempt=1, launch_seconds=launch, at=0.0
+            )
         )
     await later(cluster, 60.0)
     for agent, run in ((a1, 20.0), (a2, 5.0)):
         await agent.event(
-            PartFinished(job_id="w", agent_id=agent.id, exit_code=0, attempt=1, run_seconds=run)
+            PartFinished(
+                job_id="w",
+                agent_id=agent.id,
+                exit_code=0,
+                attempt=1,
+                run_seconds=run,
+                at=0.0,
+                reason="done",
+            )
         )
     await eventually(lambda: cluster.state("w") == "finished")
     dated = row(cluster, "w")
@@ -95,10 +116,20 @@ async def test_a_measured_end_is_never_after_the_scheduler_heard_of_it(cluster: 
     await eventually(lambda: a1.started("f"))
     decided = row(cluster, "f").start
     assert decided is not None
-    await a1.event(PartStarted(job_id="f", agent_id="a1", pid=1, attempt=1, launch_seconds=0.5))
+    await a1.event(
+        PartStarted(job_id="f", agent_id="a1", pid=1, attempt=1, launch_seconds=0.5, at=0.0)
+    )
     await later(cluster, 30.0)
     await a1.event(
-        PartFinished(job_id="f", agent_id="a1", exit_code=0, attempt=1, run_seconds=45.0)
+        PartFinished(
+            job_id="f",
+            agent_id="a1",
+            exit_code=0,
+            attempt=1,
+            run_seconds=45.0,
+            at=0.0,
+            reason="done",
+        )
     )
     await eventually(lambda: cluster.state("f") == "finished")
     cut = row(cluster, "f")

@@ -1,5 +1,4 @@
-"""The journal's resize records (schema 3), the parts of job events (schema 6), and a
-schema-2 journal opened by this scheduler."""
+"""The journal's resize records (schema 3), and a schema-2 journal opened by this scheduler."""
 
 from __future__ import annotations
 
@@ -7,9 +6,11 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from broker.messages import JobEvent, JobSpec, PartSpec
+from broker.messages import JobEvent, PartSpec
+from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
+from tests.builders import spec
 
 SCHEMA_2 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,16 +32,14 @@ INSERT INTO job_events(job_id, seq, at, state, detail) VALUES ('old', 1, 1.0, 'r
 """
 
 
-def spec(job_id: str) -> JobSpec:
-    return JobSpec(id=job_id, procs=4, walltime=100.0, work=50.0)
-
-
 def test_a_resize_is_recorded_with_its_parts_before_and_after(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.sqlite") as journal:
-        journal.record_submissions([(spec("a"), 0.0)])
+        journal.record_submissions([(spec("a", 4), 0.0)])
         journal.record_start("a", 1.0, [Part("m", 3), Part("n", 1)])
         journal.record_parts("a", 2.0, [Part("m", 1), Part("n", 1)], [Part("m", 3), Part("n", 1)])
-        event = JobEvent(job_id="a", state="resized", at=2.0, seq=2, cpus_before=4, cpus_after=2)
+        event = JobEvent(
+            job_id="a", event=JobEventKind.RESIZED, at=2.0, seq=2, cpus_before=4, cpus_after=2
+        )
         journal.record_event(event)
         resized = [e for e in journal.history("a") if e.kind == "resized"]
         assert [(e.at, e.before, e.parts) for e in resized] == [
@@ -60,10 +59,17 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
         old = journal.history("old")
         assert [(e.kind, e.parts, e.before) for e in old] == [("resized", (Part("m", 2),), ())]
         assert journal.job_events(["old"]) == [
-            JobEvent(job_id="old", state="resized", at=1.0, seq=1, detail="2 CPUs")
+            JobEvent(job_id="old", event=JobEventKind.RESIZED, at=1.0, seq=1, detail="2 CPUs")
         ]
         journal.record_event(
-            JobEvent(job_id="old", state="resized", seq=2, cpus_after=4, parts=(PartSpec("m", 4),))
+            JobEvent(
+                job_id="old",
+                event=JobEventKind.RESIZED,
+                seq=2,
+                cpus_after=4,
+                at=0.0,
+                parts=(PartSpec("m", 4),),
+            )
         )
         assert journal.job_events(["old"])[-1].cpus_after == 4
         assert journal.job_events(["old"])[-1].parts == (PartSpec("m", 4),)
@@ -74,25 +80,3 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
     # Opening it again changes nothing (the columns are there).
     with Journal(path) as journal:
         assert len(journal.job_events(["old"])) == 2
-
-
-def test_a_job_event_keeps_the_parts_it_was_published_with(tmp_path: Path) -> None:
-    # What `accordion gantt` reads back through a history request: where the job ran.
-    started = JobEvent(
-        job_id="a", state="running", at=1.0, seq=1, parts=(PartSpec("m", 3), PartSpec("n", 1))
-    )
-    resized = JobEvent(
-        job_id="a",
-        state="resized",
-        at=2.0,
-        seq=2,
-        cpus_before=4,
-        cpus_after=2,
-        parts=(PartSpec("m", 1), PartSpec("n", 1)),
-    )
-    finished = JobEvent(job_id="a", state="finished", at=3.0, seq=3)
-    with Journal(tmp_path / "j.sqlite") as journal:
-        journal.record_submissions([(spec("a"), 0.0)])
-        for event in (started, resized, finished):
-            journal.record_event(event)
-        assert journal.job_events(["a"]) == [started, resized, finished]

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 from broker.codec import encode
 from broker.messages import StatusReply
 from scheduler.runtime.exporter import GaugeState, SchedulerMetrics, serve
-from tests.scheduler.runtime.harness import Cluster, eventually, served_totals, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, eventually, served_totals
 
 
 def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
@@ -138,7 +139,9 @@ async def test_totals_survive_a_scheduler_restart(cluster: Cluster) -> None:
     # Counted only in the totals table: rejections, a duplicate, bad messages, a loss.
     await cluster.client.submit(spec("wide", 9), spec("wider", 12), spec("j1", 2))
     await cluster.client.send_raw(b"\xc1")  # a byte msgpack never uses
-    await cluster.client.send_raw(encode(StatusReply(request_id="x", now=0.0)))
+    await cluster.client.send_raw(
+        encode(StatusReply(request_id="x", now=0.0, machines=(), queue=(), running=()))
+    )
     await a2.kill()
     await eventually(lambda: not cluster.online("a2"))
     cluster.clock.advance(20.0)

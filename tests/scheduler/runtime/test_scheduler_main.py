@@ -36,8 +36,9 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
-from tests.scheduler.runtime.harness import served_totals, spec
+from tests.scheduler.runtime.harness import served_totals
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPICS = Topics("itest/v1")
@@ -52,7 +53,7 @@ def test_options_and_their_defaults() -> None:
         "fastest",
         60.0,
     )
-    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v1", "lifecycle")
+    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v2", "lifecycle")
     assert parse_args([]).time_scale is None  # the journal's, else 1
 
 
@@ -197,7 +198,7 @@ async def test_a_killed_scheduler_process_serves_the_same_totals_again(
             peer(mosquitto, "cli", TOPICS.replies("cli")) as client,
             peer(mosquitto, "agent-n1", TOPICS.agent_commands("n1")) as agent,
         ):
-            online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1")
+            online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1", running=())
             await agent.bus.publish(TOPICS.agent_state("n1"), encode(online), retain=True)
             await answering(client)
             request = SubmitJobs(
@@ -258,7 +259,7 @@ async def test_the_scheduler_process_on_mosquitto(
             peer(mosquitto, "cli", TOPICS.replies("cli"), TOPICS.events) as client,
             peer(mosquitto, "agent-n1", TOPICS.agent_commands("n1"), will=will) as agent,
         ):
-            online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1")
+            online = AgentOnline(machine=MachineSpec(id="n1", cpus=2), incarnation="i1", running=())
             await agent.bus.publish(TOPICS.agent_state("n1"), encode(online), retain=True)
             running: dict[str, int] = {}
             beating = asyncio.create_task(heartbeats(agent, running), name="test-heartbeats")
@@ -277,7 +278,8 @@ async def test_the_scheduler_process_on_mosquitto(
             assert start.job is not None
             assert (start.job.id, start.time_scale) == ("a", 50.0)
             await agent.bus.publish(
-                TOPICS.agent_events("n1"), encode(PartStarted(job_id="a", agent_id="n1"))
+                TOPICS.agent_events("n1"),
+                encode(PartStarted(job_id="a", agent_id="n1", pid=1, at=0.0)),
             )
             running["a"] = 2
 
@@ -301,9 +303,9 @@ async def test_the_scheduler_process_on_mosquitto(
             del running["a"]
             await agent.bus.publish(
                 TOPICS.agent_events("n1"),
-                encode(PartFinished(job_id="a", agent_id="n1", exit_code=0, reason="done")),
+                encode(PartFinished(job_id="a", agent_id="n1", exit_code=0, reason="done", at=0.0)),
             )
-            await client.expect(JobEvent, lambda e: e.job_id == "a" and e.state == "finished")
+            await client.expect(JobEvent, lambda e: e.job_id == "a" and e.event == "finished")
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 text = r.read().decode()
             assert 'accordion_scheduler_jobs_finished_total{state="finished"} 1.0' in text

@@ -1,0 +1,120 @@
+"""The wire's closed vocabularies: job states, job event kinds and refusal codes.
+
+Each is a ``StrEnum``: msgspec encodes a member as its value, so a payload
+stays readable (``"event": "resized"``), and decodes only the listed values,
+so an unknown one is an ``invalid`` message like any other bad field. The
+same values are the labels of the scheduler's metrics (``reason`` of
+``accordion_scheduler_rejections_total`` and ``..._bad_messages_total``),
+so a label is never a free text and its cardinality is the enum's size.
+
+A refusal is a code from here plus a sentence for people: clients branch
+and count on the code, and print the text.
+
+The scheduler's own lifecycle (``scheduler.core.job_lifecycle``) has the same
+job states; the wire keeps its own copy because ``broker`` imports nothing of
+the project, and a test holds the two equal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Where a job is in its life (QUEUED -> RUNNING -> a final state; a requeue goes
+    back to QUEUED)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        """Whether the job has left for good (nothing happens to it afterwards)."""
+        return self in _FINAL
+
+
+_FINAL = frozenset({JobState.FINISHED, JobState.FAILED, JobState.CANCELLED})
+
+
+class JobEventKind(StrEnum):
+    """What happened to a job, as a ``JobEvent`` tells watchers.
+
+    Five kinds are the job entering a state (``queued``: accepted; ``running``:
+    started, or found running by a restarted scheduler; and the three final
+    states); the others happen to a running or queued job without a change of
+    state: ``resized`` (its CPUs changed, shrunk or expanded), ``requeued``
+    (its machine was lost, it waits again), ``held`` (its agent died and its
+    parts are held for a new incarnation to adopt), ``adopted`` (one did).
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    RESIZED = "resized"
+    REQUEUED = "requeued"
+    HELD = "held"
+    ADOPTED = "adopted"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def state(self) -> JobState:
+        """The job's state once this happened."""
+        return _STATE_AFTER[self]
+
+
+_STATE_AFTER: dict[JobEventKind, JobState] = {
+    JobEventKind.QUEUED: JobState.QUEUED,
+    JobEventKind.RUNNING: JobState.RUNNING,
+    JobEventKind.RESIZED: JobState.RUNNING,
+    JobEventKind.REQUEUED: JobState.QUEUED,
+    JobEventKind.HELD: JobState.RUNNING,
+    JobEventKind.ADOPTED: JobState.RUNNING,
+    JobEventKind.FINISHED: JobState.FINISHED,
+    JobEventKind.FAILED: JobState.FAILED,
+    JobEventKind.CANCELLED: JobState.CANCELLED,
+}
+
+
+class Rejection(StrEnum):
+    """Why the scheduler refused one submitted job (``SubmitResult.code``)."""
+
+    #: It needs more CPUs than the cluster has in all (its machines as configured).
+    TOO_WIDE = "too_wide"
+    #: Its wall time or work is beyond the scheduler's maximum.
+    WALLTIME = "walltime"
+    #: A spec the scheduler cannot turn into a job.
+    INVALID = "invalid"
+    #: Its id is already used by a job with another spec.
+    ID_REUSED = "id_reused"
+
+
+class CancelRefusal(StrEnum):
+    """Why a cancel did nothing (``CancelReply.code``)."""
+
+    #: No such job (or another user's, which is answered the same).
+    UNKNOWN_JOB = "unknown_job"
+    #: The job had already finished or failed.
+    ENDED = "ended"
+
+
+class BadMessage(StrEnum):
+    """Why a receiver refused a message (``ErrorReply.code``, and the metric label).
+
+    The first three are the codec's (``broker.codec``; a payload too large counts
+    as ``not_msgpack``); the others are a valid message the scheduler will not
+    act on.
+    """
+
+    NOT_MSGPACK = "not_msgpack"
+    UNKNOWN_KIND = "unknown_kind"
+    INVALID = "invalid"
+    #: Another protocol version than the receiver's.
+    VERSION = "version"
+    #: A kind that is not accepted on that topic, or a sender naming someone else.
+    UNEXPECTED = "unexpected"
+    #: A user's request about another user's job (answered as if it did not exist).
+    FORBIDDEN = "forbidden"
