@@ -166,7 +166,9 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
                         attempt=live.attempt,
                     ),
                 )
-        ctx.event(job_id, JobEventKind.RUNNING, now, "reconciled after a restart")
+        ctx.event(
+            job_id, JobEventKind.RUNNING, now, "reconciled after a restart", parts=pending.parts
+        )
     if now >= rec.until:
         for job_id in list(core.pending):
             # Settled above if every part was confirmed: one at least was not.

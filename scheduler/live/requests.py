@@ -255,7 +255,15 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
         for agent_id, ag in sorted(ctx.agents.items())
     )
     queue = tuple(
-        JobStatus(id=j.id, state=WireState.QUEUED, procs=j.procs, user=j.user, submit=j.submit)
+        JobStatus(
+            id=j.id,
+            state=WireState.QUEUED,
+            procs=j.procs,
+            user=j.user,
+            submit=j.submit,
+            walltime=j.walltime,
+            deadline=j.deadline,
+        )
         for j in core.queue
     )
     running = [
@@ -267,6 +275,9 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             submit=r.job.submit,
             start=r.start,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in r.parts),
+            walltime=r.job.walltime,
+            est_end=r.est_end,
+            deadline=r.job.deadline,
         )
         for r in core.running
     ]
@@ -279,6 +290,8 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             submit=p.job.submit,
             start=p.start,
             parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
+            walltime=p.job.walltime,
+            deadline=p.job.deadline,
             reconciling=True,
         )
         for p in core.pending.values()

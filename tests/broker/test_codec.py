@@ -41,7 +41,9 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     m.HistoryRequest(request_id="r4", reply_to="cli-1", job_ids=("job-1", "j2")),
     m.HistoryReply(
         request_id="r4",
-        events=(m.JobEvent(job_id="job-1", event=JobEventKind.RUNNING, at=2.0, seq=1),),
+        events=(
+            m.JobEvent(job_id="job-1", event=JobEventKind.RUNNING, at=2.0, seq=1, parts=PARTS),
+        ),
         unknown=("j2",),
     ),
     m.SubmitReply(
@@ -65,10 +67,39 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         request_id="r3",
         now=12.5,
         machines=(m.MachineStatus("node-1", 32, 1.5, free=24, online=True),),
-        queue=(m.JobStatus("j2", JobState.QUEUED, 1, "bob", submit=3.0),),
+        queue=(
+            m.JobStatus(
+                id="j2",
+                state=JobState.QUEUED,
+                procs=1,
+                user="bob",
+                submit=3.0,
+                walltime=60.0,
+                deadline=500.0,
+            ),
+        ),
         running=(
-            m.JobStatus("job-1", JobState.RUNNING, 8, "alice", 1.0, start=2.0, parts=PARTS),
-            m.JobStatus("j3", JobState.RUNNING, 2, "bob", 1.5, parts=PARTS, reconciling=True),
+            m.JobStatus(
+                id="job-1",
+                state=JobState.RUNNING,
+                procs=8,
+                user="alice",
+                submit=1.0,
+                walltime=600.0,
+                start=2.0,
+                parts=PARTS,
+                est_end=602.0,
+            ),
+            m.JobStatus(
+                id="j3",
+                state=JobState.RUNNING,
+                procs=2,
+                user="bob",
+                submit=1.5,
+                walltime=30.0,
+                parts=PARTS,
+                reconciling=True,
+            ),
         ),
     ),
     m.ErrorReply(request_id="r9", code=BadMessage.INVALID, error="invalid message: ..."),
@@ -174,6 +205,17 @@ def test_a_start_whose_job_misses_a_field_is_invalid(job: dict[str, Any], says: 
     assert f"missing required field {says} - at `$.job`" in str(caught.value)
 
 
+def test_a_status_whose_job_has_no_wall_time_is_invalid() -> None:
+    # Every job has the user's estimate; a chart of the plan (accordion gantt) needs it.
+    job = {"id": "j", "state": "queued", "procs": 1, "user": "ann", "submit": 0.0}
+    with pytest.raises(WireError) as caught:
+        decode(
+            _raw(kind="status_reply", request_id="r", now=0.0, machines=[], queue=[job], running=[])
+        )
+    assert caught.value.reason == "invalid"
+    assert "missing required field `walltime` - at `$.queue[0]`" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "result",
     [
@@ -207,7 +249,9 @@ def test_enums_travel_as_their_values() -> None:
     event = m.JobEvent(job_id="j", event=JobEventKind.REQUEUED, at=1.0, seq=2)
     assert msgspec.msgpack.decode(encode(event))["event"] == "requeued"
     assert decode(encode(event)).state is JobState.QUEUED
-    status = m.JobStatus("j", JobState.RUNNING, 1, "ann", 0.0, reconciling=True)
+    status = m.JobStatus(
+        id="j", state=JobState.RUNNING, procs=1, user="ann", submit=0.0, walltime=1.0
+    )
     assert (
         msgspec.msgpack.decode(
             encode(m.StatusReply(request_id="r", now=0.0, machines=(), queue=(), running=(status,)))
