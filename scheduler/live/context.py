@@ -33,6 +33,7 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
 from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
+from scheduler.live.liveness import Deadlines
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
 
@@ -133,6 +134,8 @@ class Context:
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")
+        #: When each agent next needs a look from the liveness check.
+        self.deadlines = Deadlines()
 
     # -- sending ----------------------------------------------------------------
 
