@@ -15,10 +15,16 @@ It prints, for each run:
   ``ClusterSummary`` counting them all (time to register all);
 - then, over ``--measure`` wall seconds (longer than the scheduler's silence
   limit, so agents still online at the end are heartbeating): the scheduler's
-  CPU (utime + stime, % of one core) and its CPU per heartbeat, the broker's
-  and the agents' processes' CPU, and the scheduler's resident memory;
+  CPU (utime + stime, % of one core) and its CPU per heartbeat (over the
+  nominal rate, agents / period), the broker's and the agents' processes'
+  CPU, and the scheduler's resident memory;
 - at the end, from the scheduler's metrics: machines online, agents ever
-  suspected, agents lost (both must be 0).
+  suspected (and how many of them before the measurement), agents lost (both
+  must be 0: a suspected agent is one whose heartbeat came more than half a
+  period late, anywhere between its process and the scheduler's handling).
+
+``--profile FILE`` runs this tree's scheduler under cProfile; ``--keep-log FILE``
+keeps its log (which names every suspected agent and when).
 
 The yardstick, in the same run: the same agents (``--yardstick-agents`` of them)
 against the scheduler of ``--yardstick REF``, a checkout of this repository's
@@ -83,6 +89,8 @@ class Run:
     scheduler_rss: float
     online: int
     suspected: int
+    #: Of ``suspected``: those before the measurement (while the agents registered).
+    suspected_early: int
     lost: int
 
     @property
@@ -147,6 +155,7 @@ def one_run(  # noqa: PLR0917 (a bench's one call site per run)
     beat: float,
     measure: float,
     profile: Path | None = None,
+    keep_log: Path | None = None,
 ) -> Run:
     root = f"swarm-{uuid.uuid4().hex[:6]}/v1"
     env = {**os.environ, "PYTHONPATH": str(source)}
@@ -203,6 +212,8 @@ def one_run(  # noqa: PLR0917 (a bench's one call site per run)
             registered = watcher.run_until_complete(waiting)
             watcher.close()
             pids = [h.pid for h in hosts]
+            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+            early = _metrics(metrics_url).get("accordion_scheduler_agents_suspect_total", 0)
             s0, b0 = cpu_seconds(scheduler.pid), cpu_seconds(broker.pid)
             h0, w0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
             time.sleep(measure)  # the measurement window
@@ -211,7 +222,7 @@ def one_run(  # noqa: PLR0917 (a bench's one call site per run)
             broker_cpu = 100 * (cpu_seconds(broker.pid) - b0) / wall
             hosts_cpu = 100 * (sum(cpu_seconds(p) for p in pids) - h0) / wall
             memory = rss_mb(scheduler.pid)
-            seen = _metrics(f"http://127.0.0.1:{metrics_port}/metrics")
+            seen = _metrics(metrics_url)
         finally:
             for h in hosts:
                 h.terminate()
@@ -228,6 +239,8 @@ def one_run(  # noqa: PLR0917 (a bench's one call site per run)
                 scheduler.kill()
                 scheduler.wait()
             log.close()
+            if keep_log is not None:
+                keep_log.write_bytes(Path(tmp, "scheduler.log").read_bytes())
     return Run(
         label=label,
         agents=agents,
@@ -239,6 +252,7 @@ def one_run(  # noqa: PLR0917 (a bench's one call site per run)
         scheduler_rss=memory,
         online=int(seen.get("accordion_scheduler_machines_online", 0)),
         suspected=int(seen.get("accordion_scheduler_agents_suspect_total", 0)),
+        suspected_early=int(early),
         lost=int(seen.get("accordion_scheduler_agents_lost_total", 0)),
     )
 
@@ -270,6 +284,10 @@ def report(runs: list[Run], target_cpu: float, target_register: float) -> None:
     row("scheduler RSS (MiB)", [f"{r.scheduler_rss:.0f}" for r in runs])
     row("online at the end", [f"{r.online:,}" for r in runs])
     row("agents suspected / lost", [f"{r.suspected} / {r.lost}" for r in runs], "0 / 0")
+    row(
+        "of them suspected while registering",
+        [f"{r.suspected_early}" for r in runs],
+    )
     Console().print(table)
 
 
@@ -284,6 +302,7 @@ def main() -> None:
         "--yardstick-agents", type=int, default=500, help="agents of the yardstick's run"
     )
     parser.add_argument("--profile", type=Path, help="cProfile this tree's scheduler into FILE")
+    parser.add_argument("--keep-log", type=Path, help="copy this tree's scheduler log to FILE")
     args = parser.parse_args()
     if args.agents < 1 or args.processes < 1 or args.beat <= 0 or args.measure <= 0:
         raise SystemExit("--agents, --processes, --beat and --measure must be positive")
@@ -318,6 +337,7 @@ def main() -> None:
                 args.beat,
                 args.measure,
                 args.profile,
+                args.keep_log,
             )
         )
     report(runs, target_cpu=50.0, target_register=60.0)

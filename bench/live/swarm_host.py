@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import itertools
 import random
 import resource
@@ -56,7 +57,7 @@ async def host(url: str, root: str, names: list[str], beat: float, at_once: int)
     registered = 0
     everyone = asyncio.Event()
 
-    async def agent(stack: AsyncExitStack, name: str) -> None:
+    async def agent(stack: AsyncExitStack, tg: asyncio.TaskGroup, name: str) -> None:
         nonlocal registered
         incarnation = uuid.uuid4().hex
         state, events = topics.agent_state(name), topics.agent_events(name)
@@ -72,15 +73,27 @@ async def host(url: str, root: str, names: list[str], beat: float, at_once: int)
         registered += 1
         if registered == len(names):
             everyone.set()
-        # Beats from its registration on, as a real agent's, at a phase of its own.
+        # Beats from its registration on, at a phase of its own, as a real agent's
+        # (``nodeagent.agent.heartbeats``): each sent without waiting for its
+        # acknowledgement, the next one a period after it, none doubled while one
+        # is still in flight.
         await asyncio.sleep(rng.uniform(0.0, beat))
+        in_flight: asyncio.Task[None] | None = None
         for seq in itertools.count():
-            await bus.publish(events, encode(Heartbeat(agent_id=name, seq=seq, running=())))
+            if in_flight is None or in_flight.done():
+                payload = encode(Heartbeat(agent_id=name, seq=seq, running=()))
+                # In the host's task group: a publish that fails ends the host.
+                in_flight = tg.create_task(bus.publish(events, payload), name=f"beat-{name}")
             await asyncio.sleep(beat)
 
     async with AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
-        running = [tg.create_task(agent(stack, n), name=f"swarm-agent-{n}") for n in names]
+        running = [tg.create_task(agent(stack, tg, n), name=f"swarm-agent-{n}") for n in names]
         await everyone.wait()
+        # Thousands of connections are millions of objects: a full collection walking
+        # them stalls every agent of the process at once, for a second or more (a
+        # stall no real agent, alone in its process, has). Those objects live as
+        # long as the process: the collector need not look at them again.
+        gc.freeze()
         print(f"connected {len(names)}", flush=True)
         await stop.wait()
         for task in running:
