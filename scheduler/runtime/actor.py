@@ -383,7 +383,9 @@ class SchedulerActor:
             return _RENEWED
         return message
 
-    def _on_delivery(self, delivery: Delivery, now: float, decoded: AnyMessage | None) -> bool:
+    def _on_delivery(
+        self, delivery: Delivery, now: float, decoded: AnyMessage | None = None
+    ) -> bool:
         """Handle one delivery; False when it cannot have changed the cluster (a
         status or history request, a message refused or dropped)."""
         ctx = self.ctx
