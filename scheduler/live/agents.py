@@ -152,20 +152,8 @@ def check_liveness(ctx: Context, now: float) -> bool:
                     "agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale
                 )
                 moved = True
-        _watch(ctx, agent, ag)
+        ctx.watch(agent)  # moved or not, its next deadline
     return moved
-
-
-def _watch(ctx: Context, agent: str, ag: Agent) -> None:
-    """Look at ``agent`` again when its silence or its hold could next need a move."""
-    life = ag.life
-    if life.heard:
-        s = ctx.settings
-        limit = s.suspect_limit if life.state is AgentState.ONLINE else s.silence_limit
-        base = max(ag.last_heartbeat, ctx.heard_since)
-        ctx.deadlines.watch(agent, base + limit * ctx.time_scale)
-    elif life.state is AgentState.HELD and life.held_until is not None:
-        ctx.deadlines.watch(agent, life.held_until)
 
 
 def renew(ctx: Context, agent: str, message: AnyMessage, now: float) -> bool:
@@ -220,9 +208,8 @@ def _kind(message: AnyMessage) -> str:
 
 def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     _register(ctx, agent, message, now)
-    ag = ctx.agents.get(agent)
-    if ag is not None:
-        _watch(ctx, agent, ag)
+    if agent in ctx.agents:
+        ctx.watch(agent)  # a first registration is no move of the agent table
 
 
 def _register(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
@@ -312,7 +299,6 @@ def _hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
     move = ag.life.apply(AgentInput.WILL_HOLD)
     ag.life.held_until = now + wall * ctx.time_scale
     agent_moved(ctx, agent, move, now, why)
-    _watch(ctx, agent, ag)
     return True
 
 
@@ -330,7 +316,6 @@ def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float)
         log.info("agent %s heard again: no longer suspect", agent)
     agent_moved(ctx, agent, move, now, "heartbeat")
     _reported(ctx, agent, _reports(beat.running), now, complete=True)
-    _watch(ctx, agent, ag)
 
 
 # -- parts -----------------------------------------------------------------------------

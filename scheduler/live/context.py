@@ -210,6 +210,20 @@ class Context:
 
     # -- shared moves -------------------------------------------------------------
 
+    def watch(self, agent: str) -> None:
+        """Look at ``agent`` again when its silence or its hold could next need a move
+        (``scheduler.live.liveness``): after every move of the agent, and once it
+        registers. A later deadline than the one pending changes nothing."""
+        ag = self.agents[agent]
+        life = ag.life
+        if life.heard:
+            s = self.settings
+            limit = s.suspect_limit if life.state is AgentState.ONLINE else s.silence_limit
+            base = max(ag.last_heartbeat, self.heard_since)
+            self.deadlines.watch(agent, base + limit * self.time_scale)
+        elif life.state is AgentState.HELD and life.held_until is not None:
+            self.deadlines.watch(agent, life.held_until)
+
     def attempt(self, job_id: str) -> int:
         """The attempt a start of ``job_id`` now is (fencing, ``part_lifecycle``)."""
         return self.core.requeues(job_id) + 1

@@ -16,12 +16,12 @@ at about once per suspect limit, whatever the number of agents: the check costs
 O(agents due x log agents), and a heartbeat O(1).
 
 Moving a deadline later (a heartbeat, the scheduler reconnecting) is what the
-lazy entry absorbs; moving one *earlier* would not be noticed, so whoever does
-that (an agent registering, heard again, held) calls :meth:`Deadlines.watch`,
-which adds an entry if the agent has none or its entry is later than asked.
-``order`` is the agent's registration rank, so that agents due in the same
-check are handled in the order the agents table lists them, as a walk of it
-would.
+lazy entry absorbs; moving one *earlier* would not be noticed, so every move
+of an agent and its first registration call :meth:`Deadlines.watch`
+(``Context.watch``, from ``scheduler.live.coupling.agent_moved``), which adds
+an entry if the agent has none or its entry is later than asked. ``order``
+is the agent's registration rank, so that agents due in the same check are
+handled in the order the agents table lists them, as a walk of it would.
 """
 
 from __future__ import annotations
