@@ -9,6 +9,7 @@ progress callback: a row has arrived), never after a sleep.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from accordion.cli import app
-from accordion.experiments.dask_pool import DaskError, dask_executor
+from accordion.experiments.dask_pool import ROW_PACKAGES, DaskError, dask_executor
 from accordion.experiments.sweep import Source, Task, read_rows, run_sweep, tasks
 from workload.swf import write_swf
 from workload.synthetic import SyntheticSpec, generate, header
@@ -29,6 +30,7 @@ from workload.synthetic import SyntheticSpec, generate, header
 distributed = pytest.importorskip("distributed")
 
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 30.0  # s: reaching a scheduler on loopback; a bound, not a wait
 
 
@@ -192,19 +194,43 @@ def test_a_worker_that_cannot_import_accordion_is_one_line(trace: Path, tmp_path
     block = tmp_path / "no_accordion.py"
     block.write_text('import sys\nsys.modules["accordion"] = None\n')
     with (
-        distributed.LocalCluster(
-            n_workers=1,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            preload=[str(block)],
-        ) as lc,
+        _one_worker(block) as lc,
         pytest.raises(DaskError, match="cannot import accordion") as err,
         dask_executor(lc.scheduler_address, files=[trace], timeout=TIMEOUT),
     ):
         pass
     assert "ModuleNotFoundError" in str(err.value)
+
+
+def _one_worker(preload: Path) -> distributed.LocalCluster:
+    return distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        preload=[str(preload)],
+    )
+
+
+def test_a_worker_running_other_accordion_code_is_refused(trace: Path, tmp_path: Path) -> None:
+    # Another commit's code on the worker: a copy of the packages with one line
+    # changed, first on the worker's path (a preload runs before any task).
+    other = tmp_path / "other"
+    for package in ROW_PACKAGES:
+        shutil.copytree(
+            ROOT / package, other / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    metrics = other / "model" / "metrics.py"
+    metrics.write_text(metrics.read_text() + "\n# a later commit\n")
+    preload = tmp_path / "other_accordion.py"
+    preload.write_text(f"import sys\nsys.path.insert(0, {str(other)!r})\n")
+    with (
+        _one_worker(preload) as lc,
+        pytest.raises(DaskError, match="runs other accordion code than this host"),
+        dask_executor(lc.scheduler_address, files=[trace], timeout=TIMEOUT),
+    ):
+        pass
 
 
 def test_a_bad_or_unreachable_address_is_one_line_and_exit_2(trace: Path, tmp_path: Path) -> None:

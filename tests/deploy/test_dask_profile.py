@@ -50,7 +50,7 @@ class DaskProfile:
         self.env = {
             **os.environ,
             "COMPOSE_PROJECT_NAME": f"accordion-dask-{uuid.uuid4().hex[:6]}",
-            "ACCORDION_IMAGE": "accordion:e2e",
+            "ACCORDION_IMAGE": "accordion:e2e-dask",
             "DASK_PORT": str(self.port),
             "DASK_DASHBOARD_PORT": str(free_port()),
             "DASK_WORKERS": "2",
