@@ -250,4 +250,6 @@ def _executor(
             highlight=False,
             soft_wrap=True,
         )
+        for line in cluster.mismatches:
+            err_console.print(f"Dask: versions differ: {line}", highlight=False, soft_wrap=True)
         yield cluster.executor

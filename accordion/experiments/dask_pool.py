@@ -35,6 +35,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Executor
 from contextlib import contextmanager
@@ -67,6 +68,9 @@ class DaskPool:
     dashboard: str
     workers: int
     threads: int
+    #: Dask's version mismatches between this host, the scheduler and the
+    #: workers, one line each (Dask warns; a patch release of Python apart is common).
+    mismatches: tuple[str, ...] = ()
 
 
 def code_digest() -> str:
@@ -112,9 +116,17 @@ def dask_executor(address: str, *, files: Sequence[Path], timeout: float) -> Ite
     except ValueError as exc:
         raise DaskError(f"--dask wants a scheduler address like tcp://HOST:8786: {exc}") from exc
     try:
-        client = distributed.Client(address, timeout=timeout, set_as_default=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", distributed.versions.VersionMismatchWarning)
+            client = distributed.Client(address, timeout=timeout, set_as_default=False)
     except OSError as exc:  # nothing answers in time (TimeoutError is an OSError)
         raise DaskError(f"cannot reach the Dask scheduler at {address}: {exc}") from exc
+    mismatches: list[str] = []
+    for caught_warning in caught:
+        if issubclass(caught_warning.category, distributed.versions.VersionMismatchWarning):
+            mismatches.extend(_mismatch_lines(str(caught_warning.message)))
+        else:  # not ours to judge: as if never caught
+            warnings.warn(caught_warning.message, caught_warning.category, stacklevel=1)
     with _quiet(logging.getLogger("distributed")), client:
         try:
             client.wait_for_workers(1, timeout=timeout)
@@ -128,7 +140,9 @@ def dask_executor(address: str, *, files: Sequence[Path], timeout: float) -> Ite
         threads = sum(int(w.get("nthreads", 0)) for w in workers.values())
         executor = client.get_executor()
         try:
-            yield DaskPool(executor, client.dashboard_link, len(workers), threads)
+            yield DaskPool(
+                executor, client.dashboard_link, len(workers), threads, tuple(mismatches)
+            )
         except CancelledError as exc:
             raise DaskError(
                 f"lost the Dask scheduler at {address} mid-sweep; the finished rows are "
@@ -155,6 +169,17 @@ def _quiet(logger: logging.Logger) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def _mismatch_lines(table: str) -> list[str]:
+    """Dask's mismatch table (``| package | client | scheduler | workers |``), a line a row."""
+    lines = []
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if row.lstrip().startswith("|") and len(cells) == 4 and cells[0] != "Package":
+            package, ours, scheduler, workers = cells
+            lines.append(f"{package}: here {ours}, scheduler {scheduler}, workers {workers}")
+    return lines or [table.splitlines()[0]]
 
 
 def _cannot_import(exc: ImportError) -> str:
