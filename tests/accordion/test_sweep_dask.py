@@ -188,6 +188,17 @@ def test_the_scheduler_gone_is_one_error_and_the_same_command_resumes(
     assert out.read_bytes() == expected
 
 
+def _one_worker(preload: Path) -> distributed.LocalCluster:
+    return distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+        preload=[str(preload)],
+    )
+
+
 def test_a_worker_that_cannot_import_accordion_is_one_line(trace: Path, tmp_path: Path) -> None:
     # A preload that runs in each worker process before any task: accordion is
     # then unimportable there (a real ModuleNotFoundError), as on a host without it.
@@ -200,17 +211,6 @@ def test_a_worker_that_cannot_import_accordion_is_one_line(trace: Path, tmp_path
     ):
         pass
     assert "ModuleNotFoundError" in str(err.value)
-
-
-def _one_worker(preload: Path) -> distributed.LocalCluster:
-    return distributed.LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address="127.0.0.1:0",
-        preload=[str(preload)],
-    )
 
 
 def test_a_worker_running_other_accordion_code_is_refused(trace: Path, tmp_path: Path) -> None:
