@@ -182,7 +182,7 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 2
     try:
-        journal = Journal(args.journal, synchronous=args.synchronous)
+        journal = Journal(args.journal, synchronous=args.synchronous, check=True)
     except (JournalError, OSError) as exc:
         log.error("cannot open the journal: %s", exc)
         return 2
