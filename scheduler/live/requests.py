@@ -154,10 +154,12 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         specs = tuple(owned_by(spec, who.name) for spec in specs)
     failure = ctx.journal.failure
     for spec in specs:
-        if failure is None:
+        if failure is None or ctx.core.job(spec.id) is not None:
+            # (A job known already is answered as ever: a duplicate promises nothing
+            # new, and its answer waits, like the first, for the journal to take it.)
             result = _submit_one(ctx, spec, now)
         else:
-            # Nothing can be promised while the journal refuses writes: try again later.
+            # Nothing new can be promised while the journal refuses writes.
             result = _rejected(spec, Rejection.JOURNAL, f"{failure}; try again later")
         results.append(result)
         if result.code is not None:

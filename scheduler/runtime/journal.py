@@ -79,11 +79,10 @@ drain in one, so thousands of submissions cost one commit).
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Self
 
 from broker.messages import JobEvent, JobSpec
 from broker.storage import STORED_PROTOCOLS, spec_to_json
@@ -91,6 +90,7 @@ from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime.journal_open import Synchronous, open_database
 from scheduler.runtime.journal_records import (
     EVENT_COLUMNS,
     EVENT_KINDS,
@@ -106,8 +106,8 @@ from scheduler.runtime.journal_records import (
     row_event,
     row_job,
 )
-from scheduler.runtime.journal_schema import SCHEMA_VERSION, JournalError, prepare
-from scheduler.runtime.journal_writer import Writer, write_failure
+from scheduler.runtime.journal_schema import SCHEMA_VERSION, JournalError
+from scheduler.runtime.journal_writer import Writer
 
 __all__ = [
     "EVENT_KINDS",
@@ -122,8 +122,6 @@ __all__ = [
     "TotalKey",
 ]
 
-Synchronous = Literal["FULL", "NORMAL"]
-
 
 class Journal:
     """The SQLite journal (see the module docstring). Single-threaded: the actor's."""
@@ -135,43 +133,9 @@ class Journal:
         (SQLite's ``quick_check``), so a damaged file is refused at start rather
         than found out later. Raises :class:`JournalError`, in one line that says
         what to do, for a journal that cannot be opened or written, or is damaged."""
-        if synchronous not in ("FULL", "NORMAL"):
-            raise JournalError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
         self.path = Path(path)
-        try:
-            # Autocommit mode: transactions are the explicit BEGIN/COMMIT of transaction().
-            self._db = sqlite3.connect(self.path, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise _refused(self.path, exc) from None
-        try:
-            self._open(synchronous, check=check)
-        except sqlite3.Error as exc:
-            self._db.close()
-            raise _refused(self.path, exc) from None
-        except JournalError:
-            self._db.close()
-            raise
+        self._db = open_database(self.path, synchronous, check=check)
         self._writer = Writer(self._db, self.path)
-
-    def _open(self, synchronous: Synchronous, *, check: bool) -> None:
-        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise JournalError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        if check:
-            found = [str(r[0]) for r in self._db.execute("PRAGMA quick_check(3)").fetchall()]
-            if found != ["ok"]:
-                raise JournalError(
-                    f"the journal {self.path} is damaged ({'; '.join(found)}): {_DAMAGED_ADVICE}"
-                )
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            prepare(self._db, self.path)
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     # -- life -------------------------------------------------------------
 
@@ -562,28 +526,3 @@ class Journal:
         """Every journaled total (what :meth:`record_totals` last set for each)."""
         rows = self._db.execute("SELECT name, labels, value FROM totals ORDER BY name, labels")
         return {(str(name), labels_of(labels)): int(n) for name, labels, n in rows.fetchall()}
-
-
-_DAMAGED_ADVICE = (
-    "restore it from a copy, or move it aside to start with an empty journal "
-    "(the jobs it holds are then forgotten)"
-)
-
-
-def _refused(path: Path, exc: sqlite3.Error) -> JournalError:
-    """Why the journal at ``path`` cannot be used, and what to do, in one line."""
-    what = write_failure(exc)
-    if what == "it is read-only":
-        advice = (
-            "make the file and its directory writable by this user (SQLite writes its "
-            "-wal and -shm files beside it), or start with another --journal"
-        )
-    elif what in ("it is damaged", "it is not a database"):
-        advice = _DAMAGED_ADVICE
-    elif what == "its disk is full":
-        advice = "free space on its filesystem, then start again"
-    elif what == "it cannot be opened":
-        advice = "check that its directory exists and this user may write there"
-    else:
-        advice = "check its disk, or start with another --journal"
-    return JournalError(f"the journal {path} cannot be used ({exc}): {advice}")
