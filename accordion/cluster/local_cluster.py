@@ -284,7 +284,10 @@ class LocalCluster:
         self.stop()
 
     def start(self) -> None:
-        """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`)."""
+        """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`);
+        after :meth:`stop`, again, on the same run directory (as ``accordion up`` run again)."""
+        self._stopping = False
+        self._agents, self._due, self._in_a_row = [], {}, {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wiring.write_logins(self.run_dir, [m.id for m in self.spec.machines])
         if self.broker_kind != "external":

@@ -257,8 +257,10 @@ class PartRuns:
         if reason == "failed" and (exited.code == EXIT_LOST or self._lease.lapsed()):
             # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
             # never reached the broker); like a lapsed lease, that is fencing, not the
-            # job failing: the scheduler requeues it.
-            reason = "fenced"
+            # job failing: the scheduler requeues it. A part left by a stopped agent
+            # whose lease ran out before this incarnation renewed it ended of that
+            # stop: the scheduler does not charge it.
+            reason = "stopped" if part.lapsed_on_the_stop() else "fenced"
         if part.resized:
             self._outbox.post(self._topics.job_control(exited.job_id), b"", retain=True)
         run = _run_seconds(part, exited)

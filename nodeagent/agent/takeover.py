@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from nodeagent.agent.cpuset import CpusetError, SlotPool, pin_part
 from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
@@ -92,6 +93,7 @@ class TakeOver:
             slots=slots,
             failure_file=launch.failure_file,
             forked=forked.mono,
+            adopted_after_stop=time.time() if self._survey and self._survey.after_stop else None,
         )
         self._parts.add(part)
         self._adopted.append(part)
