@@ -235,17 +235,27 @@ class CancelReply(Message, tag="cancel_reply", frozen=True, kw_only=True):
     code: CancelRefusal | None = None
 
 
-class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """A queued or running job; ``reconciling``: running as the journal says, not yet
-    confirmed by its agents (a scheduler that just restarted)."""
+    confirmed by its agents (a scheduler that just restarted).
+
+    What a chart of the plan needs besides its place (``accordion gantt``):
+    ``walltime``, the user's estimate (seconds at the job's reference speed);
+    ``est_end``, a running job's end as the scheduler estimates it from that wall
+    time (the end its plan counts on), None for a job not running yet;
+    ``deadline``, absolute, None for a job without one.
+    """
 
     id: str
     state: JobState
     procs: int
     user: str
     submit: float
+    walltime: float
     start: float | None = None
     parts: tuple[PartSpec, ...] = ()
+    est_end: float | None = None
+    deadline: float | None = None
     reconciling: bool = False
 
 
@@ -524,6 +534,10 @@ class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
+    #: A ``running`` or ``resized`` event's parts of the job from then on (where it
+    #: runs, for a chart of the schedule); empty on the other kinds, which place
+    #: nothing.
+    parts: Annotated[tuple[PartSpec, ...], msgspec.Meta(max_length=65_536)] = ()
     #: None from an older sender; in a ``HistoryReply``, the scheduler-wide number.
     stream: Annotated[int, msgspec.Meta(ge=1)] | None = None
 

@@ -54,7 +54,12 @@ written by :meth:`Journal.record_hold` with a ``held`` history event, cleared
 by its next start, requeue or end), so a restarted scheduler waits it out
 before declaring the parts lost, whichever job events it journals.
 
-Streams (schema 7). Each ``job_events`` row also has its number in the
+Placements in job events (schema 7). A ``running`` or ``resized`` job event
+keeps the job's parts from then on (``job_events.parts``), so a history
+request tells where a job ran as well as when (``accordion gantt``); NULL in
+older rows.
+
+Streams (schema 8). Each ``job_events`` row also has its number in the
 scheduler-wide event stream (``stream``, what ``JobEvent.stream`` says on the
 ``events`` topic) and in its owner's (``owner``, ``owner_stream``: what the
 owner's ``users/<user>/events`` says), so a watcher that missed events of any
@@ -84,7 +89,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from broker.messages import JobEvent, JobSpec
+from broker.messages import JobEvent, JobSpec, PartSpec
 from broker.storage import STORED_PROTOCOLS, spec_to_json
 from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import JobEventKind
@@ -102,6 +107,7 @@ from scheduler.runtime.journal_records import (
     TotalKey,
     labels_of,
     labels_text,
+    parts_of,
     parts_text,
     row_event,
     row_job,
@@ -362,8 +368,8 @@ class Journal:
             # Idempotent by job and seq only: a stream number used twice is a bug, loud.
             self._writer.execute(
                 "INSERT INTO job_events(job_id, seq, at, event, detail, "
-                "cpus_before, cpus_after, stream, owner, owner_stream) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, seq) DO NOTHING",
+                "cpus_before, cpus_after, parts, stream, owner, owner_stream) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, seq) DO NOTHING",
                 (
                     event.job_id,
                     event.seq,
@@ -372,6 +378,9 @@ class Journal:
                     event.detail or None,
                     event.cpus_before,
                     event.cpus_after,
+                    parts_text([Part(p.machine, p.cpus) for p in event.parts])
+                    if event.parts
+                    else None,
                     event.stream,
                     owner,
                     owner_stream,
@@ -384,7 +393,8 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after, stream FROM job_events "
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts, stream "
+                "FROM job_events "
                 "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
@@ -397,9 +407,10 @@ class Journal:
                     detail=d or "",
                     cpus_before=before,
                     cpus_after=after,
+                    parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                     stream=stream,
                 )
-                for seq, at, kind, d, before, after, stream in rows
+                for seq, at, kind, d, before, after, parts, stream in rows
             ]
         return out
 
@@ -428,7 +439,7 @@ class Journal:
         where = f"{number} > ?" + ("" if owner is None else " AND owner = ?")
         args: tuple[object, ...] = (after,) if owner is None else (after, owner)
         rows = self._db.execute(
-            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, {number} "
+            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, parts, {number} "
             f"FROM job_events WHERE {where} ORDER BY {number} LIMIT ?",
             (*args, limit + 1),
         ).fetchall()
@@ -441,9 +452,10 @@ class Journal:
                 detail=d or "",
                 cpus_before=before,
                 cpus_after=after_cpus,
+                parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                 stream=int(n),
             )
-            for job_id, seq, at, kind, d, before, after_cpus, n in rows[:limit]
+            for job_id, seq, at, kind, d, before, after_cpus, parts, n in rows[:limit]
         ]
         return events, len(rows) > limit
 

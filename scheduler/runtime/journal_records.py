@@ -52,7 +52,7 @@ class JournalJob:
     #: start fenced before it ran, a stop its agent's operator asked for
     #: (``scheduler.core.recovery``).
     uncharged: int = 0
-    #: Why its parts are held (schema 7): ``stop`` (its agent's operator stopped the
+    #: Why its parts are held (schema 8): ``stop`` (its agent's operator stopped the
     #: agent: a part a restart finds gone is requeued uncharged) or ``lost``.
     hold_cause: str | None = None
 
@@ -86,7 +86,7 @@ class JournalEvent:
     parts a ``resized`` job held until then (empty otherwise, and in a journal
     older than schema 3); ``detail`` is the reason of a requeue or an end. A
     requeue says its ``cause`` (``scheduler.live.coupling.Cause``) and whether it
-    was ``charged`` against ``max_requeues`` (None before schema 7).
+    was ``charged`` against ``max_requeues`` (None before schema 8).
     """
 
     at: float

@@ -22,7 +22,9 @@ Schema versions, each migrated in place when a newer scheduler opens the file
 6. ``job_events.event`` (protocol 2): the column that was ``state`` holds what
    happened (``broker.vocabulary.JobEventKind``), as it always did; the
    migration renames it, and the values (``queued``, ``resized`` ...) stay;
-7. polite stops, drains and event streams (protocol 3): ``events.cause`` and
+7. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
+   on (JSON, as ``jobs.parts``), NULL in older rows;
+8. polite stops, drains and event streams (protocol 3): ``events.cause`` and
    ``events.charged`` (why a job was requeued, ``scheduler.live.coupling.Cause``,
    and whether it counted against ``max_requeues``); ``jobs.hold_cause``
    (``stop``: its parts were held because its agent's operator stopped the
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -84,6 +86,7 @@ CREATE TABLE IF NOT EXISTS job_events (
     detail TEXT,
     cpus_before INTEGER,
     cpus_after INTEGER,
+    parts TEXT,
     stream INTEGER,
     owner TEXT,
     owner_stream INTEGER,
@@ -140,9 +143,14 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns, added to the tables an older scheduler made.
+    # columns, schema 7 the events' parts and schema 8 the causes and stream
+    # numbers, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
-    _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
+    _add_columns(
+        db,
+        "job_events",
+        [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER"), ("parts", "TEXT")],
+    )
     _add_columns(
         db,
         "jobs",

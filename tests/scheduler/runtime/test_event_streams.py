@@ -4,8 +4,9 @@ Every event has its number in the scheduler-wide stream (``events``) and in
 its owner's (``users/<owner>/events``), from 1 without gaps, journaled with
 it; ``EventsRequest`` answers from the journal by number, the requester's
 stream only (a user's own jobs). A restarted scheduler numbers on. A journal
-of schema 6 (protocol 2, before streams) is migrated in place: its events
-keep no number, and the streams start after them.
+of schema 6 or 7 (protocol 2, before streams) is migrated in place: its
+events keep no number (and a schema-7 one its parts), and the streams start
+after them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from contextlib import closing
 from pathlib import Path
 
 from broker.codec import encode
-from broker.messages import EventsReply, EventsRequest, JobEvent
+from broker.messages import EventsReply, EventsRequest, JobEvent, PartSpec
 from broker.vocabulary import JobEventKind
 from scheduler.live.settings import ActorSettings
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
@@ -54,6 +55,40 @@ CREATE TABLE totals (
 """  # noqa: E501 (rows as the dump printed them)
 
 
+#: A schema-7 journal (protocol 2 with the parts of job events), as ``iterdump``
+#: printed it: one job running on two machines, its start's parts journaled.
+SCHEMA_7 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO "meta" VALUES('schema','7');
+INSERT INTO "meta" VALUES('epoch','1700000000.0');
+INSERT INTO "meta" VALUES('time_scale','1.0');
+INSERT INTO "meta" VALUES('policy','fcfs');
+INSERT INTO "meta" VALUES('protocol','2');
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY, spec TEXT NOT NULL, submit REAL NOT NULL, state TEXT NOT NULL,
+    start_at REAL, end_at REAL, parts TEXT, requeues INTEGER NOT NULL DEFAULT 0,
+    detail TEXT, held_until REAL, uncharged INTEGER NOT NULL DEFAULT 0
+);
+INSERT INTO "jobs" VALUES('wide','{"id":"wide","procs":4,"walltime":100.0,"work":50.0,"workload":"sleep","user":"ann","group":"nobody","qos":0,"deadline":null,"malleable":true,"cpu_util":1.0,"ref_speed":1.0,"mpi":null}',0.0,'running',2.0,NULL,'[["n1",2],["n2",2]]',0,NULL,NULL,0);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, job_id TEXT NOT NULL,
+    kind TEXT NOT NULL, detail TEXT, before TEXT
+);
+INSERT INTO "events" VALUES(1,2.0,'wide','started','[["n1",2],["n2",2]]',NULL);
+CREATE TABLE job_events (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, at REAL NOT NULL, event TEXT NOT NULL,
+    detail TEXT, cpus_before INTEGER, cpus_after INTEGER, parts TEXT,
+    PRIMARY KEY (job_id, seq)
+) WITHOUT ROWID;
+INSERT INTO "job_events" VALUES('wide',1,0.0,'queued',NULL,NULL,NULL,NULL);
+INSERT INTO "job_events" VALUES('wide',2,2.0,'running','n1:2,n2:2',NULL,NULL,'[["n1",2],["n2",2]]');
+CREATE TABLE totals (
+    name TEXT NOT NULL, labels TEXT NOT NULL, value INTEGER NOT NULL,
+    PRIMARY KEY (name, labels)
+) WITHOUT ROWID;
+"""  # noqa: E501 (rows as the dump printed them)
+
+
 def _columns(path: Path, table: str) -> set[str]:
     with closing(sqlite3.connect(path)) as db:
         return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
@@ -77,6 +112,32 @@ def test_a_schema_6_journal_is_migrated_and_its_streams_start_after_it(tmp_path:
         assert journal.stream_events(0, 10) == ([event], False)
     assert {"stream", "owner", "owner_stream"} <= _columns(path, "job_events")
     assert {"cause", "charged"} <= _columns(path, "events")
+    assert "hold_cause" in _columns(path, "jobs")
+    with closing(sqlite3.connect(path)) as db:
+        (schema,) = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    assert schema == str(SCHEMA_VERSION)
+
+
+def test_a_schema_7_journal_keeps_its_parts_and_its_streams_start_after_it(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "schema-7.sqlite"
+    with closing(sqlite3.connect(path)) as db:
+        db.executescript(SCHEMA_7)
+    with Journal(path) as journal:
+        assert journal.last_streams() == (0, {})
+        old = journal.job_events(["wide"])
+        assert [(e.seq, e.event, e.parts, e.stream) for e in old] == [
+            (1, JobEventKind.QUEUED, (), None),
+            (2, JobEventKind.RUNNING, (PartSpec("n1", 2), PartSpec("n2", 2)), None),
+        ]
+        (row,) = journal.load().jobs
+        assert (row.spec.id, row.hold_cause, row.uncharged) == ("wide", None, 0)
+        finished = JobEvent(job_id="wide", event=JobEventKind.FINISHED, at=9.0, seq=3, stream=1)
+        journal.record_event(finished, owner="ann", owner_stream=1)
+        assert journal.stream_events(0, 10) == ([finished], False)
+        assert journal.stream_events(0, 10, owner="ann") == ([finished], False)
+    assert {"parts", "stream", "owner", "owner_stream"} <= _columns(path, "job_events")
     assert "hold_cause" in _columns(path, "jobs")
     with closing(sqlite3.connect(path)) as db:
         (schema,) = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
