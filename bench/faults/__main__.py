@@ -50,10 +50,16 @@ them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
 target) and ``takeover`` (mallory connects with the scheduler's and an
 agent's client ids and holds them while jobs run; **effects** counts the
-victims' reconnections and restarts, 0 is the target).
+victims' reconnections and restarts, 0 is the target). Four rows are an
+operator's doing (``bench/faults/stop_rows.py``): ``agent-sigterm``,
+``up-restarts``, ``duplicate-agent`` (with logins) and ``full-disk`` (the
+journal on a small tmpfs, filled while jobs run: needs root); for them a
+failed job or a **charged** requeue (one counted against the job's budget)
+is a fault too.
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``sampler.py`` (``/proc``), ``rows.py`` and ``trust_rows.py`` (the rows),
+``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py`` and ``stop_rows.py``
+(the rows), ``disk.py`` (the tmpfs),
 ``table.py`` (the printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
