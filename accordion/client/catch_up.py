@@ -17,7 +17,11 @@ printed, in pages (``EventsRequest``), and prints what comes back, marked as
 recovered, before going on; an event at or below the last number printed is
 a repeat and is dropped. Numbers the journal does not hold (the scheduler
 could not write them), and a scheduler that does not answer, are said in one
-line each (:attr:`CatchUp.warnings`). Events without a number (an older
+line each (:attr:`CatchUp.warnings`). After a reconnection the scheduler may
+be reconnecting too (a broker restart drops every connection, and a request
+published before the scheduler subscribes again reaches nobody), so a
+request that got no answer is asked again at the watcher's next wake until
+one comes, said once. Events without a number (an older
 scheduler) fall back on their per-job ``seq`` (``accordion.client.replay.EventGaps``).
 """
 
@@ -59,23 +63,37 @@ class CatchUp:
     recovered: int = 0
     unrecoverable: int = 0
     _jobs: EventGaps = field(default_factory=EventGaps)
+    #: Why the stream up to where it stands now is still to be asked for (a
+    #: reconnection whose request got no answer yet); None: nothing pending.
+    _pending: str | None = None
+    #: Whether the pending gap's failure was said already (said once, not every wake).
+    _pending_said: bool = False
 
     async def start(self) -> None:
         """Where the stream stands now: what is published from here on is printed."""
+        await self._learn_position()
+
+    async def _learn_position(self, *, say: bool = True) -> bool:
+        """Ask where the stream stands (:meth:`start`); whether the scheduler said.
+        ``say``: warn if it did not."""
         try:
             reply = await self.client.events_since(NOW, limit=1)
         except (LiveError, BusError) as exc:
-            self.warnings.append(f"cannot tell where the event stream stands: {exc}")
-            return
+            if say:
+                self.warnings.append(f"cannot tell where the event stream stands: {exc}")
+            return False
         self.last = reply.last
         self.reconnects = self.client.reconnects
+        return True
 
     async def take(self, event: JobEvent | None) -> list[Seen]:
         """What to print for ``event`` (None: nothing arrived), gaps filled first."""
         out: list[Seen] = []
         if self.client.reconnects != self.reconnects:
             self.reconnects = self.client.reconnects
-            out += await self._fill(None, "the connection was made again")
+            self._pending = "the connection was made again"
+        if self._pending is not None:
+            out += await self._fill(None, self._pending, retry=True)
         if event is None:
             return out
         if event.stream is None:
@@ -90,11 +108,17 @@ class CatchUp:
         self._jobs.seen(event)
         return [*out, Seen(event)]
 
-    async def _fill(self, upto: int | None, why: str) -> list[Seen]:
+    async def _fill(self, upto: int | None, why: str, *, retry: bool = False) -> list[Seen]:
         """Ask for the stream after the last number printed, up to ``upto`` (None: up to
-        where it stands now), page by page."""
+        where it stands now), page by page. ``retry``: a request that gets no answer
+        stays pending, to be asked again at the next :meth:`take`."""
         if self.last is None:
-            await self.start()
+            # Nothing printed has a number yet: learning where the stream stands is all
+            # there is to catch up on.
+            if await self._learn_position(say=not self._pending_said):
+                self._pending, self._pending_said = None, False
+            else:
+                self._pending_said = True
             return []
         first = self.last + 1
         got: list[Seen] = []
@@ -110,11 +134,22 @@ class CatchUp:
                 if not reply.more or len(page) < len(reply.events) or self.last >= end:
                     break
         except (LiveError, BusError) as exc:
-            self.warnings.append(
-                f"events after #{self.last} were missed ({why}) and could not be asked for: {exc}"
-            )
             self.recovered += len(got)
+            if not retry:
+                self.warnings.append(
+                    f"events after #{self.last} were missed ({why}) and could not be asked "
+                    f"for: {exc}"
+                )
+            elif not self._pending_said:
+                self._pending_said = True
+                self.warnings.append(
+                    f"events after #{self.last} were missed ({why}) and could not be asked "
+                    f"for yet: {exc}; asking again"
+                )
             return got
+        if self._pending_said:
+            self.warnings.append(f"the events missed ({why}) were asked for again: caught up")
+        self._pending, self._pending_said = None, False
         self._lost(first, end, got, why)
         self.last = max(self.last, end)
         self.recovered += len(got)

@@ -29,8 +29,9 @@ from accordion.client.catch_up import CatchUp
 from accordion.client.live_client import LiveClient, connect, run_async
 from accordion.client.specs import job_spec
 from accordion.cluster.local_cluster import LocalCluster
+from broker.codec import decode, encode
 from broker.memory import MemoryBroker
-from broker.messages import JobEvent
+from broker.messages import EventsReply, EventsRequest, JobEvent
 from broker.topics import Topics
 from broker.vocabulary import JobEventKind
 from scheduler.runtime.journal import Journal
@@ -171,3 +172,50 @@ def test_a_watcher_says_so_in_one_line_when_missed_events_cannot_be_had(
     assert len(warnings) == 1
     assert "events after #10 were missed" in warnings[0]
     assert "no reply from the scheduler" in warnings[0]
+
+
+def test_a_watcher_that_reconnected_asks_again_until_the_scheduler_answers() -> None:
+    # After a broker restart the scheduler reconnects too: a watcher's first request
+    # may reach nobody. It says so once, asks again at its next wake, and catches up.
+    async def scenario() -> tuple[list[str], list[tuple[int | None, bool]], list[str]]:
+        broker = MemoryBroker()
+        topics = Topics("t/v3")
+        async with (
+            broker.client("watcher") as bus,
+            LiveClient(bus, topics, timeout=0.2, watch=True) as client,
+        ):
+            catch_up = CatchUp(client, last=2)
+            client.reconnected()
+            assert await catch_up.take(None) == []  # nobody answers yet
+            assert await catch_up.take(None) == []  # asked again, not said again
+            said = list(catch_up.warnings)
+            async with broker.client("scheduler") as scheduler:
+                await scheduler.subscribe(topics.requests)
+
+                async def answer() -> None:
+                    async for delivery in scheduler.deliveries():
+                        request = decode(delivery.payload)
+                        assert isinstance(request, EventsRequest)
+                        events = tuple(
+                            JobEvent(job_id="j", event=kind, at=float(n), seq=n - 2, stream=n)
+                            for n, kind in ((3, JobEventKind.QUEUED), (4, JobEventKind.RUNNING))
+                            if n > request.after
+                        )
+                        reply = EventsReply(request_id=request.request_id, events=events, last=4)
+                        await scheduler.publish(topics.replies(request.reply_to), encode(reply))
+
+                responder = asyncio.create_task(answer())
+                try:
+                    shown = await catch_up.take(None)
+                finally:
+                    responder.cancel()
+            return said, [(s.event.stream, s.recovered) for s in shown], catch_up.warnings
+
+    said, shown, warnings = asyncio.run(scenario())
+    assert len(said) == 1
+    assert "could not be asked for yet" in said[0]
+    assert "asking again" in said[0]
+    assert shown == [(3, True), (4, True)]
+    assert warnings[1:] == [
+        "the events missed (the connection was made again) were asked for again: caught up"
+    ]
