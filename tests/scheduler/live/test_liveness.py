@@ -83,7 +83,7 @@ def _walk(ctx: Context, now: float) -> None:
     ended = []
     for agent, ag in ctx.agents.items():
         until = ag.life.held_until
-        if ag.life.state is AgentState.HELD and until is not None and now >= until:
+        if ag.life.held and until is not None and now >= until:
             ended.append((agent, ag.life.apply(AgentInput.HOLD_ENDED)))
     for agent, move in ended:
         agent_moved(ctx, agent, move, now, "will")
@@ -111,11 +111,24 @@ def _apply(ctx: Context, step: Step, now: float, seq: int) -> None:
             agents.on_state(ctx, agent, online, now)
         case "beat":
             agents.on_event(ctx, agent, Heartbeat(agent_id=agent, seq=seq, running=()), now)
-        case "will":
+        case "will" | "stop":
             if agent in ctx.agents:
                 inc = ctx.agents[agent].life.incarnation
-                offline = AgentOffline(agent_id=agent, incarnation=inc, reason="lost")
+                reason = "lost" if what == "will" else "stopping"
+                offline = AgentOffline(agent_id=agent, incarnation=inc, reason=reason)
                 agents.on_state(ctx, agent, offline, now)
+        case "drain" | "resume":
+            if agent in ctx.agents:
+                # The same incarnation announcing again that it drains, or no longer.
+                again = AgentOnline(
+                    machine=MachineSpec(id=agent, cpus=2),
+                    incarnation=ctx.agents[agent].life.incarnation,
+                    running=(),
+                    lease=8.0,
+                    adopts=ctx.agents[agent].life.adopts,
+                    draining=what == "drain",
+                )
+                agents.on_state(ctx, agent, again, now)
         case "reconnect":
             ctx.heard_since = now
 
@@ -126,7 +139,10 @@ def _seen(ctx: Context) -> dict[str, tuple[str, float | None]]:
 
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["register", "beat", "beat", "beat", "will", "reconnect", "tick"]),
+        st.sampled_from(
+            ["register", "beat", "beat", "beat", "will", "stop", "drain", "resume", "reconnect"]
+            + ["tick"] * 3
+        ),
         st.sampled_from(AGENTS),
         st.floats(min_value=0.0, max_value=5.0),
     ),
