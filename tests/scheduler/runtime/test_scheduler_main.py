@@ -33,7 +33,7 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.mqtt import MqttBus, MqttSettings
-from broker.topics import Topics
+from broker.topics import DEFAULT_ROOT, Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.runtime.journal import Journal
 from tests.integration.conftest import BrokerEndpoint
@@ -52,7 +52,7 @@ def test_options_and_their_defaults() -> None:
         "fastest",
         60.0,
     )
-    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v2", "lifecycle")
+    assert (args.metrics_port, args.root, args.job_events) == (None, DEFAULT_ROOT, "lifecycle")
     assert parse_args([]).time_scale is None  # the journal's, else 1
 
 
