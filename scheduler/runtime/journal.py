@@ -313,6 +313,23 @@ class Journal:
             )
             self._event(end, job_id, state.value, detail)
 
+    def record_cancels(self, job_ids: Sequence[str], at: float, detail: str) -> None:
+        """Queued jobs cancelled together (a bulk cancel): one statement for all their
+        rows and one for their history, in the enclosing transaction."""
+        with self.transaction():
+            before = self._db.total_changes
+            self._db.executemany(
+                "UPDATE jobs SET state=?, end_at=?, detail=?, held_until=NULL WHERE id=?",
+                [(JobState.CANCELLED.value, at, detail or None, j) for j in job_ids],
+            )
+            if self._db.total_changes - before != len(job_ids):
+                # A local bug: the actor journals only jobs it accepted.
+                raise KeyError(f"some of {len(job_ids)} cancelled jobs are not in the journal")
+            self._db.executemany(
+                "INSERT INTO events(at, job_id, kind, detail) VALUES (?, ?, ?, ?)",
+                [(at, j, JobState.CANCELLED.value, detail or None) for j in job_ids],
+            )
+
     def record_event(self, event: JobEvent) -> None:
         """A ``JobEvent`` about to be published (idempotent by job and seq)."""
         with self.transaction():

@@ -93,6 +93,8 @@ def spec(
     user: str = "ann",
     malleable: bool = False,
     deadline: float | None = None,
+    account: str = "nobody",
+    qos: int = 0,
 ) -> JobSpec:
     return JobSpec(
         id=job_id,
@@ -100,6 +102,8 @@ def spec(
         walltime=walltime,
         work=work,
         user=user,
+        group=account,
+        qos=qos,
         malleable=malleable,
         deadline=deadline,
     )
