@@ -19,7 +19,9 @@ is kept, never written again:
 - :data:`MAX_PACKET_BYTES` is Mosquitto's ``max_packet_size``: the payload
   limit plus the longest topic MQTT allows and a packet's headers. A client
   that sends a larger packet is disconnected as soon as its fixed header is
-  read, so a 200 MB publish costs the broker no 200 MB.
+  read, so a 200 MB publish costs the broker no 200 MB. (A payload between the
+  two is read and dropped; Mosquitto 2.0.11 with our ``max_queued_messages 0``
+  then closes its sender's connection as well.)
 - :data:`MAX_REPLY_BYTES` bounds a page of the scheduler's ``StatusReply``:
   the scheduler stops adding rows before it and says where to go on (a
   cursor), so no queue, however long, makes a status too large to send.

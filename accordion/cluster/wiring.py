@@ -146,6 +146,11 @@ class Wiring:
                 check_user_name(user)
             except AuthError as exc:
                 raise UserError(f"--user: {exc}") from None
+            if self.auth and (user == "scheduler" or user.startswith("agent-")):
+                raise UserError(
+                    f"--user {user}: that name is a login of the cluster (the scheduler's is "
+                    "scheduler, an agent's agent-MACHINE)"
+                )
 
     # -- logins ------------------------------------------------------------------------
 

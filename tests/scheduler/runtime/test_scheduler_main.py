@@ -318,3 +318,13 @@ async def test_the_scheduler_process_on_mosquitto(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_bad_limits_file_exits_2(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[limits]\nmax_queued_per_user = -1\n")
+    args = parse_args(["--limits", str(limits), "--journal", str(tmp_path / "j.sqlite")])
+    assert await serve_scheduler(args) == 2
+    args = parse_args(["--associations", str(tmp_path / "none.toml")])
+    assert await serve_scheduler(args) == 2
+    assert parse_args(["--max-user-cpus", "8"]).max_user_cpus == 8
