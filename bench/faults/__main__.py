@@ -49,11 +49,15 @@ them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
 target) and ``takeover`` (mallory connects with the scheduler's and an
 agent's client ids and holds them while jobs run; **effects** counts the
-victims' reconnections and restarts, 0 is the target).
+victims' reconnections and restarts, 0 is the target), and ``oversized``
+(issue 19's finding 4, ``bench/faults/size_rows.py``: twelve 200 MB publishes
+by a client that is not ours, a 16 MB request and a larger one while jobs
+run; **effects** counts suspect agents, publishes the broker took whole, an
+unanswered 16 MB request and a larger one sent, 0 is the target).
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``fault_sampler.py`` (``/proc``), ``fault_rows.py`` and
-``fault_trust_rows.py`` (the rows), ``fault_table.py`` (the printed matrix).
+``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py`` and
+``size_rows.py`` (the rows), ``table.py`` (the printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
 time scale ``--time-scale`` (cluster seconds per wall second).
@@ -98,6 +102,7 @@ from bench.faults.rows import (  # noqa: E402
     row_scheduler_kill,
 )
 from bench.faults.sampler import ALLOWANCE, Sampler  # noqa: E402
+from bench.faults.size_rows import row_oversized  # noqa: E402
 from bench.faults.table import table  # noqa: E402
 from bench.faults.trust_rows import row_forged, row_hostile, row_takeover  # noqa: E402
 
@@ -114,6 +119,7 @@ ROWS: dict[str, Row] = {
     "hostile": row_hostile,
     "forged": row_forged,
     "takeover": row_takeover,
+    "oversized": row_oversized,
 }
 
 

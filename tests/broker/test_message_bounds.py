@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.faults.raw_mqtt import publish_raw
 from broker.bus import MessageTooLargeError
 from broker.codec import WireError, decode, encode, peek_reply_to
 from broker.limits import MAX_MESSAGE_BYTES, MAX_PACKET_BYTES
@@ -19,7 +20,6 @@ from broker.local import mosquitto_config
 from broker.memory import MemoryBroker
 from broker.messages import JobSpec, SubmitJobs
 from broker.mqtt import MqttBus, MqttSettings
-from tests.broker.raw_mqtt import publish_raw
 from tests.brokers import BrokerEndpoint
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -38,6 +38,7 @@ from accordion.client.specs import job_spec
 from accordion.cluster.local_cluster import LocalCluster
 from accordion.cluster.wiring import Sharing
 from accordion.errors import RefusedError
+from bench.faults.raw_mqtt import publish_raw
 from broker.bus import MessageTooLargeError
 from broker.codec import encode
 from broker.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
@@ -47,7 +48,6 @@ from broker.settings import read_secret
 from broker.topics import Topics
 from broker.vocabulary import BadMessage, JobState, Rejection
 from model.machine import Machine
-from tests.broker.raw_mqtt import publish_raw
 from tests.brokers import _no_mosquitto
 from workload.cluster import ClusterSpec
 

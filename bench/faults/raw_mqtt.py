@@ -1,9 +1,11 @@
 """A client that is not ours: MQTT 3.1.1 packets written by hand on a plain socket.
 
-Our buses refuse to send a message past the wire's limit, so a test of what the
-*broker* does with one needs a client that does not: :func:`publish_raw`
-connects, announces a PUBLISH of ``size`` payload bytes and streams them
-until it has sent them all or the broker closed the connection.
+Our buses refuse to send a message past the wire's limit, so a bench row or a
+test of what the *broker* does with one needs a client that does not:
+:func:`publish_raw` connects, announces a PUBLISH of ``size`` payload bytes
+and streams them until it has sent them all or the broker closed the
+connection (the fault bench's ``oversized`` row; ``tests/broker`` and
+``tests/integration`` use it too).
 """
 
 from __future__ import annotations
