@@ -74,6 +74,8 @@ class Cursor:
         section, sep, key = text.partition(":")
         if not sep or section not in _SECTIONS:
             raise CursorError(f"cursor {text!r} was not handed out by this scheduler")
+        if not key:
+            return cls(section)
         if section == "m":
             return cls(section, key)
         try:
@@ -82,7 +84,7 @@ class Cursor:
             raise CursorError(f"cursor {text!r} was not handed out by this scheduler") from None
 
     def __str__(self) -> str:
-        return f"{self.section}:{self.key}"
+        return f"{self.section}:{'' if self.key is None else self.key}"
 
 
 class _Page:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from accordion.client.live_client import LiveClient
 from broker.codec import decode, encode
 from broker.limits import MAX_REPLY_BYTES
 from broker.memory import MemoryBroker
@@ -22,6 +23,7 @@ from broker.messages import (
     CancelJobs,
     CancelJobsReply,
     ErrorReply,
+    HistoryRequest,
     JobEvent,
     JobSpec,
     Message,
@@ -33,6 +35,7 @@ from broker.messages import (
 from broker.vocabulary import BadMessage, JobEventKind, JobState, Rejection
 from scheduler.live.associations import associations_from_toml
 from scheduler.live.limits import Limits
+from scheduler.live.status import Cursor, CursorError
 from scheduler.runtime.journal import Journal
 from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, Inbox, eventually, spec
 
@@ -391,3 +394,43 @@ async def test_a_bulk_cancel_of_thousands_is_one_request_and_one_pass(journal_pa
     finally:
         await alice.close()
         await c.stop()
+
+
+async def test_a_history_too_large_for_one_message_is_refused_and_the_client_halves_it(
+    journal_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A bound of a few events stands in for the wire's 16 MiB.
+    monkeypatch.setattr("scheduler.live.requests.MAX_MESSAGE_BYTES", 600)
+    c = shared(journal_path, max_queued_per_user=100)
+    await c.client.start()
+    await c.start()
+    try:
+        await c.agent("a0", 1)
+        ids = [f"h{i:02}" for i in range(12)]
+        await c.client.submit(*(spec(j, user="bob", account="biology") for j in ids))
+        await eventually(lambda: c.state("h00") == "running")
+        await c.client.send(HistoryRequest(request_id="all", reply_to="c1", job_ids=tuple(ids)))
+        refused = await c.client.inbox.expect(ErrorReply, lambda e: e.request_id == "all")
+        assert refused.code is BadMessage.TOO_LARGE
+        assert "ask for fewer jobs" in refused.error
+        async with (
+            c.broker.client("history-reader") as bus,
+            LiveClient(bus, TOPICS) as reader,
+        ):
+            events = await reader.history(ids)
+        assert sorted({e.job_id for e in events}) == ids
+        assert [e.event for e in events if e.job_id == "h00"] == [
+            JobEventKind.QUEUED,
+            JobEventKind.RUNNING,
+        ]
+    finally:
+        await c.stop()
+
+
+def test_a_cursor_reads_back_as_it_was_handed_out() -> None:
+    for text in ("m:", "m:node:1", "r:0", "q:41"):
+        assert str(Cursor.parse(text, machines=True)) == text
+    assert str(Cursor.parse(None, machines=False)) == "r:"
+    for bad in ("x:1", "q:one", "q1"):
+        with pytest.raises(CursorError):
+            Cursor.parse(bad, machines=True)
