@@ -177,12 +177,19 @@ def test_one_users_flood_denies_status_to_no_one(shared: LocalCluster) -> None:
     mine = cli(shared, "bob", "status", "--me")
     assert mine.returncode == 0, mine.stderr
     assert "queue of bob: 0 jobs" in " ".join(mine.stdout.split())
-    # Restarted readiness (what `accordion up` reads) does not walk the queue either.
+    # A restarted scheduler (what restarting `accordion up` on this run directory does)
+    # reloads her 6,000 jobs, and the readiness check does not walk them.
+    scheduler = next(c for c in shared.children() if c.role == "scheduler")
+    scheduler.terminate()
+    scheduler.finish(10.0)
+    scheduler.restart()
 
     async def ready_again() -> None:
         async with shared.connect() as admin:
-            machines = await admin.machines()
+            machines = await shared.ready(admin, timeout=60.0)
             assert [m.online for m in machines] == [True]
+            page = await admin.status(user="alice", limit=0)
+            assert page.totals.queued == QUEUED_LIMIT
 
     run_async(ready_again())
     # One request clears her queue, and leaves bob's and the admin's jobs alone.
