@@ -18,6 +18,11 @@ A status is one page (``broker.messages.StatusRequest``): :meth:`LiveClient.stat
 asks for one, :meth:`LiveClient.machines` and :meth:`LiveClient.live_ids`
 ask for what readiness checks and replays need, in pages that cost what they
 name, not what the queue holds.
+A watcher learns of its own gaps by the events' stream numbers
+(``JobEvent.stream``) and of a reconnection by :attr:`LiveClient.reconnects`,
+and asks for what it missed (:meth:`LiveClient.events_since`;
+``accordion.client.catch_up``).
+
 A request whose reply does not come within ``timeout`` seconds raises
 :class:`~accordion.errors.NoReplyError`; an ``ErrorReply`` raises
 :class:`~accordion.errors.RefusedError` with the scheduler's words.
@@ -42,6 +47,7 @@ replayed through it by :mod:`accordion.client.replay`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -50,7 +56,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 from accordion.errors import LiveError, NoReplyError, RefusedError, parsed
 from broker.auth import identity_of
@@ -64,7 +70,11 @@ from broker.messages import (
     CancelJobsReply,
     CancelReply,
     ClusterSummary,
+    DrainMachine,
+    DrainReply,
     ErrorReply,
+    EventsReply,
+    EventsRequest,
     HistoryReply,
     HistoryRequest,
     JobEvent,
@@ -91,6 +101,13 @@ DEFAULT_TIMEOUT = 10.0
 
 T = TypeVar("T")
 Watched = JobEvent | ClusterSummary
+
+
+class _Reconnected:
+    """What wakes a watcher when its connection was made again (not a message)."""
+
+
+RECONNECTED: Final = _Reconnected()
 
 __all__ = ["LiveError", "NoReplyError", "RefusedError"]
 
@@ -169,13 +186,16 @@ class LiveClient:
             self._replies = topics.user_replies(identity, bus.client_id)
             self._events = topics.events if admin else topics.user_events(identity)
         self._pending: dict[str, asyncio.Future[AnyMessage]] = {}
-        self._watched: asyncio.Queue[Watched | None] = asyncio.Queue(watch_queue)
+        self._watched: asyncio.Queue[Watched | _Reconnected | None] = asyncio.Queue(watch_queue)
         self._reader: asyncio.Task[None] | None = None
         self._lost: BusError | None = None
         #: Watched messages dropped because the watcher lagged behind.
         self.dropped = 0
         #: Replies nobody waited for (late, after a timeout) or that did not decode.
         self.unmatched = 0
+        #: Times the connection was made again after a loss (a watcher then asks for
+        #: what was published meanwhile: a clean session gets none of it).
+        self.reconnects = 0
 
     @property
     def client_id(self) -> str:
@@ -267,7 +287,7 @@ class LiveClient:
         else:
             future.set_result(message)
 
-    def _offer(self, item: Watched | None) -> None:
+    def _offer(self, item: Watched | _Reconnected | None) -> None:
         if not self._watch and item is not None:
             return
         while True:
@@ -280,9 +300,21 @@ class LiveClient:
 
     # -- requests --------------------------------------------------------------
 
+    def reconnected(self) -> None:
+        """The bus's ``on_reconnect``: count it and wake a watcher."""
+        self.reconnects += 1
+        with contextlib.suppress(asyncio.QueueFull):
+            self._watched.put_nowait(RECONNECTED)
+
     async def _ask(
         self,
-        message: SubmitJobs | CancelJob | CancelJobs | StatusRequest | HistoryRequest,
+        message: SubmitJobs
+        | CancelJob
+        | CancelJobs
+        | StatusRequest
+        | HistoryRequest
+        | EventsRequest
+        | DrainMachine,
         timeout: float | None,
     ) -> AnyMessage:
         if self._reader is None:
@@ -340,6 +372,7 @@ class LiveClient:
             replies.append(_expect(await self._ask(request, timeout), CancelJobsReply))
             patterns = ()  # matched once, with the first chunk
         first = replies[0]
+        refused = next((r for r in replies if r.code is not None), None)
         return CancelJobsReply(
             request_id=first.request_id,
             cancelled=sum(r.cancelled for r in replies),
@@ -347,6 +380,8 @@ class LiveClient:
             not_allowed=sum(r.not_allowed for r in replies),
             already_final=sum(r.already_final for r in replies),
             skipped=sum(r.skipped for r in replies),
+            code=None if refused is None else refused.code,
+            reason=None if refused is None else refused.reason,
         )
 
     async def status(
@@ -434,10 +469,30 @@ class LiveClient:
             *(await self._history(job_ids[half:], timeout)),
         ]
 
+    async def events_since(
+        self, after: int, *, limit: int = 1000, timeout: float | None = None
+    ) -> EventsReply:
+        """This client's event stream after number ``after`` (its user's jobs, or every
+        job's for an admin or on a broker without logins), at most ``limit`` events."""
+        request = EventsRequest(
+            request_id=new_request_id(), reply_to=self.client_id, after=after, limit=limit
+        )
+        return _expect(await self._ask(request, timeout), EventsReply)
+
+    async def drain(
+        self, machine: str, *, drain: bool = True, timeout: float | None = None
+    ) -> DrainReply:
+        """Drain ``machine`` (an admin's request), or resume it (``drain=False``)."""
+        request = DrainMachine(
+            request_id=new_request_id(), reply_to=self.client_id, machine=machine, drain=drain
+        )
+        return _expect(await self._ask(request, timeout), DrainReply)
+
     # -- watching --------------------------------------------------------------
 
     async def next_watched(self, timeout: float | None = None) -> Watched | None:
-        """The next event or cluster summary; None after ``timeout`` seconds.
+        """The next event or cluster summary; None after ``timeout`` seconds, or when
+        the connection was made again (see :attr:`reconnects`).
 
         Raises :class:`~broker.bus.BusError` once the connection is gone.
         """
@@ -451,6 +506,8 @@ class LiveClient:
         if item is None:
             self._offer(None)  # every later call must see the end too
             raise BusError(str(self._lost))
+        if isinstance(item, _Reconnected):
+            return None
         return item
 
     async def watched(self) -> AsyncIterator[Watched]:
@@ -500,8 +557,14 @@ async def connect(
     identity = identity_of(settings.username) if settings.username else None
     if admin is None:
         admin = identity is not None and os.environ.get(ROLE_ENV, "") == "admin"
+    clients: list[LiveClient] = []
+
+    async def reconnected() -> None:
+        for client in clients:
+            client.reconnected()
+
     async with (
-        MqttBus(settings, client_id or new_client_id()) as bus,
+        MqttBus(settings, client_id or new_client_id(), on_reconnect=reconnected) as bus,
         LiveClient(
             bus,
             topics,
@@ -512,6 +575,7 @@ async def connect(
             admin=admin,
         ) as client,
     ):
+        clients.append(client)
         yield client
 
 

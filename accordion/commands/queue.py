@@ -143,11 +143,16 @@ def cancel(  # noqa: PLR0917 (typer reads the options from the parameters)
         note = f" ({reply.reason})" if reply.reason else ""
         out_console.print(f"cancelled job {reply.job_id}{note}", highlight=False)
         return
+    if reply.code is not None and not reply.cancelled:
+        raise refused(f"cannot cancel: {reply.reason}")
     out_console.print(
         f"cancelled {reply.cancelled:,} jobs; not found {reply.not_found:,}, not allowed "
         f"{reply.not_allowed:,}, already ended {reply.already_final:,}, left out by the "
         f"filters {reply.skipped:,}",
         highlight=False,
     )
+    if reply.code is not None:
+        # Some chunks of a long list of ids were cancelled before the journal refused.
+        raise refused(f"the rest could not be cancelled: {reply.reason}")
     if reply.not_found or reply.not_allowed:
         raise typer.Exit(1)

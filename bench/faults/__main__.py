@@ -1,4 +1,4 @@
-"""Benchmark: the fault matrix of the live runtime (issue 9, item 9).
+"""Benchmark: the fault matrix of the live runtime: each fault injected, what was lost counted.
 
 Run on demand (not a test): ``.venv/bin/python -m bench.faults [--rows a,b]``.
 Each row starts a fresh local cluster (Mosquitto, the scheduler and three
@@ -42,8 +42,9 @@ the idempotent protocol allows), ``broker-kill`` (SIGKILL Mosquitto; the
 supervisor restarts it on its port), ``job-crash`` (SIGKILL one job process:
 that job fails, nothing else), ``hostile`` (``--payloads`` random and mutated
 payloads on every topic family; no process of ours may exit), and two rows
-with logins and ACLs on (``accordion up --auth``): ``forged`` (issue 9's
-forged messages, published by the user "mallory" and by another agent, each
+with logins and ACLs on (``accordion up --auth``): ``forged`` (a message of
+each kind a user or an agent must not send, published by the user "mallory"
+and by another agent, each
 denied by the broker: an admin spy subscribed to the whole root sees none of
 them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
@@ -53,11 +54,17 @@ victims' reconnections and restarts, 0 is the target), and ``oversized``
 (issue 19's finding 4, ``bench/faults/size_rows.py``: twelve 200 MB publishes
 by a client that is not ours, a 16 MB request and a larger one while jobs
 run; **effects** counts suspect agents, publishes the broker took whole, an
-unanswered 16 MB request and a larger one sent, 0 is the target).
+unanswered 16 MB request and a larger one sent, 0 is the target). Four rows
+are an operator's doing (``bench/faults/stop_rows.py``): ``agent-sigterm``,
+``up-restarts``, ``duplicate-agent`` (with logins) and ``full-disk`` (the
+journal on a small tmpfs, filled while jobs run: needs root); for them a
+failed job or a **charged** requeue (one counted against the job's budget)
+is a fault too.
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py`` and
-``size_rows.py`` (the rows), ``table.py`` (the printed matrix).
+``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py``, ``size_rows.py``
+and ``stop_rows.py`` (the rows), ``disk.py`` (the tmpfs), ``table.py`` (the
+printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
 time scale ``--time-scale`` (cluster seconds per wall second).
@@ -92,6 +99,7 @@ from bench.faults.cluster import (  # noqa: E402
     tally,
     wait_drained,
 )
+from bench.faults.disk import DiskError, small_tmpfs  # noqa: E402
 from bench.faults.rows import (  # noqa: E402
     row_agent_freeze,
     row_agent_kill,
@@ -103,11 +111,20 @@ from bench.faults.rows import (  # noqa: E402
 )
 from bench.faults.sampler import ALLOWANCE, Sampler  # noqa: E402
 from bench.faults.size_rows import row_oversized  # noqa: E402
+from bench.faults.stop_rows import (  # noqa: E402
+    DISK_SIZE,
+    row_agent_sigterm,
+    row_duplicate_agent,
+    row_full_disk,
+    row_up_restarts,
+)
 from bench.faults.table import table  # noqa: E402
 from bench.faults.trust_rows import row_forged, row_hostile, row_takeover  # noqa: E402
 
 Row = Callable[[Bench, LocalCluster, Sampler, Result, str], Awaitable[set[str]]]
-AUTH_ROWS = ("forged", "takeover")
+AUTH_ROWS = ("forged", "takeover", "duplicate-agent")
+#: Rows of an operator's doing: no job may fail of them, no requeue be charged.
+OPERATOR_ROWS = ("agent-sigterm", "up-restarts", "duplicate-agent", "full-disk")
 ROWS: dict[str, Row] = {
     "baseline": row_baseline,
     "agent-kill": row_agent_kill,
@@ -120,6 +137,10 @@ ROWS: dict[str, Row] = {
     "forged": row_forged,
     "takeover": row_takeover,
     "oversized": row_oversized,
+    "agent-sigterm": row_agent_sigterm,
+    "up-restarts": row_up_restarts,
+    "duplicate-agent": row_duplicate_agent,
+    "full-disk": row_full_disk,
 }
 
 
@@ -134,8 +155,21 @@ def judge_overlaps(result: Result, sampler: Sampler, allowance: float) -> None:
 
 
 async def run_row(bench: Bench, name: str) -> Result:
-    tag = uuid.uuid4().hex[:6]
     run_dir = Path(tempfile.mkdtemp(prefix=f"accordion-faults-{name}-"))
+    if name != "full-disk":
+        return await _run_row(bench, name, run_dir, None)
+    # The full disk's journal on a tmpfs of its own, unmounted after the tally.
+    mount = Path(tempfile.mkdtemp(prefix="accordion-faults-disk-"))
+    try:
+        with small_tmpfs(mount, DISK_SIZE):
+            return await _run_row(bench, name, run_dir, mount / "journal.sqlite")
+    finally:
+        with contextlib.suppress(OSError):
+            mount.rmdir()
+
+
+async def _run_row(bench: Bench, name: str, run_dir: Path, journal: Path | None) -> Result:
+    tag = uuid.uuid4().hex[:6]
     cluster = LocalCluster(
         cluster_spec(tag),
         run_dir,
@@ -149,6 +183,7 @@ async def run_row(bench: Bench, name: str) -> Result:
         # An agent login with no agent of its own: the forging agent of row "forged"
         # (a second connection under a running agent's login would take it over).
         extra_agents=(FORGING_AGENT,),
+        journal=journal,
     )
     result = Result(name)
     with cluster, Sampler(cluster.root) as sampler:
@@ -215,7 +250,7 @@ def main() -> int:
         started = time.monotonic()
         try:
             result = run_async(run_row(bench, name))
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, DiskError) as exc:
             result = Result(name, note=f"ERROR: {exc}")
         bench.results.append(result)
         console.print(f"  done in {time.monotonic() - started:.1f} s", highlight=False)
@@ -223,7 +258,11 @@ def main() -> int:
     bad = [
         r.row
         for r in bench.results
-        if r.lost or r.duplicated or r.effects or r.note.startswith("ERROR")
+        if r.lost
+        or r.duplicated
+        or r.effects
+        or r.note.startswith("ERROR")
+        or (r.row in OPERATOR_ROWS and (r.charged or r.failed))
     ]
     with contextlib.suppress(Exception):
         console.print(f"rows with loss, duplicates or errors: {', '.join(bad) or 'none'}")

@@ -20,7 +20,9 @@ cancel checks one:
   ``cancelled`` event, as a single cancel's.
 
 A request that names nothing (no ids, no pattern, no user) is refused: "every
-job" must be said, as ``--user``.
+job" must be said, as ``--user``. While the journal cannot be written (its
+disk full or failing) a bulk cancel does nothing and says so (code
+``journal``), as a single cancel does: a cancel is a promise too.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import re
 from collections.abc import Iterator
 
 from broker.messages import CancelJobs, CancelJobsReply
-from broker.vocabulary import BadMessage
+from broker.vocabulary import BadMessage, CancelRefusal
 from model.job import Job
 from scheduler.core.job_lifecycle import JobState, is_final
 from scheduler.live.context import Context
@@ -50,6 +52,18 @@ def cancel_jobs(
     admin or a broker without logins. Raises :class:`NothingNamedError`."""
     if not (request.job_ids or request.patterns or request.user is not None):
         raise NothingNamedError("a bulk cancel names job ids, id patterns or a user")
+    if ctx.journal.failure is not None:
+        reason = f"{ctx.journal.failure}; try again later"
+        return CancelJobsReply(
+            request_id=request.request_id,
+            cancelled=0,
+            not_found=0,
+            not_allowed=0,
+            already_final=0,
+            skipped=0,
+            code=CancelRefusal.JOURNAL,
+            reason=reason,
+        )
     core = ctx.core
     states = {JobState(s.value) for s in request.states} or set(_LIVE)
     counts = {"not_found": 0, "not_allowed": 0, "already_final": 0, "skipped": 0}
@@ -91,7 +105,14 @@ def cancel_jobs(
         if state is JobState.RUNNING:
             ctx.cancel_job(job_id, now, DETAIL)
             cancelled += 1
-    return CancelJobsReply(request_id=request.request_id, cancelled=cancelled, **counts)
+    return CancelJobsReply(
+        request_id=request.request_id,
+        cancelled=cancelled,
+        not_found=counts["not_found"],
+        not_allowed=counts["not_allowed"],
+        already_final=counts["already_final"],
+        skipped=counts["skipped"],
+    )
 
 
 def _matcher(patterns: tuple[str, ...]) -> re.Pattern[str] | None:

@@ -38,10 +38,25 @@ cancel* is ``scheduler.live.bulk_cancel``'s.
 exactly the events that were published, so a watcher that saw a gap in a
 job's ``seq`` fills it. An answer that would not fit in one message is
 refused (``too_large``), so the watcher asks for fewer jobs at a time.
+``EventsRequest`` is answered from the same rows by their number in the
+requester's stream (every job's for an admin or a broker without logins, a
+user's own jobs' otherwise), so a watcher that saw a jump in
+``JobEvent.stream``, or reconnected, gets what it missed whichever jobs those
+were; an answer is cut short (``more``) before it would pass the message
+limit.
 
-*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
-user may publish only on ``scheduler/requests/<user>`` and an admin only on
-``scheduler/admin/<admin>``, so the topic names the sender
+*A journal that cannot be written* (its disk full, read-only or failing:
+``JournalWriter.failure``): submissions are refused with the code
+``journal`` and the reason, and so are cancels (a cancel is a promise too);
+status, history and event requests are answered as ever. Such answers
+promise nothing journaled (``durable=False``), so the actor sends them at
+once; an acceptance waits for its commit.
+
+*Drains* (``DrainMachine``) are ``scheduler.live.drains``'s.
+
+*Who asks*: identity comes from the broker, not from the payload. With broker
+logins and ACLs, a user may publish only on ``scheduler/requests/<user>`` and
+an admin only on ``scheduler/admin/<admin>``, so the topic names the sender
 (:class:`Requester`), never the payload. A user's submissions are owned by
 that user whatever their ``user`` field says; a user may cancel, and read
 the history of, only their own jobs (another user's job is answered as if it
@@ -58,13 +73,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.codec import encoded_size
-from broker.limits import MAX_MESSAGE_BYTES
+from broker.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
 from broker.messages import (
     AnyMessage,
     CancelJob,
     CancelJobs,
     CancelReply,
+    DrainMachine,
     ErrorReply,
+    EventsReply,
+    EventsRequest,
     HistoryReply,
     HistoryRequest,
     JobSpec,
@@ -79,6 +97,7 @@ from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, Rejection
 from model.job import JobError
 from scheduler.core.core import Rejected
 from scheduler.core.job_lifecycle import JobState, is_final
+from scheduler.live import drains
 from scheduler.live.associations import Refusal
 from scheduler.live.bulk_cancel import NothingNamedError, cancel_jobs
 from scheduler.live.context import Context
@@ -86,7 +105,15 @@ from scheduler.live.limits import raise_hint
 from scheduler.live.specs import SpecError, check_spec, job_from_spec
 from scheduler.live.status import CursorError, status
 
-Request = SubmitJobs | CancelJob | CancelJobs | StatusRequest | HistoryRequest
+Request = (
+    SubmitJobs
+    | CancelJob
+    | CancelJobs
+    | StatusRequest
+    | HistoryRequest
+    | EventsRequest
+    | DrainMachine
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +152,11 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
             _status(ctx, message, now, who)
         case HistoryRequest():
             _history(ctx, message, who)
+        case EventsRequest():
+            _events(ctx, message, who)
+        case DrainMachine():
+            admin = who is None or who.admin
+            drains.handle(ctx, message, now, admin, reply_user(who))
 
 
 def refuse(
@@ -135,9 +167,9 @@ def refuse(
     reply_to = getattr(message, "reply_to", None)
     if isinstance(reply_to, str):
         request_id = getattr(message, "request_id", None)
-        ctx.reply(
-            reply_to, ErrorReply(request_id=request_id, code=code, error=error), reply_user(who)
-        )
+        error_reply = ErrorReply(request_id=request_id, code=code, error=error)
+        # A refusal promises nothing journaled: it goes out at once.
+        ctx.reply(reply_to, error_reply, reply_user(who), durable=False)
 
 
 def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
@@ -174,6 +206,7 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
     table = None if admin else ctx.settings.associations
+    failure = ctx.journal.failure
     for asked in specs:
         # An association may charge the user's default account: that spec is the job's.
         spec = asked if table is None else table.admit(asked)
@@ -182,7 +215,13 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
             counts["rejected"] += 1
             ctx.metrics.rejections.labels(reason=spec.code).inc()
             continue
-        result = _submit_one(ctx, spec, now)
+        if failure is None or ctx.core.job(spec.id) is not None:
+            # (A job known already is answered as ever: a duplicate promises nothing
+            # new, and its answer waits, like the first, for the journal to take it.)
+            result = _submit_one(ctx, spec, now)
+        else:
+            # Nothing new can be promised while the journal refuses writes.
+            result = _rejected(spec, Rejection.JOURNAL, f"{failure}; try again later")
         results.append(result)
         if result.code is not None:
             counts["rejected"] += 1
@@ -200,7 +239,9 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         if n:
             ctx.metrics.submissions.labels(result=result_name).inc(n)
     reply = SubmitReply(request_id=request.request_id, results=tuple(results))
-    ctx.reply(request.reply_to, reply, reply_user(who))
+    # Every job refused: a reply that promises nothing goes out at once.
+    promises = any(r.accepted for r in results)
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=promises)
 
 
 def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
@@ -264,6 +305,8 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
         cancelled, reason = True, "already cancelled"
     elif is_final(state):
         code, reason = CancelRefusal.ENDED, f"job {job_id!r} is already {state}"
+    elif ctx.journal.failure is not None:
+        code, reason = CancelRefusal.JOURNAL, f"{ctx.journal.failure}; try again later"
     else:
         ctx.cancel_job(job_id, now, "cancelled by a client")
         cancelled = True
@@ -277,6 +320,7 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
             code=code,
         ),
         reply_user(who),
+        durable=cancelled,
     )
 
 
@@ -287,7 +331,8 @@ def _cancel_many(ctx: Context, request: CancelJobs, now: float, who: Requester |
     except NothingNamedError as exc:
         refuse(ctx, request, BadMessage.INVALID, str(exc), who)
         return
-    ctx.reply(request.reply_to, reply, reply_user(who))
+    # Counts of nothing cancelled (or of a journal refusing writes) promise nothing.
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=reply.cancelled > 0)
 
 
 def _status(ctx: Context, request: StatusRequest, now: float, who: Requester | None) -> None:
@@ -297,7 +342,7 @@ def _status(ctx: Context, request: StatusRequest, now: float, who: Requester | N
     except CursorError as exc:
         refuse(ctx, request, BadMessage.INVALID, str(exc), who)
         return
-    ctx.reply(request.reply_to, reply, reply_user(who))
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
 
 
 def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> None:
@@ -317,4 +362,24 @@ def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> No
         )
         refuse(ctx, request, BadMessage.TOO_LARGE, why, who)
         return
-    ctx.reply(request.reply_to, reply, reply_user(who))
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
+
+
+def _events(ctx: Context, request: EventsRequest, who: Requester | None) -> None:
+    """The requester's stream after ``request.after`` (module docstring, "History")."""
+    owner = None if who is None or who.admin else who.name
+    events, more = ctx.journal.stream_events(request.after, request.limit, owner=owner)
+    last = ctx.stream if owner is None else ctx.owner_streams.get(owner, 0)
+    # Cut short before the reply bound (at least one event, so the watcher moves on):
+    # the rest is ``more``, which the watcher asks for next.
+    size, kept = 0, 0
+    for event in events:
+        size += encoded_size(event)
+        if kept and size > MAX_REPLY_BYTES:
+            more = True
+            break
+        kept += 1
+    reply = EventsReply(
+        request_id=request.request_id, events=tuple(events[:kept]), last=last, more=more
+    )
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)

@@ -45,6 +45,7 @@ from broker.messages import (
     UserTotals,
 )
 from broker.vocabulary import JobState as WireState
+from broker.vocabulary import MachineState
 from model.job import Job
 from scheduler.core.job_lifecycle import JobState
 from scheduler.core.user_load import UserLoad
@@ -162,6 +163,7 @@ def _machines(ctx: Context, page: _Page, cursor: Cursor) -> None:
             # A machine held for adoption (its agent dead, its parts running on) is not
             # online: nothing new starts there until an incarnation registers.
             online=ag.life.heard,
+            state=MachineState(ag.life.state.value),
         )
         if not page.fits(row):
             page.next = Cursor("m", page.machines[-1].id) if page.machines else Cursor("m")
@@ -220,7 +222,13 @@ def _rows(
 
 def _queued_row(job: Job) -> JobStatus:
     return JobStatus(
-        id=job.id, state=WireState.QUEUED, procs=job.procs, user=job.user, submit=job.submit
+        id=job.id,
+        state=WireState.QUEUED,
+        procs=job.procs,
+        user=job.user,
+        submit=job.submit,
+        walltime=job.walltime,
+        deadline=job.deadline,
     )
 
 
@@ -240,6 +248,9 @@ def _job_row(ctx: Context, job_id: str, section: str) -> JobStatus:
             submit=run.job.submit,
             start=run.start,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in run.parts),
+            walltime=run.job.walltime,
+            est_end=run.est_end,
+            deadline=run.job.deadline,
         )
     pending = core.pending[job_id]
     return JobStatus(
@@ -250,6 +261,8 @@ def _job_row(ctx: Context, job_id: str, section: str) -> JobStatus:
         submit=pending.job.submit,
         start=pending.start,
         parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in pending.parts),
+        walltime=pending.job.walltime,
+        deadline=pending.job.deadline,
         reconciling=True,
     )
 

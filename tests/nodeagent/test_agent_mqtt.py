@@ -35,8 +35,9 @@ from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.launch.contract import EXIT_CANCELLED
 from nodeagent.launch.spawn import MqttSpawn
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
-from tests.nodeagent.harness import HANG, Scheduler, gone, job, start
+from tests.nodeagent.harness import HANG, UNLIMITED, Scheduler, gone, start
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,9 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
                 await scheduler.expect(Heartbeat)
 
                 # A part that completes: 20 units at pace 2 and 100x take 0.1 s.
-                await scheduler.send(start(job("ok", work=20.0), pace=2.0, time_scale=100.0))
+                await scheduler.send(
+                    start(spec("ok", 2, work=20.0, walltime=UNLIMITED), pace=2.0, time_scale=100.0)
+                )
                 started = await scheduler.expect(PartStarted)
                 done = await scheduler.expect(PartFinished)
                 assert (done.reason, done.exit_code) == ("done", 0)
@@ -88,8 +91,8 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
 
                 # A part resized, then cancelled over MQTT. Its work would take a day:
                 # it is still running when the commands arrive, however loaded the machine.
-                spec = job("long", procs=2, work=1e6, malleable=True)
-                await scheduler.send(start(spec, cpus=2, pace=2.0, time_scale=1.0))
+                job = spec("long", 2, work=1e6, walltime=UNLIMITED, malleable=True)
+                await scheduler.send(start(job, cpus=2, pace=2.0, time_scale=1.0))
                 first = await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
                 # Shrink it to MPL 2: the job process applies it (over the retained control topic).
                 await scheduler.send(ResizePart(job_id="long", cpus=1, pace=2.0))
@@ -102,12 +105,19 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
 
                 agent.stop()
             assert running.done()
-        goodbye = await scheduler.expect(AgentOffline)
-        assert goodbye == AgentOffline(agent_id="m1", incarnation="inc-1", reason="goodbye")
+        # Stopped by its operator (no state directory: its parts die with it): it will
+        # be back, and says so.
+        stopping = await scheduler.expect(AgentOffline)
+        assert stopping == AgentOffline(agent_id="m1", incarnation="inc-1", reason="stopping")
 
 
 async def _start_agent_process(
-    endpoint: BrokerEndpoint, topics: Topics, name: str, log: Path, metrics_port: int
+    endpoint: BrokerEndpoint,
+    topics: Topics,
+    name: str,
+    log: Path,
+    metrics_port: int,
+    *extra: str,
 ) -> asyncio.subprocess.Process:
     with log.open("wb") as out:
         return await asyncio.create_subprocess_exec(
@@ -125,6 +135,7 @@ async def _start_agent_process(
             "--metrics-addr=127.0.0.1",
             "--heartbeat=0.2",
             f"--state-dir={log.parent / 'state'}",
+            *extra,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -137,22 +148,33 @@ def _scrape(port: int) -> str:
     return body.decode()
 
 
-async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_path: Path) -> None:
+async def test_cli_agent_without_adoption_ends_its_parts_stopped_on_sigterm(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    # An agent whose parts cannot outlive it (--no-adopt) ends them on SIGTERM and says
+    # why: a stop its operator asked for, which the scheduler requeues uncharged. (The
+    # default, leaving them to the next incarnation, is tests/nodeagent/test_polite_stop.py's.)
     topics = Topics(f"it-{uuid.uuid4().hex[:8]}/v1")
     port = free_port()
     async with watching(mosquitto, topics, "cli1") as scheduler:
-        agent = await _start_agent_process(mosquitto, topics, "cli1", tmp_path / "a.log", port)
+        agent = await _start_agent_process(
+            mosquitto, topics, "cli1", tmp_path / "a.log", port, "--no-adopt"
+        )
         try:
             online = await scheduler.expect(AgentOnline)
             assert online.machine == MachineSpec(
                 id="cli1", cpus=2, speed=1.5, labels=("gpu", "big")
             )
-            await scheduler.send(start(job("j", work=10.0), time_scale=100.0))
+            await scheduler.send(
+                start(spec("j", 2, work=10.0, walltime=UNLIMITED), time_scale=100.0)
+            )
             finished = await scheduler.expect(PartFinished)
             assert finished.reason == "done"
             metrics = await asyncio.to_thread(_scrape, port)
             assert 'accordion_agent_parts_finished_total{agent="cli1",reason="done"} 1.0' in metrics
-            await scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+            await scheduler.send(
+                start(spec("long", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+            )
             await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
             agent.send_signal(signal.SIGTERM)
             async with asyncio.timeout(HANG):
@@ -161,10 +183,10 @@ async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_
             if agent.returncode is None:
                 agent.kill()
                 await agent.wait()
-        lost = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
-        assert lost.reason == "lost"
-        goodbye = await scheduler.expect(AgentOffline)
-        assert (goodbye.reason, goodbye.incarnation) == ("goodbye", online.incarnation)
+        stopped = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
+        assert stopped.reason == "stopped"
+        stopping = await scheduler.expect(AgentOffline)
+        assert (stopping.reason, stopping.incarnation) == ("stopping", online.incarnation)
 
 
 async def test_killed_cli_agent_is_announced_by_its_will(
@@ -177,7 +199,9 @@ async def test_killed_cli_agent_is_announced_by_its_will(
         )
         try:
             online = await scheduler.expect(AgentOnline)
-            await scheduler.send(start(job("orphan", work=1e6), time_scale=1.0))
+            await scheduler.send(
+                start(spec("orphan", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+            )
             started = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
             agent.kill()

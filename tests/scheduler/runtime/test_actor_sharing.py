@@ -37,7 +37,8 @@ from scheduler.live.associations import associations_from_toml
 from scheduler.live.limits import Limits
 from scheduler.live.status import Cursor, CursorError
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, Inbox, eventually, spec
+from tests.builders import spec as job
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, Inbox, eventually
 
 ASSOCIATIONS = associations_from_toml(
     """
@@ -50,6 +51,19 @@ ASSOCIATIONS = associations_from_toml(
     max_qos = 100
     """
 )
+
+
+def spec(
+    job_id: str,
+    procs: int = 1,
+    *,
+    walltime: float = 100.0,
+    user: str = "ann",
+    account: str = "nobody",
+    qos: int = 0,
+) -> JobSpec:
+    """A rigid job charged to ``account`` (its ``group``)."""
+    return job(job_id, procs, walltime=walltime, user=user, group=account, qos=qos, malleable=False)
 
 
 class Person:

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 from broker.codec import encode
 from broker.messages import StatusReply, StatusTotals
 from scheduler.runtime.exporter import GaugeState, SchedulerMetrics, serve
-from tests.scheduler.runtime.harness import Cluster, eventually, served_totals, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, eventually, served_totals
 
 NO_TOTALS = StatusTotals(queued=0, running=0, cpus=0)
 
