@@ -31,8 +31,16 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from broker.command_spec import CommandSpec, HostSlots
 from broker.topics import PROTOCOL_VERSION
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
+from broker.vocabulary import (
+    BadMessage,
+    CancelRefusal,
+    CommandUsers,
+    JobEventKind,
+    JobState,
+    Rejection,
+)
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 #: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
@@ -52,7 +60,11 @@ Seq = Annotated[int, msgspec.Meta(ge=0)]
 Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
 Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
-Workload = Literal["sleep", "mpi"]
+Workload = Literal["sleep", "mpi", "command"]
+#: A command's exit status (0 to 255) and the signal that ended it (1 to 64), as
+#: ``waitpid`` tells them apart.
+ExitStatus = Annotated[int, msgspec.Meta(ge=0, le=255)]
+Signal = Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
 class Message(
@@ -115,11 +127,27 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ref_speed: Speed = 1.0
     #: The MPI-like workload's parameters (``workload="mpi"``; its defaults when None).
     mpi: MpiSpec | None = None
+    #: A user's own command (``workload="command"``, and only then): what the agents run.
+    command: CommandSpec | None = None
+    #: The name the broker authenticated for this job: set by the scheduler from the
+    #: request's topic (a user's login, or the user an admin submitted for), None for
+    #: a request without a login. Whatever a client sends here is replaced. An agent
+    #: running as root runs a command only for an owner its admin's map names.
+    owner: Name | None = None
+
+    def __post_init__(self) -> None:
+        if (self.workload == "command") != (self.command is not None):
+            raise ValueError('a command goes with workload "command", and only there')
 
 
 def owned_by(spec: JobSpec, user: str) -> JobSpec:
     """``spec`` with ``user`` as its owner (the scheduler's authenticated submitter)."""
     return spec if spec.user == user else msgspec.structs.replace(spec, user=user)
+
+
+def authenticated(spec: JobSpec, owner: str | None) -> JobSpec:
+    """``spec`` with ``owner`` as the name the broker authenticated for it (None: none)."""
+    return spec if spec.owner == owner else msgspec.structs.replace(spec, owner=owner)
 
 
 class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -285,6 +313,10 @@ class AgentOnline(Message, tag="agent_online", frozen=True, kw_only=True):
     #: for the machine adopts them (``nodeagent.survival.adoption``): on its will, the scheduler
     #: holds its parts for the lease instead of requeueing them at once.
     adopts: bool = False
+    #: Whom it runs users' commands as (``off`` unless started with ``--allow-commands``),
+    #: and, for ``agent``, its own OS account, which every command job here runs as.
+    commands: CommandUsers = CommandUsers.OFF
+    runs_as: Name | None = None
 
 
 class AgentOffline(Message, tag="agent_offline", frozen=True, kw_only=True):
@@ -349,6 +381,10 @@ class PartFinished(Message, tag="part_finished", frozen=True, kw_only=True):
     #: clock (the scheduler dates the run's end from it, not from when it hears of
     #: it); None for a part whose process never ran, or from an older agent.
     run_seconds: Seconds | None = None
+    #: A command job's part that ran the command: its exit status, or the signal that
+    #: ended it (one of the two); None for other parts and workloads.
+    exit_status: ExitStatus | None = None
+    signal: Signal | None = None
 
 
 class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -392,6 +428,10 @@ class StartPart(Message, tag="start_part", frozen=True, kw_only=True):
     #: them from ``cpus`` and ``job_cpus``.
     ranks: Cpus | None = None
     rank_offset: Annotated[int, msgspec.Meta(ge=0, le=1_048_576)] | None = None
+    #: Every part of the job, in order (this one is number ``part``): its machine and
+    #: its share of the job's processes, what a command job's hostfile and
+    #: environment say. Empty from an older sender.
+    hosts: Annotated[tuple[HostSlots, ...], msgspec.Meta(max_length=65_536)] = ()
 
 
 class ResizePart(Message, tag="resize_part", frozen=True, kw_only=True):
@@ -441,6 +481,10 @@ class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
+    #: A command job's final event: its command's exit status, or the signal that
+    #: ended it, when its agent could tell; None otherwise.
+    exit_status: ExitStatus | None = None
+    signal: Signal | None = None
 
     @property
     def state(self) -> JobState:

@@ -118,3 +118,19 @@ class BadMessage(StrEnum):
     UNEXPECTED = "unexpected"
     #: A user's request about another user's job (answered as if it did not exist).
     FORBIDDEN = "forbidden"
+
+
+class CommandUsers(StrEnum):
+    """Whom an agent runs users' commands as (``AgentOnline.commands``).
+
+    ``off``: it refuses command jobs (the default: an agent runs commands only when
+    started with ``--allow-commands``). ``agent``: as its own OS account, which it
+    names in ``AgentOnline.runs_as`` (an agent not running as root cannot be
+    anyone else). ``mapped``: as the OS account its admin's map gives the job's
+    authenticated owner (an agent running as root); an owner with no entry is
+    refused.
+    """
+
+    OFF = "off"
+    AGENT = "agent"
+    MAPPED = "mapped"
