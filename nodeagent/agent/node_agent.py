@@ -126,6 +126,7 @@ from broker.messages import AgentOffline, AgentOnline, Message, RunningPart
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.admission import Admission
+from nodeagent.agent.commands import Commands
 from nodeagent.agent.cpuset import SlotPool, checked_cpuset, own_cpuset
 from nodeagent.agent.heartbeats import Heartbeats
 from nodeagent.agent.outbox import Outbox
@@ -205,6 +206,12 @@ class NodeAgent:
         self._lease = AgentLease(
             length=settings.lease, state=state, directory=settings.lease_dir, agent_id=machine.id
         )
+        self._users_commands = Commands(
+            agent_id=machine.id,
+            settings=settings.commands,
+            state=state,
+            term_grace=settings.kill_grace,
+        )
         self._outbox = Outbox(bus, self._tasks)
         self._reports = Reports(
             outbox=self._outbox,
@@ -229,6 +236,7 @@ class NodeAgent:
             state=state,
             counters=self._counters,
             monotonic=monotonic,
+            commands=self._users_commands,
         )
         self._takeover = TakeOver(
             survey=survey,
@@ -254,6 +262,7 @@ class NodeAgent:
             lease=self._lease,
             state=state,
             counters=self._counters,
+            commands=self._users_commands,
         )
         self._heartbeats = Heartbeats(
             bus=bus,
@@ -334,6 +343,7 @@ class NodeAgent:
             await self._serve()
         finally:
             self._lease.release()
+            self._users_commands.close()
 
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
@@ -426,6 +436,8 @@ class NodeAgent:
             speed_score=self.settings.speed_score,
             speed_spread=self.settings.speed_spread,
             adopts=self.adopts,
+            commands=self._users_commands.mode,
+            runs_as=self._users_commands.runs_as,
         )
 
     async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:
