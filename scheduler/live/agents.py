@@ -71,7 +71,7 @@ from model.machine import Machine
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live import agent_hold, reconcile
 from scheduler.live.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
-from scheduler.live.context import Agent, Context
+from scheduler.live.context import Agent, Context, Ended
 from scheduler.live.live_jobs import LiveJob
 from scheduler.live.part_lifecycle import PartInput, PartState
 
@@ -293,15 +293,20 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
     if part.is_stale(message.attempt):
         ctx.metrics.stale_reports.inc()
         return  # another attempt's process ended: nothing of this attempt changed
+    ended = _command_end(message)
     if message.exit_code == 0 and message.reason == "done":
         part.apply(PartInput.DONE)
         ran = live.ran.get(agent)
         if ran is not None and message.run_seconds is not None:
             live.ended[agent] = ran + message.run_seconds * ctx.time_scale
-        if live.all_done:
-            ctx.end_job(job_id, now, JobState.FINISHED, "")
+        if live.all_done or (ended is not None and _batch_part(live, agent)):
+            # A command job ends with its command, which its first part runs (as a
+            # batch script's end ends a Slurm job): its other parts are ended too.
+            ctx.end_job(job_id, now, JobState.FINISHED, "", ended)
         return
     detail = f"part on {agent}: {message.reason} (exit code {message.exit_code})"
+    if message.detail:
+        detail = f"{detail}: {message.detail}"
     if message.reason == "fenced":
         # The agent would not run this attempt (a start delayed past its lease, or the
         # lease lapsed under it): that job goes back to the queue; the agent stays.
@@ -326,7 +331,19 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
             ctx.job_lost(job_id, now, detail)
         return
     part.apply(PartInput.FAILED)
-    ctx.end_job(job_id, now, JobState.FAILED, detail)
+    ctx.end_job(job_id, now, JobState.FAILED, detail, ended)
+
+
+def _command_end(message: PartFinished) -> Ended | None:
+    """How a part's command ended, when its agent said (a command job's first part)."""
+    if message.exit_status is None and message.signal is None:
+        return None
+    return Ended(exit_status=message.exit_status, signal=message.signal)
+
+
+def _batch_part(live: LiveJob, agent: str) -> bool:
+    """Whether ``agent`` holds the job's first part (its parts keep the start's order)."""
+    return next(iter(live.parts), None) == agent
 
 
 def _reported(ctx: Context, agent: str, running: Reported, now: float, *, complete: bool) -> None:

@@ -65,6 +65,14 @@ class JournalWriter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """How a command job's command ended: its exit status or the signal (one of them)."""
+
+    exit_status: int | None = None
+    signal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     topic: str
     message: Message
@@ -166,10 +174,12 @@ class Context:
         detail: str = "",
         *,
         cpus: tuple[int, int] | None = None,
+        ended: Ended | None = None,
     ) -> None:
         """Journal and publish one JobEvent, numbered in the job's sequence.
 
-        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts.
+        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts;
+        ``ended`` a command job's exit status or signal, on its final event.
         """
         events = self.settings.job_events
         if events == "none" or (events == "lifecycle" and kind is JobEventKind.QUEUED):
@@ -185,6 +195,8 @@ class Context:
             seq=seq,
             cpus_before=before,
             cpus_after=after,
+            exit_status=None if ended is None else ended.exit_status,
+            signal=None if ended is None else ended.signal,
         )
         self.journal.record_event(event)
         self.out.send(self.topics.events, event)
@@ -229,8 +241,11 @@ class Context:
             if part.machine in online or part.machine == also:
                 self.command(part.machine, CancelPart(job_id=live.job_id, attempt=live.attempt))
 
-    def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
-        """A running job ended (all parts done, or one failed)."""
+    def end_job(
+        self, job_id: str, now: float, state: JobState, detail: str, ended: Ended | None = None
+    ) -> None:
+        """A running job ended (all parts done, or one failed); ``ended``: how its
+        command ended, for a command job whose agent could tell."""
         left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
         live = self.placements.untrack(job_id)
         # The run as the agents measured it (``scheduler.live.agents``, "Run dating").
@@ -245,7 +260,7 @@ class Context:
         self.cancel_parts(live)
         live.end_all(PartInput.CANCELLED)
         self.metrics.jobs_finished.labels(state=state.value).inc()
-        self.event(job_id, ended_event(state), now, detail)
+        self.event(job_id, ended_event(state), now, detail, ended=ended)
         self.dirty = True
 
     def after_loss(self, left: Left, now: float, why: str, *, also_cancel: str | None) -> None:

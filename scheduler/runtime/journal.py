@@ -318,7 +318,7 @@ class Journal:
         with self.transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO job_events(job_id, seq, at, event, detail, "
-                "cpus_before, cpus_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "cpus_before, cpus_after, exit_status, signal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     event.job_id,
                     event.seq,
@@ -327,6 +327,8 @@ class Journal:
                     event.detail or None,
                     event.cpus_before,
                     event.cpus_after,
+                    event.exit_status,
+                    event.signal,
                 ),
             )
 
@@ -335,8 +337,8 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after FROM job_events "
-                "WHERE job_id=? ORDER BY seq",
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, exit_status, signal "
+                "FROM job_events WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
             out += [
@@ -348,8 +350,10 @@ class Journal:
                     detail=d or "",
                     cpus_before=before,
                     cpus_after=after,
+                    exit_status=status,
+                    signal=signum,
                 )
-                for seq, at, kind, d, before, after in rows
+                for seq, at, kind, d, before, after, status, signum in rows
             ]
         return out
 
