@@ -86,6 +86,18 @@ async def test_output_holds_stdout_and_the_environment_the_job_variables_and_no_
     assert not Path(env["ACCORDION_TMPDIR"]).exists()
 
 
+async def test_a_command_holds_only_its_own_descriptors(folder: Path) -> None:
+    """Its stdin, stdout and stderr, nothing of its supervisor's (the relay pipes
+    above all: a command that could write frames there could speak for its part)."""
+    spec = command_job("fd1", ["sh", "-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0"], folder)
+    async with commands_agent(folder) as run:
+        await run.scheduler.send(start_command(spec))
+        done = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "fd1")
+    assert done.reason == "done"
+    lines = (folder / "accordion-fd1.out").read_text().split()
+    assert lines == ["0", "1", "2", "/dev/null"]
+
+
 async def test_a_daemon_in_a_new_session_is_killed_at_cancel(folder: Path) -> None:
     for cgroups in (True, False):
         marks = folder / f"daemon-{cgroups}"
