@@ -35,6 +35,12 @@ Lifecycle, on the agent's topics (``broker.topics``):
   finds its ranks in ``/proc`` and pins them one per slot (two per slot when
   shrunk); a rank's death is named in ``PartFinished.detail`` (read from the
   part's failure file);
+- a user's command (``workload="command"``, only with ``--allow-commands``):
+  admitted as the account it runs as and planned by ``nodeagent.agent.commands``
+  (refused with the reason otherwise); its job process is the command's
+  supervisor (``nodeagent.job.command``), which ends its whole process tree;
+  its wall-time limit is wall-clock time from its fork, and its
+  ``PartFinished`` carries the command's exit status or signal;
 - ``ResizePart``: checked the same way (an expansion needs free CPUs), then
   republished *retained* on ``job_control(job)`` for the job process (retained
   so it also reaches a process that has not subscribed yet; the agent clears
