@@ -157,3 +157,20 @@ def test_a_bad_script_is_refused_with_its_line(
     assert result.exit_code == 2, result.output
     assert says in result.output
     assert sent == []
+
+
+def test_watch_and_status_say_how_a_command_ended() -> None:
+    from accordion.client.command_jobs import describe_end
+    from accordion.commands.live import _watched_line
+    from broker.messages import JobEvent
+    from broker.vocabulary import JobEventKind
+
+    ok = JobEvent(job_id="a", event=JobEventKind.FINISHED, at=5.0, seq=3, exit_status=0)
+    killed = JobEvent(
+        job_id="b", event=JobEventKind.FAILED, at=6.0, seq=4, signal=9, detail="part on n1"
+    )
+    plain = JobEvent(job_id="c", event=JobEventKind.FINISHED, at=7.0, seq=2)
+    assert _watched_line(ok) == "t=5.0  job a  finished, exit 0"
+    assert _watched_line(killed) == "t=6.0  job b  failed, signal 9 (SIGKILL)  part on n1"
+    assert _watched_line(plain) == "t=7.0  job c  finished"
+    assert describe_end(plain) == ""

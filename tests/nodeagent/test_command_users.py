@@ -16,6 +16,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -234,3 +235,83 @@ async def test_a_user_mapped_to_no_account_is_refused(
     assert (refused.reason, refused.exit_code) == ("failed", -1)
     assert refused.detail is not None
     assert "no OS account is mapped for 'mallory'" in refused.detail
+
+
+def interpreter_for_others() -> str | None:
+    """A Python of this version that another account can run (every directory on its
+    way traversable), or None: the tests' own may live under a private home."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/{version}"):
+        path = Path(candidate)
+        if (
+            path.name.startswith(version)
+            and path.exists()
+            and all(p.stat().st_mode & 0o001 for p in path.parents)
+        ):
+            return str(path)
+    return None
+
+
+async def test_an_agent_not_running_as_root_runs_commands_as_itself_and_says_so(
+    mosquitto: BrokerEndpoint, accounts: tuple[str, str], place: Path
+) -> None:
+    python = interpreter_for_others()
+    if python is None:
+        pytest.skip("no Python another account may run")
+    me, _ = accounts
+    entry = pwd.getpwnam(me)
+    home = home_of(me, place)
+    topics = Topics(f"users-{uuid.uuid4().hex[:6]}/v1")
+    site = sysconfig.get_paths()["purelib"]
+    log = (home / "agent.log").open("ab")
+    agent = await asyncio.create_subprocess_exec(
+        "setpriv",
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--init-groups",
+        python,
+        "-m",
+        "nodeagent",
+        f"--host={mosquitto.host}",
+        f"--port={mosquitto.port}",
+        f"--root={topics.root}",
+        "--name=u1",
+        "--cpus=1",
+        "--heartbeat=0.2",
+        f"--state-dir={home / 'state'}",
+        "--allow-commands",
+        f"--jobs-dir={home / 'jobs'}",
+        env={"PYTHONPATH": f"{ROOT}:{site}", "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        cwd=home,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
+    try:
+        settings = MqttSettings(mosquitto.host, mosquitto.port)
+        async with MqttBus(settings, f"sched-{uuid.uuid4().hex[:6]}") as bus:
+            await bus.subscribe(topics.agent_state("u1"))
+            await bus.subscribe(topics.agent_events("u1"))
+            scheduler = Scheduler(bus, "u1", topics)
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(scheduler.read(), name="test-users-own")
+                online = await scheduler.expect(AgentOnline)
+                probe = (
+                    "#!/bin/sh\nid -un\n"
+                    f"if cat /proc/{agent.pid}/environ >/dev/null 2>&1; "
+                    "then echo environ readable; else echo environ denied; fi\n"
+                )
+                # An owner the agent cannot map, and need not: it runs everything as itself.
+                await scheduler.send(job("own", "somebody-else", home, probe, ()))
+                ended = await scheduler.expect(PartFinished, lambda f: f.job_id == "own")
+                reader.cancel()
+    finally:
+        if agent.returncode is None:
+            agent.terminate()
+        await agent.wait()
+        log.close()
+    assert (online.commands, online.runs_as) == (CommandUsers.AGENT, me)
+    assert (ended.reason, ended.exit_status) == ("done", 0), (home / "agent.log").read_text()
+    text = (home / "accordion-own.out").read_text()
+    # Its own account; and its agent, non-dumpable, keeps its environment from it.
+    assert text == f"{me}\nenviron denied\n"
