@@ -46,6 +46,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from broker.bus import Bus, Delivery
 from nodeagent.job.command_child import EXIT_CANNOT_RUN, CommandChild, spawn
@@ -77,9 +78,38 @@ def read_plan(launch: Launch) -> CommandPlan:
         raise LaunchError(f"job {launch.job_id!r}: command plan: {exc}") from exc
 
 
-def start(plan: CommandPlan) -> CommandChild | None:
+class EarlyStop:
+    """A SIGTERM or SIGINT that comes before the event loop's handlers, noted.
+
+    The agent may end a part while its supervisor is still starting (a wall time
+    shorter than an interpreter's start-up, a cancel at once). Killed by the signal,
+    the supervisor would leave its command to the death signal and its status
+    unsaid; noted here, the stop is a cancel as soon as the supervisor runs.
+    """
+
+    def __init__(self) -> None:
+        self.asked = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.asked = True
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A command part before its loop: its plan, its command (None on a part that
+    holds CPUs) and a stop asked meanwhile."""
+
+    plan: CommandPlan
+    child: CommandChild | None
+    stop: EarlyStop
+
+
+def start(plan: CommandPlan) -> Prepared:
     """Fork the command if this part runs it (before any event loop exists)."""
-    return spawn(plan) if plan.batch else None
+    stop = EarlyStop()  # before the fork: a TERM from now on is a cancel
+    return Prepared(plan, spawn(plan) if plan.batch else None, stop)
 
 
 class CommandJob(SleepJob):

@@ -89,11 +89,7 @@ log = logging.getLogger(__name__)
 WORKLOADS = ("sleep", "mpi", "command")
 
 if TYPE_CHECKING:
-    from nodeagent.job.command_child import CommandChild
-    from nodeagent.launch.command_plan import CommandPlan
-
-    #: A command part's plan and its forked command (None on a part that holds CPUs).
-    Command = tuple[CommandPlan, CommandChild | None]
+    from nodeagent.job.command import Prepared as Command
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -395,8 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from nodeagent.job.command import read_plan, start  # noqa: PLC0415 (subclasses SleepJob)
 
         try:
-            plan = read_plan(launch)
-            command = (plan, start(plan))  # the command forks here too, before the loop
+            command = start(read_plan(launch))  # it forks here too, before the loop
         except (LaunchError, OSError) as exc:
             print(f"nodeagent.job: {exc}", file=sys.stderr)
             return EXIT_USAGE
@@ -471,8 +466,9 @@ async def _serve(
         if command is not None:
             from nodeagent.job.command import CommandJob  # noqa: PLC0415 - it subclasses SleepJob
 
-            plan, child = command
-            job = CommandJob(launch, bus, plan, child, parent_pid=parent, on_fenced=_exit_fenced)
+            job = CommandJob(
+                launch, bus, command.plan, command.child, parent_pid=parent, on_fenced=_exit_fenced
+            )
         elif launch.mpi is not None:
             from nodeagent.job.mpi import MpiJob  # noqa: PLC0415 - it subclasses SleepJob
 
@@ -483,6 +479,8 @@ async def _serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, job.cancel)
+        if command is not None and command.stop.asked:
+            job.cancel()  # asked before these handlers were there
         code = await job.run()
         if isinstance(bus, RejoiningBus) and not await bus.finish(code):
             # Its end was not heard (the lease lapsed with no agent to rejoin, or the
