@@ -304,7 +304,10 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
             # batch script's end ends a Slurm job): its other parts are ended too.
             ctx.end_job(job_id, now, JobState.FINISHED, "", ended)
         return
-    detail = f"part on {agent}: {message.reason} (exit code {message.exit_code})"
+    # A command part's own exit code says only how its supervisor ended: its command's
+    # end is in the detail (and the event's exit status or signal).
+    code = "" if ended is not None else f" (exit code {message.exit_code})"
+    detail = f"part on {agent}: {message.reason}{code}"
     if message.detail:
         detail = f"{detail}: {message.detail}"
     if message.reason == "fenced":
