@@ -391,9 +391,10 @@ class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """The execution model the scheduler plans with (``model.execution``), so the
     agents' sleep workload progresses by the same formula: its named ``kind``,
     formula (4)'s fixed ``overhead`` and the ``paper`` model's per-job OV range
-    and seed."""
+    and seed. ``calibrated`` is named so that every kind of ``model.execution`` has
+    its wire name, but no StartPart carries a calibration yet: an agent refuses it."""
 
-    kind: Literal["linear", "max", "paper"] = "linear"
+    kind: Literal["linear", "max", "paper", "calibrated"] = "linear"
     overhead: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
     ov_min: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 0.0
     ov_max: Annotated[float, msgspec.Meta(ge=0, le=1e6)] = 1.0

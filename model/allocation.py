@@ -1,13 +1,14 @@
 """One allocation: the CPUs a job holds, and how fast it goes on them.
 
 An allocation is a tuple of parts ``(machine, cpus)``. Everything the rest of
-the code needs to know of it is here, computed one way (issue 7: the speed of
-an allocation used to be worked out in seven places):
+the code needs to know of it is here, computed one way, so that the core, the
+policies and the twin cannot disagree on it:
 
 * ``cpus``: the total over its parts;
 * ``pace``: the speed of its slowest machine, since a job whose parts span
-  machines proceeds at the pace of its slowest part (DESIGN.md,
-  "Heterogeneous speed"; EG-EDF paper, sec. 2);
+  machines proceeds at the pace of its slowest part (its processes advance
+  together); on one machine, a machine's speed scales a run time as in the
+  EG-EDF paper, sec. 2 (``Estimated * BM_m / BM_m'``);
 * ``mpl(procs)``: the multiprogramming level ``p / c`` of a job's processes
   on it (FCFS-malleable paper, "virtual malleability");
 * ``rate(job, model)``: the job's progress rate on it, which is the execution
@@ -81,6 +82,7 @@ class Allocation:
             ref_speed=job.ref_speed,
             cpu_util=job.cpu_util,
             job_id=job.id,
+            app=job.app,
         )
 
     def expanded_runtime(self, work: float, ref_speed: float) -> float:
@@ -99,19 +101,22 @@ class AllocationMemo:
     allocations (one machine, a few widths), and the rate of a job depends
     only on its processes, reference speed and CPU utilisation besides the
     allocation, except under the ``paper`` model, which draws per job (never
-    remembered). The values are the same ones the methods compute; the memo
-    only skips computing them again. ``speeds`` is read when an allocation is
-    first built: its owner calls :meth:`clear` when a machine comes or goes.
+    remembered), and the ``calibrated`` one, whose rate off MPL 1 depends on the
+    job's application instead of its utilisation. The values are the same ones
+    the methods compute; the memo only skips computing them again. ``speeds``
+    is read when an allocation is first built: its owner calls :meth:`clear`
+    when a machine comes or goes.
     """
 
-    __slots__ = ("_allocs", "_model", "_per_job", "_rates", "_speeds")
+    __slots__ = ("_allocs", "_by_app", "_model", "_per_job", "_rates", "_speeds")
 
     def __init__(self, speeds: Mapping[str, float], model: ExecutionModel) -> None:
         self._speeds = speeds
         self._model = model
         self._per_job = model.kind is ModelKind.PAPER
+        self._by_app = model.kind is ModelKind.CALIBRATED
         self._allocs: dict[object, Allocation] = {}
-        self._rates: dict[tuple[int, int, float, float, float], float] = {}
+        self._rates: dict[tuple[int, int, float, float, float | str], float] = {}
 
     def clear(self) -> None:
         self._allocs.clear()
@@ -132,10 +137,13 @@ class AllocationMemo:
             return alloc.rate(job, self._model)
         procs = job.procs
         cpus = alloc.cpus
-        # At MPL 1 the ``linear`` and ``max`` factors are exactly 1.0 whatever the CPU
-        # utilisation (model.execution), so it is left out of the key there: a trace
-        # gives nearly every job its own utilisation.
-        key = (procs, cpus, alloc.pace, job.ref_speed, job.cpu_util if procs != cpus else -1.0)
+        # At MPL 1 the ``linear``, ``max`` and ``calibrated`` factors are exactly 1.0
+        # whatever the CPU utilisation or application (model.execution), so they are
+        # left out of the key there: a trace gives nearly every job its own utilisation.
+        util: float | str = -1.0
+        if procs != cpus:
+            util = job.app if self._by_app and job.app is not None else job.cpu_util
+        key = (procs, cpus, alloc.pace, job.ref_speed, util)
         rate = self._rates.get(key)
         if rate is None:
             if len(self._rates) >= _MEMO_LIMIT:

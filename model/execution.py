@@ -1,9 +1,11 @@
 """The one execution model: how fast a job progresses on an allocation, in named variants.
 
-DESIGN.md, "The spine" point 4, "Virtual malleability" and "Execution models":
-a job keeps its ``p`` processes; on ``c`` CPUs (``ceil(p/2) <= c <= p``) it runs
-at MPL ``m = p / c``. Its progress rate, in units of work per second where one
-unit is one second of run time on a machine of the job's reference speed, is
+One function for the twin's modelled agents and the live sleep workload, so the
+two agree by construction. Virtual malleability (FCFS-malleable paper, sec. 3.1):
+a job keeps its ``p`` processes; on ``c`` CPUs (``ceil(p/2) <= c <= p``, the
+paper's maximum MPL of 2) it runs at MPL ``m = p / c``. Its progress rate, in
+units of work per second where one unit is one second of run time on a machine
+of the job's reference speed, is
 
     rate = (BM_m / BM_ref) / factor(m, u, OV)
 
@@ -33,6 +35,15 @@ which admits more than one reading. The variants (:class:`ModelKind`):
   ``u + OV_j`` times its trace run time, under every policy alike, so a
   comparison is only fair between runs under the same model; every summary
   records which one it used.
+* ``calibrated``: the ``linear`` formula with ``u`` and ``OV`` measured per
+  application instead of assumed: ``factor = 1 + (m - 1) * (u_a + OV_a)`` for a
+  job of application ``a`` (``Job.app``), the pair read from a
+  :class:`Calibration` that ``bench.mpi`` fits from real MPI programs run
+  folded and expanded on real cores (``workload.calibration`` reads and writes
+  its file). A job that names no application falls back to the ``linear``
+  reading with its own ``u`` and no overhead; a job that names an application
+  the calibration lacks is refused (:class:`UnknownAppError`): a misspelt name
+  must not silently run at another program's pace.
 
 The per-job draw is the BLAKE2b digest of ``"<seed>:<job id>"`` (top 53 bits
 of its first 8 bytes as a float in ``[0, 1)``), the scheme of
@@ -57,7 +68,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
@@ -77,6 +89,62 @@ class ModelKind(StrEnum):
     LINEAR = "linear"
     MAX = "max"
     PAPER = "paper"
+    CALIBRATED = "calibrated"
+
+
+class UnknownAppError(ValueError):
+    """A job names an application that the calibrated model has no parameters for."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppParams:
+    """One application's measured parameters: its CPU-utilisation fraction ``u``
+    (compute time over total, expanded) and formula (4)'s overhead ``ov``."""
+
+    u: float
+    ov: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.u <= 1.0:
+            raise ValueError(f"u must be in (0, 1], got {self.u!r}")
+        if not (self.ov >= 0 and math.isfinite(self.ov)):
+            raise ValueError(f"ov must be a finite value >= 0, got {self.ov!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A named table application -> :class:`AppParams` (the ``calibrated`` model's).
+
+    ``apps`` is kept sorted by name, so two calibrations of the same table are
+    equal whatever order they were built in.
+    """
+
+    name: str
+    apps: tuple[tuple[str, AppParams], ...]
+    _index: dict[str, AppParams] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a calibration needs a name")
+        if not self.apps:
+            raise ValueError(f"calibration {self.name!r} has no application")
+        names = [app for app, _ in self.apps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"calibration {self.name!r} names an application twice")
+        if any(not app for app in names):
+            raise ValueError(f"calibration {self.name!r}: an application name is empty")
+        object.__setattr__(self, "apps", tuple(sorted(self.apps)))
+        object.__setattr__(self, "_index", dict(self.apps))
+
+    @classmethod
+    def of(cls, name: str, apps: Mapping[str, AppParams]) -> Calibration:
+        return cls(name, tuple(apps.items()))
+
+    def get(self, app: str) -> AppParams | None:
+        return self._index.get(app)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(app for app, _ in self.apps)
 
 
 def mpl(procs: int, cpus: int) -> float:
@@ -104,6 +172,8 @@ class ExecutionModel:
         ov_min, ov_max: the range of the per-job ``OV_j`` of ``paper``
             (default ``[0, 1]``, the paper's).
         seed: selects the per-job ``OV_j`` draws of ``paper``.
+        calibration: the per-application ``u`` and ``OV`` of ``calibrated``
+            (required there, refused by the other kinds).
     """
 
     kind: ModelKind = ModelKind.LINEAR
@@ -111,6 +181,7 @@ class ExecutionModel:
     ov_min: float = 0.0
     ov_max: float = 1.0
     seed: int = 0
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         if not (self.overhead >= 0 and math.isfinite(self.overhead)):
@@ -122,6 +193,13 @@ class ExecutionModel:
             )
         # Accept the plain string too (a CLI value, a summary read back).
         object.__setattr__(self, "kind", ModelKind(self.kind))
+        if (self.kind is ModelKind.CALIBRATED) != (self.calibration is not None):
+            raise ValueError(
+                "the calibrated execution model needs a calibration (application -> u, OV), "
+                "and only it takes one"
+            )
+        if self.kind is ModelKind.CALIBRATED and self.overhead:
+            raise ValueError("the calibrated model's OV is each application's own, not a fixed one")
 
     def job_overhead(self, job_id: str) -> float:
         """``OV_j`` of the ``paper`` model for this job (the fixed ``overhead`` otherwise)."""
@@ -129,12 +207,32 @@ class ExecutionModel:
             return self.overhead
         return self.ov_min + unit_draw(self.seed, job_id) * (self.ov_max - self.ov_min)
 
-    def factor(self, *, m: float, cpu_util: float, job_id: str | None = None) -> float:
+    def app_params(self, app: str | None, cpu_util: float) -> AppParams:
+        """The ``u`` and ``OV`` a job of ``app`` (None: unknown) runs with under
+        ``calibrated`` (module docstring); :class:`UnknownAppError` if it names one
+        the calibration lacks."""
+        assert self.calibration is not None  # checked at construction
+        if app is None:
+            return AppParams(cpu_util)
+        params = self.calibration.get(app)
+        if params is None:
+            raise UnknownAppError(
+                f"application {app!r} is not in calibration {self.calibration.name!r} "
+                f"(it has {', '.join(self.calibration.names())})"
+            )
+        return params
+
+    def factor(
+        self, *, m: float, cpu_util: float, job_id: str | None = None, app: str | None = None
+    ) -> float:
         """Wall seconds per unit of work at reference speed, at MPL ``m``."""
         if self.kind is ModelKind.LINEAR:
             return 1.0 + (m - 1.0) * (cpu_util + self.overhead)
         if self.kind is ModelKind.MAX:
             return max(1.0, m * cpu_util) + (self.overhead if m > 1.0 else 0.0)
+        if self.kind is ModelKind.CALIBRATED:
+            params = self.app_params(app, cpu_util)
+            return 1.0 + (m - 1.0) * (params.u + params.ov)
         if job_id is None:
             raise ValueError("the 'paper' execution model draws OV per job: pass job_id")
         return m * cpu_util + self.job_overhead(job_id)
@@ -148,13 +246,20 @@ class ExecutionModel:
         ref_speed: float,
         cpu_util: float,
         job_id: str | None = None,
+        app: str | None = None,
     ) -> float:
         """Units of work (reference-speed seconds) done per second of wall time."""
         m = mpl(procs, cpus)
-        return (speed / ref_speed) / self.factor(m=m, cpu_util=cpu_util, job_id=job_id)
+        return (speed / ref_speed) / self.factor(m=m, cpu_util=cpu_util, job_id=job_id, app=app)
 
-    def describe(self) -> dict[str, float | str]:
-        """What a summary records about the model (DESIGN.md: every result says which)."""
+    def describe(self) -> dict[str, object]:
+        """What a summary records about the model: every result says which model it used."""
+        if self.calibration is not None:
+            return {
+                "kind": str(self.kind),
+                "calibration": self.calibration.name,
+                "apps": {app: {"u": p.u, "ov": p.ov} for app, p in self.calibration.apps},
+            }
         if self.kind is ModelKind.PAPER:
             return {
                 "kind": str(self.kind),

@@ -41,6 +41,9 @@ class Job:
     cpu_util: float = 1.0
     qos: int = 0
     ref_speed: float = 1.0
+    #: The application the job runs (a kernel's name), None if not known: the
+    #: ``calibrated`` execution model's key to its measured ``u`` and ``OV``.
+    app: str | None = None
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> JobError:
@@ -62,6 +65,8 @@ class Job:
             raise bad("cpu_util", f"must be in (0, 1], got {self.cpu_util!r}")
         if not (self.ref_speed > 0 and math.isfinite(self.ref_speed)):
             raise bad("ref_speed", f"must be > 0, got {self.ref_speed!r}")
+        if self.app is not None and (not self.app or self.app != self.app.strip()):
+            raise bad("app", f"must be a non-empty name, no surrounding blanks, got {self.app!r}")
 
     @property
     def min_cpus(self) -> int:

@@ -68,9 +68,8 @@ class JobOutcome:
 # The twin builds one outcome and one segment per job of a trace (tens of
 # thousands). A frozen dataclass's ``__init__`` sets every field through
 # ``object.__setattr__``; setting the slots through their descriptors builds the
-# same immutable value for about two thirds of the cost (as
-# ``scheduler.core.snapshot_slots`` does for snapshots). The field lists are checked at
-# import, so a field added to either class cannot be silently left unset.
+# same immutable value for about two thirds of the cost. The field lists are checked
+# at import, so a field added to either class cannot be silently left unset.
 
 _OUTCOME_FIELDS = ("job", "start", "end", "parts", "segments", "expanded_runtime", "failed")
 _SEGMENT_FIELDS = ("start", "end", "cpus")

@@ -1,6 +1,6 @@
 """What a twin run leaves behind: the per-job CSV and the summary JSON.
 
-The summary holds every DESIGN.md metric (``model.metrics``), the decision time
+The summary holds every schedule metric (``model.metrics``), the decision time
 per event (mean, p99, max, in milliseconds of wall time) and the events per
 second of the replay, and says which time base each number uses: schedule
 metrics are in virtual trace seconds, decision times in wall-clock time.

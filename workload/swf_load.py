@@ -9,7 +9,9 @@ pass whatever its order: it keeps the replayable jobs, sorts them by
 order, and with ``limit=N`` keeps only the N earliest in a bounded heap, so
 that only the jobs returned are ever built. Its skip counts always cover the
 whole file. Both skip a repeated job number (``SkipReason.DUPLICATE``: the
-first one wins); each record is judged by ``workload.swf_rules``.
+first one wins); each record is judged by ``workload.swf_rules``. A trace whose
+header names its applications (``workload.applications``) gives each job
+``load_jobs`` builds the name of its executable number.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import heapq
 import math
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from model import Job
-from workload.swf import SwfHeader, SwfRecord, open_swf
+from workload.applications import HEADER_KEY as APPS_KEY
+from workload.applications import apps_from_text
+from workload.swf import SwfError, SwfHeader, SwfRecord, open_swf
 from workload.swf_rules import (
     DEFAULT_RULES,
     AdjustReason,
@@ -113,6 +117,22 @@ class LoadResult:
     adjusted: Counter[str] = field(default_factory=Counter)
 
 
+Builder = Callable[[SwfRecord, int, SwfRules], tuple[Job, tuple[AdjustReason, ...]]]
+
+
+def _naming(apps: Mapping[int, str]) -> Builder:
+    """``build``, and the job named after its executable number (module docstring)."""
+
+    def build_named(
+        rec: SwfRecord, procs: int, rules: SwfRules
+    ) -> tuple[Job, tuple[AdjustReason, ...]]:
+        job, adjusted = build(rec, procs, rules)
+        app = apps.get(rec.executable)
+        return (job if app is None else replace(job, app=app)), adjusted
+
+    return build_named
+
+
 def load_jobs(
     path: str | os.PathLike[str],
     rules: SwfRules = DEFAULT_RULES,
@@ -143,9 +163,16 @@ def load_jobs(
     kept: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
     heap: list[tuple[float, int, Job, tuple[AdjustReason, ...]]] = []
     # Local names: the loop below runs once per line of traces of millions.
-    judge_record, build_job = judge, build
+    judge_record = judge
+    build_job: Builder = build
     with open_swf(path) as reader:
         header = reader.header
+        named = header.get(APPS_KEY)
+        if named is not None:
+            try:
+                build_job = _naming(apps_from_text(named))
+            except ValueError as exc:
+                raise SwfError(str(exc), source=os.fspath(path)) from None
         for rec in reader:
             records += 1
             judged = judge_record(rec, rules, total_cpus)

@@ -27,7 +27,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from accordion.experiments.sweep import Source, read_rows, run_sweep, tasks
 from accordion.experiments.sweep_stats import summarise, write_chart, write_summary
-from accordion.experiments.twin_options import CpusOpt, MissingUtilOpt, ModelOpt, Window, WindowOpt
+from accordion.experiments.twin_options import (
+    CalibrationOpt,
+    CpusOpt,
+    MissingUtilOpt,
+    ModelOpt,
+    Window,
+    WindowOpt,
+    execution_model,
+)
 from model.execution import ModelKind
 from scheduler.planning.placement import PlacementRule
 from scheduler.policies.registry import UnknownPolicyError, build_policy
@@ -108,6 +116,7 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
         PlacementRule, typer.Option("--placement", help="how jobs are placed on machines")
     ] = PlacementRule.FASTEST,
     model: ModelOpt = ModelKind.LINEAR,
+    calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
     rigid_fraction: Annotated[
         float,
@@ -137,10 +146,13 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
             cpus=cpus,
             placement=placement,
             model=model,
+            calibration=calibration,
             missing_util=missing_util,
             rigid=rigid_fraction,
             deadlines=deadlines,
         )
+        # Read once here, so that a bad file is one error, not one per task.
+        execution_model(model, overhead=0.0, seed=0, calibration=calibration)
         if trace is not None and not trace.exists():
             raise FileNotFoundError(f"{trace}: no such trace")
         todo = tasks(source, specs, name, values, parse_seeds(seeds))

@@ -47,6 +47,7 @@ from accordion.experiments.runs import (
     write_run,
 )
 from accordion.experiments.twin_options import (
+    CalibrationOpt,
     CpusOpt,
     MissingUtilOpt,
     ModelOpt,
@@ -88,6 +89,7 @@ class WorkloadInputs:
     rigid_fraction: float
     model: ModelKind
     overhead: float
+    calibration: Path | None = None
 
     def load(self, trace: Path) -> tuple[Workload, ExecutionModel]:
         """Read ``trace`` with these options; a bad option is a user error."""
@@ -102,7 +104,9 @@ class WorkloadInputs:
             cpus=self.cpus,
         )
         execution = parsed(
-            lambda: execution_model(self.model, overhead=self.overhead, seed=self.seed),
+            lambda: execution_model(
+                self.model, overhead=self.overhead, seed=self.seed, calibration=self.calibration
+            ),
             "--execution-model",
         )
         return workload, execution
@@ -126,6 +130,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     tau: TauOpt = DEFAULT_TAU,
     cpus: CpusOpt = None,
     model: ModelOpt = ModelKind.LINEAR,
+    calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
     progress: ProgressOpt = True,
 ) -> None:
@@ -146,6 +151,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
             rigid_fraction=rigid_fraction,
             model=model,
             overhead=overhead,
+            calibration=calibration,
         ).load(trace)
         # Only the user-input types are caught: a ValueError of a policy shows its traceback.
         with progress_bar(policy, progress and len(workload.jobs) >= 2000) as update:
@@ -221,6 +227,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     tau: TauOpt = DEFAULT_TAU,
     cpus: CpusOpt = None,
     model: ModelOpt = ModelKind.LINEAR,
+    calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
     progress: ProgressOpt = True,
     per_job: Annotated[
@@ -253,6 +260,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
             rigid_fraction=rigid_fraction,
             model=model,
             overhead=overhead,
+            calibration=calibration,
         ).load(trace)
         runs: list[Run] = []
         for spec in specs:

@@ -38,7 +38,7 @@ from accordion.commands.options import (
 )
 from accordion.commands.tables import print_demo, print_endpoints
 from accordion.display import note, replay_display
-from accordion.errors import LiveError, parsed, refused, user_errors
+from accordion.errors import LiveError, UserError, parsed, refused, user_errors
 from accordion.experiments.demo import (
     DemoPlan,
     DemoReport,
@@ -163,6 +163,11 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             cluster if cluster is not None else DEFAULT_CLUSTER, auto_speed=HostSpeed()
         )
         options = policy_opts(policy_opt)
+        if model is ModelKind.CALIBRATED:
+            raise UserError(
+                "--execution-model calibrated is the twin's (simulate, compare, sweep): a live "
+                "cluster's agents cannot be given a calibration yet"
+            )
         # The same model for the scheduler, its agents and the demo's twin (the seed
         # of the paper model's OV is the demo's --seed).
         execution = parsed(

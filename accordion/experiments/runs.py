@@ -179,6 +179,29 @@ class Run:
     summary: dict[str, Any]
 
 
+UNNAMED_APP = "(none)"
+"""The ``jobs_by_app`` key of jobs that name no application."""
+
+
+def applications(jobs: list[Job], execution: ExecutionModel) -> dict[str, int] | None:
+    """Under the calibrated model, how many jobs run each application (those naming
+    none under :data:`UNNAMED_APP`: they fall back to the ``linear`` reading, see
+    ``model.execution``), for the summary; None under the other models. A job naming
+    an application the calibration lacks is the user's error, found before the replay.
+    """
+    cal = execution.calibration
+    if cal is None:
+        return None
+    counts = Counter(UNNAMED_APP if j.app is None else j.app for j in jobs)
+    unknown = sorted(app for app in counts if app != UNNAMED_APP and cal.get(app) is None)
+    if unknown:
+        raise UserError(
+            f"the trace's jobs run {', '.join(unknown)}, which calibration {cal.name!r} "
+            f"does not measure (it has {', '.join(cal.names())})"
+        )
+    return dict(sorted(counts.items()))
+
+
 def run_policy(
     workload: Workload,
     spec: str,
@@ -191,6 +214,7 @@ def run_policy(
 ) -> Run:
     """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``)."""
     options = dict(options or {})
+    apps = applications(workload.jobs, execution)
     policy = build_policy_with(spec, options, placement=placement)
     if policy_info(spec).single_machine:
         widest = max(m.cpus for m in workload.machines)
@@ -217,7 +241,9 @@ def run_policy(
     data = summary(result, metrics, workload=workload.describe())
     data["placement"] = str(placement)
     data["policy_options"] = options
-    data["execution_model"] = execution.describe()
+    model = data["execution_model"] = execution.describe()
+    if apps is not None:
+        model["jobs_by_app"] = apps
     return Run(spec=spec, result=result, metrics=metrics, summary=data)
 
 

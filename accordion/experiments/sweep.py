@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from accordion.experiments.runs import Variation, Workload, load_workload, run_policy
-from accordion.experiments.twin_options import Window
-from model.execution import ExecutionModel, ModelKind
+from accordion.experiments.twin_options import Window, execution_model
+from model.execution import ModelKind
 from model.job import Job
 from model.metrics import DEFAULT_TAU
 from scheduler.planning.placement import PlacementRule
@@ -84,6 +84,8 @@ class Source:
     placement: PlacementRule = PlacementRule.FASTEST
     model: ModelKind = ModelKind.LINEAR
     overhead: float = 0.0
+    #: The calibrated model's file (``workload.calibration``), read by every task.
+    calibration: Path | None = None
     missing_util: float = 1.0
     #: Share of jobs made rigid (``workload.rigidity``, seeded with the task's seed).
     rigid: float = 0.0
@@ -211,7 +213,9 @@ def run_group(group: Sequence[Task]) -> list[Row]:
     ):
         raise ValueError("a group holds tasks that differ in the tau value alone")
     work, src = _workload(first)
-    execution = ExecutionModel(kind=src.model, overhead=src.overhead, seed=first.seed)
+    execution = execution_model(
+        src.model, overhead=src.overhead, seed=first.seed, calibration=src.calibration
+    )
     run = run_policy(work, first.policy, placement=src.placement, execution=execution, tau=src.tau)
     u_mean = math.fsum(j.cpu_util for j in work.jobs) / len(work.jobs)
     rows = []

@@ -16,11 +16,13 @@ window's first submission, not from the trace's start.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from model.execution import ExecutionModel, ModelKind
+from workload.calibration import load_calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +66,31 @@ class Window:
         return None
 
 
-def execution_model(kind: ModelKind, *, overhead: float, seed: int) -> ExecutionModel:
-    """The model the options name; ``--overhead`` applies to ``linear`` and ``max`` only."""
+def execution_model(
+    kind: ModelKind, *, overhead: float, seed: int, calibration: Path | None = None
+) -> ExecutionModel:
+    """The model the options name; ``--overhead`` applies to ``linear`` and ``max`` only,
+    ``--calibration`` (a ``workload.calibration`` file) to ``calibrated`` only."""
     if kind is ModelKind.PAPER and overhead:
         raise ValueError(
             "--overhead is the fixed OV of the linear and max models; the paper model "
             "draws OV per job from U[0, 1]"
         )
+    if kind is ModelKind.CALIBRATED:
+        if overhead:
+            raise ValueError(
+                "--overhead is the fixed OV of the linear and max models; the calibrated "
+                "model reads each application's OV from --calibration"
+            )
+        if calibration is None:
+            raise ValueError(
+                "the calibrated model reads u and OV per application from --calibration FILE "
+                "(written by python -m bench.mpi)"
+            )
+        table = load_calibration(calibration).calibration
+        return ExecutionModel(kind=kind, seed=seed, calibration=table)
+    if calibration is not None:
+        raise ValueError(f"--calibration is read by the calibrated model only, not by {kind}")
     return ExecutionModel(kind=kind, overhead=overhead, seed=seed)
 
 
@@ -100,7 +120,18 @@ ModelOpt = Annotated[
     typer.Option(
         "--execution-model",
         help="reading of formulas (3)/(4): linear 1+(m-1)(u+OV), max max(1,m*u), paper "
-        "m*u+OV_j with OV_j~U[0,1] per job (seeded by --seed)",
+        "m*u+OV_j with OV_j~U[0,1] per job (seeded by --seed), calibrated 1+(m-1)(u+OV) "
+        "with u and OV measured per application (--calibration)",
+    ),
+]
+CalibrationOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--calibration",
+        metavar="FILE",
+        help="with --execution-model calibrated: each application's u and OV (TOML, "
+        "written by python -m bench.mpi); a job's application is its trace's executable "
+        "number named by the header line '; Applications: 1=cg 2=halo'",
     ),
 ]
 MissingUtilOpt = Annotated[

@@ -12,8 +12,9 @@ replay's count is the difference. The loading (the whole trace is parsed even
 for its first jobs) itself moves by some 15-30 M instructions between runs, so
 a replay is read against that spread, which is printed: KTH-SP2's first 2,000
 jobs are within it, its first 10,000 well above it. ``textbook``
-is ``bench/replay/textbook_easy.py``, any other spec a policy as ``accordion
-simulate`` takes it. Instructions are not time (a dict lookup that misses the
+is ``bench/replay/textbook_easy.py``, ``easy-general`` EASY forced down its
+general path (``bench/replay/easy_paths.py``), any other spec a policy as
+``accordion simulate`` takes it. Instructions are not time (a dict lookup that misses the
 cache costs more than its count says), so the seconds of ``bench/replay/__main__.py``
 stay the target's measure; this is the steering wheel.
 """
@@ -55,7 +56,15 @@ def child(trace: str, spec: str, jobs: int | None) -> None:
     from scheduler.policies.registry import build_policy
     from twin.simulate import simulate
 
-    result = simulate(workload.jobs, machines=workload.machines, policy=build_policy(spec))
+    if spec == "easy-general":
+        from easy_paths import GeneralEasy  # beside this file, on sys.path[0]
+
+        from scheduler.policies.easy import EasyBackfill
+
+        policy = GeneralEasy(easy=EasyBackfill())
+    else:
+        policy = build_policy(spec)
+    result = simulate(workload.jobs, machines=workload.machines, policy=policy)
     _ = {o.job.id: o.start for o in result.outcomes}  # what bench/replay/__main__.py reads too
 
 

@@ -6,23 +6,29 @@ machine, the usage ledger and the reservations a policy last promised. Its
 callers (the twin's event engine, the live scheduler actor) feed it events
 (``submit``, ``finished``, ``cancel``) stamped with ``now`` and call
 :meth:`SchedulerCore.schedule` once after every batch of simultaneous events.
-``schedule`` hands the policy a read-only :class:`~scheduler.core.snapshot.Snapshot`,
-checks every decision against the state (a policy that double-books a CPU or
-starts an unknown job is a bug and raises :class:`PolicyError`), applies the
-decisions and returns them so the caller can turn them into commands.
+``schedule`` hands the policy a read-only
+:class:`~scheduler.core.snapshot.SnapshotView`, checks every decision against
+the state (a policy that double-books a CPU or starts an unknown job is a bug
+and raises :class:`PolicyError`), applies the decisions and returns them so
+the caller can turn them into commands.
 
 The core never reads a clock: time is the ``now`` it is given.
 
-A queued job wider than the cluster that is left (it was accepted when the
-cluster was bigger) stays queued but is hidden from the policy until enough
-machines are back, so it never blocks the jobs behind it.
+One object, composed of collaborators with one job each, which it builds and
+owns: the :class:`~scheduler.core.job_book.JobBook` (every job known, its
+state and requeues), the :class:`~scheduler.core.job_queue.JobQueue` (waiting
+jobs in arrival order, with the per-name index; it hides a job wider than
+what is left of the cluster), the :class:`~scheduler.core.cluster.Cluster`
+(machines, free CPUs, the running jobs on them, the usage they are charged)
+and the :class:`~scheduler.core.recovery.Recovery` (the lost-machine rule and
+the journal restore). This module adds the events of a normal life (submit,
+finish, cancel) and the scheduling step.
 
-The class is built in three layers, one responsibility each:
-``scheduler.core.state`` holds the state and what every handler shares (the
-queue, the running set, the free CPUs, the ledger, and their bookkeeping);
-``scheduler.core.recovery`` adds what happens when a machine is lost and how
-a restarted scheduler restores the core from its journal; this module adds
-the events of a normal life (submit, finish, cancel) and the scheduling step.
+*Cordoned machines.* A caller may pass a set of machine ids it edits
+(``cordoned``: the live scheduler's SUSPECT and HELD agents, Slurm's DRAIN
+without the admin): the policy sees none of their CPUs free, so no new part
+goes there, while the jobs already on them keep their CPUs and the machines
+still count in the cluster. The twin has no heartbeats and passes none.
 
 Estimates. The running jobs, their expected ends and how a resize moves them
 are ``scheduler.core.running_set``'s; what the core answers to events (``Accepted``,
@@ -31,11 +37,11 @@ are ``scheduler.core.running_set``'s; what the core answers to events (``Accepte
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 
+from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
-from model.machine import Part
+from model.machine import Machine, Part
 from scheduler.core.answers import (
     Accepted,
     Left,
@@ -45,12 +51,15 @@ from scheduler.core.answers import (
     Rejected,
     too_wide,
 )
-from scheduler.core.booking import book, release
-from scheduler.core.job_lifecycle import JobState, transition
+from scheduler.core.cluster import Cluster
+from scheduler.core.job_book import JobBook
+from scheduler.core.job_lifecycle import JobState
+from scheduler.core.job_queue import JobQueue
 from scheduler.core.queue_index import QueueIndex
-from scheduler.core.recovery import CoreRecovery
-from scheduler.core.snapshot import Decisions, RunningJob, Snapshot
-from scheduler.core.snapshot_slots import make_snapshot, refresh_snapshot
+from scheduler.core.recovery import Recovery
+from scheduler.core.running_set import RunningSet
+from scheduler.core.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
+from scheduler.core.usage import UsageLedger
 
 __all__ = [
     "Accepted",
@@ -63,8 +72,166 @@ __all__ = [
 ]
 
 
-class SchedulerCore(CoreRecovery):
+class SchedulerCore:
     """Queue, running set and cluster state, driven by events; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        machines: Iterable[Machine],
+        execution: ExecutionModel = DEFAULT_MODEL,
+        usage_period: float = 86400.0,
+        max_requeues: int = 2,
+        cordoned: Set[str] = frozenset(),
+    ) -> None:
+        self.policy = policy
+        #: Jobs are malleable by default, but only a policy that says it folds them
+        #: (``folds = True``, FCFS-malleable) may run one on fewer CPUs than processes.
+        self._folds = bool(getattr(policy, "folds", False))
+        #: The policy decides nothing on an empty queue (``scheduler.core.snapshot.Policy``).
+        self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
+        self.execution = execution
+        self.usage = UsageLedger(usage_period)
+        self._book = JobBook()
+        self._running = RunningSet()
+        self._queue = JobQueue(running=self._running, folds=self._folds)
+        self._cluster = Cluster(
+            machines=machines,
+            execution=execution,
+            running=self._running,
+            usage=self.usage,
+            index=self._queue.index,
+        )
+        self._recovery = Recovery(
+            book=self._book,
+            queue=self._queue,
+            cluster=self._cluster,
+            max_requeues=max_requeues,
+            folds=self._folds,
+        )
+        #: The caller's set (module docstring, "Cordoned machines"), read at every event.
+        self._cordoned = cordoned
+        self._reservations: dict[str, Reservation] = {}
+        self.counters: dict[str, int] = {}
+        # The snapshot handed to the policy, refreshed at every event (snapshot()).
+        self._snap: Snapshot | None = None
+
+    # -- state, read-only -------------------------------------------------
+
+    @property
+    def max_requeues(self) -> int:
+        return self._recovery.max_requeues
+
+    @property
+    def machines(self) -> Sequence[Machine]:
+        return self._cluster.machines
+
+    @property
+    def total_cpus(self) -> int:
+        return self._cluster.total
+
+    @property
+    def queue(self) -> Sequence[Job]:
+        return self._queue.jobs
+
+    @property
+    def running(self) -> Sequence[RunningJob]:
+        """Running jobs by expected end (ties by start order)."""
+        return self._running.by_end
+
+    @property
+    def reservations(self) -> Sequence[Reservation]:
+        return list(self._reservations.values())
+
+    def free(self, machine_id: str) -> int:
+        return self._cluster.free[machine_id]
+
+    def state_of(self, job_id: str) -> JobState | None:
+        return self._book.states.get(job_id)
+
+    def job(self, job_id: str) -> Job | None:
+        """The job known by ``job_id`` (in any state), if any."""
+        return self._book.known.get(job_id)
+
+    def requeues(self, job_id: str) -> int:
+        """How many times the job was requeued after losing a machine."""
+        return self._book.requeues(job_id)
+
+    def charged_requeues(self, job_id: str) -> int:
+        """Requeues of ``job_id`` that count against ``max_requeues``."""
+        return self._book.charged_requeues(job_id)
+
+    @property
+    def speeds(self) -> Mapping[str, float]:
+        return self._cluster.speeds
+
+    @property
+    def pending(self) -> Mapping[str, PendingJob]:
+        """Restored running jobs awaiting their agents' confirmation, by id."""
+        return self._book.pending
+
+    def running_job(self, job_id: str) -> RunningJob | None:
+        """The running job ``job_id`` (not a pending one), if any."""
+        return self._running.get(job_id)
+
+    def cpus_needed(self, job: Job) -> int:
+        """Fewest CPUs ``job`` may hold under this policy (its processes, or half of
+        them, rounded up, under a policy that folds malleable jobs to MPL 2)."""
+        return job.min_cpus if self._folds else job.procs
+
+    # -- machines, lost jobs and restore (``scheduler.core.recovery``) -----
+
+    def machine_joined(self, machine: Machine) -> None:
+        """A machine registered (or the twin's cluster is being built)."""
+        self._cluster.join(machine)
+
+    def machine_left(self, machine_id: str, now: float) -> list[Left]:
+        """A machine is gone: the lost-machine rule for its jobs (``Recovery.machine_left``)."""
+        lost = self._recovery.machine_left(machine_id, now)
+        # A promise on a machine that is gone cannot be kept; policies plan afresh.
+        self._reservations = {
+            jid: r
+            for jid, r in self._reservations.items()
+            if all(p.machine != machine_id for p in r.parts)
+        }
+        return lost
+
+    def job_lost(self, job_id: str, now: float, *, charged: bool = True) -> Left:
+        """The lost-machine rule for one job (``Recovery.job_lost``)."""
+        return self._recovery.job_lost(job_id, now, charged=charged)
+
+    def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
+        """A journalled queued job (``Recovery.restore_queued``)."""
+        self._recovery.restore_queued(job, requeues=requeues, uncharged=uncharged)
+
+    def restore_final(
+        self,
+        job: Job,
+        state: JobState,
+        *,
+        start: float | None = None,
+        end: float | None = None,
+        parts: tuple[Part, ...] = (),
+    ) -> None:
+        """A journalled job that is over (``Recovery.restore_final``)."""
+        self._recovery.restore_final(job, state, start=start, end=end, parts=parts)
+
+    def restore_pending(
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        start: float,
+        *,
+        requeues: int = 0,
+        uncharged: int = 0,
+    ) -> None:
+        """A journalled running job, pending its agents (``Recovery.restore_pending``)."""
+        self._recovery.restore_pending(job, parts, start, requeues=requeues, uncharged=uncharged)
+
+    def restore_running(self, job_id: str, now: float) -> RunningJob:
+        """A pending job back on its CPUs (``Recovery.restore_running``)."""
+        return self._recovery.restore_running(job_id, now)
 
     # -- events -----------------------------------------------------------
 
@@ -77,16 +244,19 @@ class SchedulerCore(CoreRecovery):
         online right now waits in the queue (the snapshot hides it from the
         policy until it fits).
         """
-        seen = self._known.get(job.id)
+        book = self._book
+        seen = book.known.get(job.id)
         if seen is not None:
             if seen == job:
                 return Accepted(job.id, duplicate=True)
             why = f"job id {job.id!r} is already used by a different job"
             return Rejected(job.id, RejectCode.ID_REUSED, why)
-        wide = too_wide(job, self.cpus_needed(job), self._total if capacity is None else capacity)
+        limit = self._cluster.total if capacity is None else capacity
+        wide = too_wide(job, self.cpus_needed(job), limit)
         if wide is not None:
             return wide
-        self._enqueue(job)
+        book.enter(job, JobState.QUEUED)
+        self._queue.add(job)
         return Accepted(job.id)
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
@@ -94,10 +264,11 @@ class SchedulerCore(CoreRecovery):
         state = JobState.FAILED if failed else JobState.FINISHED
         run = self._running.pop(job_id)
         if run is None:
-            if job_id in self._pending:
-                return self._end_pending(job_id, now, state)
+            if job_id in self._book.pending:
+                return self._recovery.end_pending(job_id, now, state)
             raise KeyError(f"job {job_id!r} is not running")
-        self._leave(run, now, state)
+        self._book.move(job_id, state)
+        self._cluster.release(run, now)
         return Left(run.job, run.start, now, run.parts, state)
 
     def ended(self, job_id: str, now: float) -> None:
@@ -107,33 +278,26 @@ class SchedulerCore(CoreRecovery):
         run = self._running.pop(job_id)
         if run is None:
             raise KeyError(f"job {job_id!r} is not running")
-        self._leave(run, now, JobState.FINISHED)
-
-    def _leave(self, run: RunningJob, now: float, state: JobState) -> None:
-        """``run``, already out of the running set, leaves its CPUs for ``state``."""
-        if self._index.awake:
-            self._index.remove_running(run)
-        job_id = run.job.id
-        self._state[job_id] = transition(self._state[job_id], state)
-        release(self._free, run.parts)
-        self._charge(run, now)
+        self._book.move(job_id, JobState.FINISHED)
+        self._cluster.release(run, now)
 
     def cancel(self, job_id: str, now: float) -> Left | Job | None:
         """Cancel a queued or running job; returns what was cancelled, None if nothing was."""
-        state = self._state.get(job_id)
+        book = self._book
+        state = book.states.get(job_id)
         if state is JobState.QUEUED:
-            self._state[job_id] = transition(state, JobState.CANCELLED)
-            self._queue = [j for j in self._queue if j.id != job_id]
-            if self._index.awake:
-                self._index.remove(self._known[job_id])
+            book.move(job_id, JobState.CANCELLED)
+            job = book.known[job_id]
+            self._queue.remove(job)
             self._reservations.pop(job_id, None)
-            return self._known[job_id]
-        if state is JobState.RUNNING and job_id in self._pending:
-            return self._end_pending(job_id, now, JobState.CANCELLED)
+            return job
+        if state is JobState.RUNNING and job_id in book.pending:
+            return self._recovery.end_pending(job_id, now, JobState.CANCELLED)
         if state is JobState.RUNNING:
             run = self._running.pop(job_id)
             assert run is not None  # RUNNING and not pending
-            self._leave(run, now, JobState.CANCELLED)
+            book.move(job_id, JobState.CANCELLED)
+            self._cluster.release(run, now)
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
 
@@ -141,37 +305,47 @@ class SchedulerCore(CoreRecovery):
 
     def snapshot(self, now: float) -> Snapshot:
         """What the policy sees at ``now``: valid until the next call, since the core
-        keeps one snapshot and refreshes it (``scheduler.core.snapshot_slots``)."""
-        queue: Sequence[Job] = self._queue
-        index: QueueIndex | None = self._index
-        if self._widest > self._total:
-            # Jobs wider than what is left of the cluster wait hidden (module docstring).
-            queue = [j for j in self._queue if self.cpus_needed(j) <= self._total]
-            if len(queue) < len(self._queue):
-                index = None  # it holds the hidden jobs too
+        keeps one snapshot and refreshes it in place (``scheduler.core.snapshot``)."""
+        cluster = self._cluster
+        total = cluster.total
+        waiting = self._queue
+        if waiting.widest <= total:
+            # No queued job can be too wide (``JobQueue.visible``), the usual case.
+            queue: Sequence[Job] = waiting.jobs
+            index: QueueIndex | None = waiting.index
+        else:
+            queue, index = waiting.visible(total)
+        free: Mapping[str, int] = cluster.free
+        cordoned = self._cordoned
+        if cordoned:
+            free = {m: 0 if m in cordoned else n for m, n in free.items()}
         snap = self._snap
         # The other fields are the core's own containers, the same objects from one
         # event to the next; the machines list is replaced when a machine comes or goes.
-        if snap is not None and snap.machines is self._machines and snap.total_cpus == self._total:
-            refresh_snapshot(snap, now, queue, self._reservations, index)
+        if snap is not None and snap.machines is cluster.machines and snap.total_cpus == total:
+            snap.now = now
+            snap.free = free
+            snap.queue = queue
+            snap.reservations = self._reservations
+            snap.by_account = index
             return snap
-        snap = self._snap = make_snapshot(
-            now,
-            self._machines,
-            self._free,
-            self._running.by_end,
-            queue,
-            self.usage,
-            self._total,
-            self._speeds,
-            self._reservations,
-            index,
+        snap = self._snap = Snapshot(
+            now=now,
+            machines=cluster.machines,
+            free=free,
+            running=self._running.by_end,
+            queue=queue,
+            usage=self.usage,
+            total_cpus=total,
+            speeds=cluster.speeds,
+            reservations=self._reservations,
+            by_account=index,
         )
         return snap
 
     def schedule(self, now: float) -> Decisions:
         """Run the policy once and apply its decisions; returns them for the caller to act on."""
-        if not self._queue and self._idle_on_empty:
+        if not self._queue.jobs and self._idle_on_empty:
             # The policy promised to decide nothing now; what it would have returned
             # (no reservation) replaces the promises held, as below.
             if self._reservations:
@@ -183,11 +357,7 @@ class SchedulerCore(CoreRecovery):
         if decisions.starts:
             for start in decisions.starts:
                 self._apply_start(start.job, start.parts, now)
-            jobs = [start.job for start in decisions.starts]
-            self._unqueue(jobs)
-            if self._index.awake:
-                for job in jobs:
-                    self._index.remove(job)
+            self._queue.take([start.job for start in decisions.starts])
         reservations = decisions.reservations
         if reservations or self._reservations:
             held = self._reservations
@@ -205,33 +375,13 @@ class SchedulerCore(CoreRecovery):
 
     # -- internals --------------------------------------------------------
 
-    def _unqueue(self, started: Sequence[Job]) -> None:
-        """Take the started jobs out of the queue, each found by bisection: the
-        queue is always in arrival order, so this costs a few list moves, not a
-        rebuilt queue at every event."""
-        queue = self._queue
-        order = self._order
-        for job in started:
-            if queue[0] is job:
-                # The head (most starts under an arrival-order policy): no search.
-                del queue[0]
-                continue
-            at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
-            if queue[at].id != job.id:
-                raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
-            del queue[at]
-
     def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         # A job started twice in one decision is RUNNING at its second start.
-        states = self._state
-        if states.get(job.id) is not JobState.QUEUED:
+        book = self._book
+        if book.states.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
-        cpus = book(self._free, job, parts, job.min_cpus if self._folds else job.procs)
-        states[job.id] = transition(JobState.QUEUED, JobState.RUNNING)
-        allocs = self._allocs
-        alloc = allocs.of(parts)
-        rate = allocs.rate(alloc, job)
-        self._started(self._running.start(job, parts, cpus, rate, now, alloc))
+        self._cluster.hold(job, parts, job.min_cpus if self._folds else job.procs, now)
+        book.move(job.id, JobState.RUNNING)
 
     def _apply_resize(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         run = self._running.get(job.id)
@@ -239,14 +389,4 @@ class SchedulerCore(CoreRecovery):
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
         if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
-        release(self._free, run.parts)
-        try:
-            cpus = book(self._free, job, parts, self.cpus_needed(job))
-        except PolicyError:
-            for part in run.parts:
-                self._free[part.machine] -= part.cpus
-            raise
-        # Charge the old allocation before it changes, so usage follows the CPUs held.
-        self._charge(run, now)
-        alloc = self._allocs.of(parts)
-        self._running.resize(run, parts, cpus, self._allocs.rate(alloc, job), now, alloc=alloc)
+        self._cluster.move(run, parts, self.cpus_needed(job), now)

@@ -1,83 +1,90 @@
 """The scheduler core when machines are lost, and when it is restored from a journal.
 
-Machines come and go (live runtime). ``machine_left`` applies the rule for the
-jobs of a lost machine, stated once here so the actor, the twin and the tests
-share it: every job with a part on the machine leaves its CPUs; it is
-*requeued* (same id, same submit time, back at its place in arrival order; its
-CPUs on the other machines are freed, the caller cancels those parts) unless it
-was already requeued ``max_requeues`` times (default 2), in which case it
-*fails*. A requeue of a start that never ran (its agent fenced it off before the
-fork) is not charged: it numbers the next attempt but never fails the job. The
-journal keeps only the requeue count, so a restarted scheduler charges them all.
+Machines come and go (live runtime). :meth:`Recovery.machine_left` applies the
+rule for the jobs of a lost machine, stated once here so the actor, the twin
+and the tests share it: every job with a part on the machine leaves its CPUs;
+it is *requeued* (same id, same submit time, back at its place in arrival
+order; its CPUs on the other machines are freed, the caller cancels those
+parts) unless it was already requeued ``max_requeues`` times (default 2), in
+which case it *fails*. A requeue of a start that never ran (its agent fenced
+it off before the fork) is not charged: it numbers the next attempt but never
+fails the job. The journal keeps only the requeue count, so a restarted
+scheduler charges them all. What each agent or part event does to a job in
+the live runtime (which of these it calls) is ``scheduler.live.coupling``'s
+table.
 
 Restart. A restarted live scheduler rebuilds the core from its journal with
 the ``restore_*`` methods: queued jobs in submission order, finished ones for
 idempotency (and the usage ledger), and running ones as *pending*: known and
 ``RUNNING``, but holding no CPUs until the caller has heard from their agents.
-``restore_running`` then puts a pending job on its CPUs; ``job_lost``
-applies the lost-machine rule to it.
+:meth:`Recovery.restore_running` then puts a pending job on its CPUs;
+:meth:`Recovery.job_lost` applies the lost-machine rule to it.
+
+The core (``scheduler.core.core``) owns one :class:`Recovery` over its own
+job book, queue and cluster, and answers these calls through it.
 """
 
 from __future__ import annotations
 
-import bisect
-from typing import Any
-
 from model.job import Job
 from model.machine import Part, parts_cpus
 from scheduler.core.answers import Left, PendingJob
-from scheduler.core.booking import book, release
-from scheduler.core.job_lifecycle import JobState, transition
+from scheduler.core.cluster import Cluster
+from scheduler.core.job_book import JobBook
+from scheduler.core.job_lifecycle import JobState
+from scheduler.core.job_queue import JobQueue
 from scheduler.core.snapshot import RunningJob
-from scheduler.core.state import CoreState
+
+_FINAL = (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED)
 
 
-class CoreRecovery(CoreState):
-    """Lost machines and journal restore, over the core's state (module docstring)."""
+class Recovery:
+    """Lost machines and journal restore over the core's parts (module docstring)."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        #: Requeues not charged to a job's budget (a start fenced before it ran): they
-        #: still number its attempts (``requeues``), but not against ``max_requeues``.
-        self._uncharged: dict[str, int] = {}
+    __slots__ = ("_book", "_cluster", "_folds", "_queue", "max_requeues")
+
+    def __init__(
+        self,
+        *,
+        book: JobBook,
+        queue: JobQueue,
+        cluster: Cluster,
+        max_requeues: int,
+        folds: bool,
+    ) -> None:
+        if max_requeues < 0:
+            raise ValueError(f"max_requeues must be >= 0, got {max_requeues!r}")
+        self._book = book
+        self._queue = queue
+        self._cluster = cluster
+        self.max_requeues = max_requeues
+        self._folds = folds
 
     def machine_left(self, machine_id: str, now: float) -> list[Left]:
         """A machine is gone: apply the lost-machine rule (module docstring) to its jobs.
 
-        Returns one :class:`Left` per job that had a part there, in start order,
-        with ``state`` ``QUEUED`` (requeued) or ``FAILED``; the caller cancels
-        the jobs' parts on the other machines.
+        Returns one :class:`Left` per job that had a part there, in start order
+        (then the pending ones), with ``state`` ``QUEUED`` (requeued) or
+        ``FAILED``; the caller cancels the jobs' parts on the other machines.
         """
-        if machine_id not in self._speeds:
+        cluster = self._cluster
+        if machine_id not in cluster.speeds:
             raise KeyError(f"machine {machine_id!r} is not known")
-        hit = [r for r in self._running.values() if any(p.machine == machine_id for p in r.parts)]
+        hit = [r for r in cluster.running.values() if any(p.machine == machine_id for p in r.parts)]
         lost = [self._lose_running(run, now) for run in hit]
         lost += [
             self.job_lost(jid, now)
-            for jid, p in list(self._pending.items())
+            for jid, p in list(self._book.pending.items())
             if any(part.machine == machine_id for part in p.parts)
         ]
-        self._machines = [m for m in self._machines if m.id != machine_id]
-        del self._speeds[machine_id]
-        self._allocs.clear()
-        # Every job with a part here has left, so all of the machine's CPUs are free.
-        self._total -= self._free.pop(machine_id)
-        # A promise on a machine that is gone cannot be kept; policies plan afresh.
-        self._reservations = {
-            jid: r
-            for jid, r in self._reservations.items()
-            if all(p.machine != machine_id for p in r.parts)
-        }
+        cluster.leave(machine_id)
         return lost
 
     def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
         """A journalled queued job, restored in submission order (no width check:
         it was accepted before, and its machines may not have re-registered yet)."""
-        self._check_new(job)
-        self._requeues[job.id] = requeues
-        if uncharged:
-            self._uncharged[job.id] = uncharged
-        self._enqueue(job)
+        self._book.enter(job, JobState.QUEUED, requeues=requeues, uncharged=uncharged)
+        self._queue.add(job)
 
     def restore_final(
         self,
@@ -90,14 +97,12 @@ class CoreRecovery(CoreState):
     ) -> None:
         """A journalled job that is over: known again (so its id stays taken) and,
         when it ran, charged to the usage ledger with its last allocation."""
-        if state not in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED):
+        if state not in _FINAL:
             raise ValueError(f"restore_final takes a final state, not {state}")
-        self._check_new(job)
-        self._known[job.id] = job
-        self._state[job.id] = state
-        self._order[job.id] = len(self._order)
+        self._book.enter(job, state)
+        self._queue.number(job.id)
         if start is not None and end is not None and parts:
-            self.usage.charge(
+            self._cluster.usage.charge(
                 user=job.user, group=job.group, start=start, end=end, cpus=parts_cpus(parts)
             )
 
@@ -114,14 +119,10 @@ class CoreRecovery(CoreState):
         :meth:`restore_running` or :meth:`job_lost` settles it."""
         if not parts:
             raise ValueError(f"job {job.id!r}: a running job has parts")
-        self._check_new(job)
-        self._known[job.id] = job
-        self._state[job.id] = JobState.RUNNING
-        self._order[job.id] = len(self._order)
-        self._requeues[job.id] = requeues
-        if uncharged:
-            self._uncharged[job.id] = uncharged
-        self._pending[job.id] = PendingJob(job, parts, start)
+        book = self._book
+        book.enter(job, JobState.RUNNING, requeues=requeues, uncharged=uncharged)
+        self._queue.number(job.id)
+        book.pending[job.id] = PendingJob(job, parts, start)
 
     def restore_running(self, job_id: str, now: float) -> RunningJob:
         """Put a pending job back on its CPUs; its machines must be known, with room.
@@ -129,27 +130,19 @@ class CoreRecovery(CoreState):
         Its estimate is taken as if it had run on these parts since its start
         (the journal keeps the last allocation, not the history of resizes).
         """
-        pending = self._pending[job_id]
+        pending = self._book.pending[job_id]
         job, parts = pending.job, pending.parts
-        # Checked before taking anything: book() takes part by part, and a caller
+        cluster = self._cluster
+        # Checked before taking anything: booking takes part by part, and a caller
         # that is refused here carries on with the core as it was.
-        short = [p for p in parts if p.cpus > self._free.get(p.machine, 0)]
+        free = cluster.free
+        short = [p for p in parts if p.cpus > free.get(p.machine, 0)]
         if short:
-            have = {p.machine: self._free.get(p.machine) for p in short}
+            have = {p.machine: free.get(p.machine) for p in short}
             raise ValueError(f"cannot restore job {job_id!r} on {parts}: free CPUs are {have}")
-        cpus = book(self._free, job, parts, self.cpus_needed(job))
-        del self._pending[job_id]
-        alloc = self._allocs.of(parts)
-        run = self._running.start(
-            job,
-            parts,
-            cpus,
-            rate=self._allocs.rate(alloc, job),
-            start=pending.start,
-            now=now,
-            alloc=alloc,
-        )
-        self._started(run)
+        least = job.min_cpus if self._folds else job.procs
+        run = cluster.hold(job, parts, least, now, pending.start)
+        del self._book.pending[job_id]
         return run
 
     def job_lost(self, job_id: str, now: float, *, charged: bool = True) -> Left:
@@ -159,26 +152,35 @@ class CoreRecovery(CoreState):
         ``charged=False``: the part never ran (its start was fenced by its agent), so
         the requeue does not count against ``max_requeues`` (it never fails the job).
         """
-        run = self._running.get(job_id)
+        run = self._cluster.running.get(job_id)
         if run is not None:
             return self._lose_running(run, now, charged=charged)
-        pending = self._pending.pop(job_id, None)
+        pending = self._book.pending.pop(job_id, None)
         if pending is None:
             raise KeyError(f"job {job_id!r} is not running")
         return self._requeue_or_fail(
             pending.job, pending.start, pending.parts, now, charged=charged
         )
 
-    def charged_requeues(self, job_id: str) -> int:
-        """Requeues of ``job_id`` that count against ``max_requeues``."""
-        return self._requeues.get(job_id, 0) - self._uncharged.get(job_id, 0)
+    def end_pending(self, job_id: str, now: float, state: JobState) -> Left:
+        """A pending job ended (finished, failed or cancelled) before it was confirmed:
+        charged for its journalled parts since its start."""
+        pending = self._book.pending.pop(job_id)
+        self._book.move(job_id, state)
+        job = pending.job
+        self._cluster.usage.charge(
+            user=job.user,
+            group=job.group,
+            start=pending.start,
+            end=now,
+            cpus=parts_cpus(pending.parts),
+        )
+        return Left(job, pending.start, now, pending.parts, state)
 
     def _lose_running(self, run: RunningJob, now: float, *, charged: bool = True) -> Left:
-        self._running.pop(run.job.id)
-        if self._index.awake:
-            self._index.remove_running(run)
-        release(self._free, run.parts)
-        self._charge(run, now)
+        cluster = self._cluster
+        cluster.running.pop(run.job.id)
+        cluster.release(run, now)
         return self._requeue_or_fail(run.job, run.start, run.parts, now, charged=charged)
 
     def _requeue_or_fail(
@@ -191,32 +193,11 @@ class CoreRecovery(CoreState):
         charged: bool = True,
     ) -> Left:
         """The lost-machine rule for one job that already left its CPUs."""
-        done = self._requeues.get(job.id, 0)
-        if charged and self.charged_requeues(job.id) >= self.max_requeues:
-            self._state[job.id] = transition(self._state[job.id], JobState.FAILED)
+        book = self._book
+        if charged and book.charged_requeues(job.id) >= self.max_requeues:
+            book.move(job.id, JobState.FAILED)
             return Left(job, start, now, parts, JobState.FAILED)
-        # Every requeue numbers the next attempt (fencing), charged or not.
-        self._requeues[job.id] = done + 1
-        if not charged:
-            self._uncharged[job.id] = self._uncharged.get(job.id, 0) + 1
-        self._state[job.id] = transition(self._state[job.id], JobState.QUEUED)
-        # A restored job was never queued here: it may be the widest one yet.
-        self._widest = max(self._widest, self.cpus_needed(job))
-        order = self._order
-        bisect.insort_right(self._queue, job, key=lambda j: order[j.id])
-        if self._index.awake:
-            self._index.add(job)
+        book.requeued(job.id, charged=charged)
+        book.move(job.id, JobState.QUEUED)
+        self._queue.put_back(job)
         return Left(job, start, now, parts, JobState.QUEUED)
-
-    def _end_pending(self, job_id: str, now: float, state: JobState) -> Left:
-        pending = self._pending.pop(job_id)
-        self._state[job_id] = transition(self._state[job_id], state)
-        job = pending.job
-        self.usage.charge(
-            user=job.user,
-            group=job.group,
-            start=pending.start,
-            end=now,
-            cpus=parts_cpus(pending.parts),
-        )
-        return Left(job, pending.start, now, pending.parts, state)

@@ -1,14 +1,18 @@
 """What a policy sees and what it returns.
 
-A policy is called with a :class:`Snapshot` (now, machines, free CPUs, running
-jobs, the queue in arrival order, usage history) and returns
+A policy is called with a :class:`SnapshotView` (now, machines, free CPUs,
+running jobs, the queue in arrival order, usage history) and returns
 :class:`Decisions` (start job J on parts, resize job J to parts, reservations
-for display). Snapshots are read-only views of the core's state: the sequences
-and mappings are the core's own containers typed as read-only, not copies,
-because a trace replay builds hundreds of thousands of them. For the same
-reason the core hands out one snapshot object and refreshes it at every
-event: a snapshot is valid during the ``decide`` call it was given to, and a
-policy keeps none (its containers would be stale anyway).
+for display).
+
+The view is read-only by type: every member is a read-only property, so a
+policy that assigns to one fails the type check. What stands behind it is a
+:class:`Snapshot`, a plain mutable value: the core owns one and refreshes it
+in place at every event (``SchedulerCore.snapshot``: five assignments), because
+a trace replay decides hundreds of thousands of times; tests build their own.
+Its sequences and mappings are the core's own containers, not copies, for the
+same reason. So a snapshot is valid during the ``decide`` call it was given
+to, and a policy keeps none (its containers would be stale anyway).
 """
 
 from __future__ import annotations
@@ -65,9 +69,10 @@ class UsageView(Protocol):
     def count(self, kind: str) -> int: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Snapshot:
-    """The cluster as the scheduler knows it at ``now``."""
+    """The cluster as the scheduler knows it at ``now`` (module docstring: the core
+    refreshes its own in place; a policy reads it as a :class:`SnapshotView`)."""
 
     now: float
     machines: Sequence[Machine]
@@ -84,6 +89,33 @@ class Snapshot:
     #: The queue per user and per group (``scheduler.core.queue_index``), when the core
     #: keeps one and ``queue`` is all of it; None otherwise (and in hand-built snapshots).
     by_account: QueueIndex | None = None
+
+
+class SnapshotView(Protocol):
+    """A :class:`Snapshot` as a policy receives it: every field read-only."""
+
+    @property
+    def now(self) -> float: ...
+    @property
+    def machines(self) -> Sequence[Machine]: ...
+    @property
+    def free(self) -> Mapping[str, int]: ...
+    @property
+    def running(self) -> Sequence[RunningJob]:
+        """Sorted by ``est_end`` (ties in start order)."""
+
+    @property
+    def queue(self) -> Sequence[Job]: ...
+    @property
+    def usage(self) -> UsageView: ...
+    @property
+    def total_cpus(self) -> int: ...
+    @property
+    def speeds(self) -> Mapping[str, float]: ...
+    @property
+    def reservations(self) -> Mapping[str, Reservation]: ...
+    @property
+    def by_account(self) -> QueueIndex | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,4 +167,4 @@ class Policy(Protocol):
     @property
     def name(self) -> str: ...
 
-    def decide(self, snapshot: Snapshot) -> Decisions: ...
+    def decide(self, snapshot: SnapshotView) -> Decisions: ...

@@ -1,35 +1,41 @@
 """Holding a lost agent's parts for adoption, instead of requeueing them at once.
 
-Theory of operation (DESIGN.md, "Trust and faults": "agents keep their job
-processes running meanwhile and report them afterwards; the scheduler
-reconciles"). An agent that declares ``AgentOnline.adopts`` runs parts that
-outlive it for at most its lease (``AgentOnline.lease``): past the lease from
-when the broker last heard it, every one of them has stopped by itself
+Theory of operation. A broker restart or an agent's restart is an ordinary
+event: agents keep their job processes running meanwhile and report them
+afterwards, and the scheduler reconciles. An agent that declares
+``AgentOnline.adopts`` runs parts that outlive it for at most its lease
+(``AgentOnline.lease``): past the lease from when the broker last heard it,
+every one of them has stopped by itself
 (``nodeagent.survival.lease``), and a new incarnation of the agent for the same
 machine adopts the ones still running (``nodeagent.survival.adoption``).
 
 So when such an agent's Last Will arrives, or a new incarnation registers
 while the old one still counted as alive, the lost-agent rule waits:
 
-- :func:`hold` moves the agent to HELD (``scheduler.live.agent_lifecycle``) for
-  the *hold-off*: exactly its declared lease. Its parts stay as they are
-  (their CPUs held, their run going on), its machine is cordoned (no new
-  parts), and the hold's end is journaled in each of its jobs' rows
-  (``Journal.record_hold``) with a ``held`` event. No setting shortens it:
-  requeueing sooner could run a job twice while its parts still run (they
-  may, for the lease). An agent run with ``--no-adopt`` declares no
+- the agent moves to HELD (``scheduler.live.agent_lifecycle``) for the
+  *hold-off* (:func:`hold_off`): exactly its declared lease. Its parts stay as
+  they are (their CPUs held, their run going on), its machine is cordoned (no
+  new parts), and the hold's end is journaled in each of its jobs' rows
+  (``Journal.record_hold``) with a ``held`` event (:func:`held`). No setting
+  shortens it: requeueing sooner could run a job twice while its parts still
+  run (they may, for the lease). An agent run with ``--no-adopt`` declares no
   adoption; its parts die with it, and the rule applies at once as before;
-- :func:`adopt` (a new incarnation registered in time): the parts it lists
-  with the job's current attempt are reconciled and go on, their run
-  continuous (``adopted`` event, ``accordion_agents_adopted_parts_total``);
-  a part whose start was never acknowledged (no ``PartStarted``: the old
-  process died before its fork, which a record would otherwise show) is sent
-  the same start again, once, uncharged; any other it does not list is lost
-  by the old rule (requeued or failed);
-- :func:`expire` (the periodic check): a hold-off that passed applies the old
+- a new incarnation registered in time: the parts it lists with the job's
+  current attempt are reconciled and go on, their run continuous
+  (``adopted`` event, ``accordion_agents_adopted_parts_total``); a part whose
+  start was never acknowledged (no ``PartStarted``: the old process died
+  before its fork, which a record would otherwise show) is sent the same
+  start again, once, uncharged; any other it does not list is lost by the old
+  rule (requeued or failed). What each of those does is a row of
+  ``scheduler.live.coupling``'s part table (``adopted``, ``not adopted``);
+- :func:`expired` (the periodic check): a hold-off that passed applies the old
   rule to everything still on the agent. Requeueing then cannot run a job
   twice: its parts stopped by their lease, which started no later than the
   will (the scheduler receives the will after the broker last heard the agent).
+
+The moves and what they do to the machine and the parts are
+``scheduler.live.coupling``'s; this module keeps the hold's own bookkeeping
+(its length, its journal rows and events, its metrics).
 
 A scheduler restarted during a hold-off finds the jobs pending
 (``scheduler.live.reconcile``) with the hold's end in their journal rows, and waits
@@ -41,28 +47,27 @@ from __future__ import annotations
 import logging
 
 from broker.vocabulary import JobEventKind
-from scheduler.live.agent_lifecycle import AgentInput, AgentState
+from scheduler.live.agent_lifecycle import AgentInput, AgentState, Move
 from scheduler.live.context import Agent, Context
-from scheduler.live.dispatch import start_commands
-from scheduler.live.part_lifecycle import PartState
 
 log = logging.getLogger(__name__)
 
-#: job id -> (CPUs when said, attempt) as an agent reported them.
-Reported = dict[str, tuple[int | None, int]]
+
+def hold_off(ag: Agent) -> float:
+    """The hold-off of an agent's parts (wall seconds), 0 if they are not held: its
+    lease when its parts outlive it, since they may run that long."""
+    return ag.life.lease if ag.life.adopts else 0.0
 
 
-def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
-    """Hold the agent's parts for adoption; False if no hold applies (apply the rule)."""
-    # Held for its lease when its parts outlive it, since they may run that long.
-    wall = ag.life.lease if ag.life.adopts else 0.0
-    if wall <= 0:
-        return False
-    ag.life.apply(AgentInput.WILL_HOLD)
-    until = ag.life.held_until = now + wall * ctx.time_scale
-    ctx.cordoned.add(agent)  # no new parts there until it is heard again
+def held(ctx: Context, agent: str, now: float, why: str) -> None:
+    """The agent has just moved to HELD: journal the hold of each of its jobs."""
+    ag = ctx.agents[agent]
+    wall = hold_off(ag)
+    until = ag.life.held_until
+    if until is None:
+        raise ValueError(f"agent {agent} is held with no hold-off set")
     ctx.dirty = True
-    jobs = _jobs_on(ctx, agent)
+    jobs = jobs_on(ctx, agent)
     for job_id in jobs:
         detail = f"agent {agent} lost ({why}): held for adoption for {wall!r} s"
         # In the job's row, not only in the event: a restart must wait whatever
@@ -76,37 +81,10 @@ def hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
         len(jobs),
         wall,
     )
-    return True
 
 
-def adopt(ctx: Context, agent: str, ag: Agent, running: Reported, now: float) -> None:
-    """A new incarnation registered while its machine was HELD: reconcile what it lists,
-    lose the rest (the agent has just moved to ONLINE)."""
-    ctx.cordoned.discard(agent)
-    ctx.dirty = True
-    adopted = restarted = 0
-    for job_id in _jobs_on(ctx, agent):
-        live = ctx.placements[job_id]
-        part = live.parts[agent]
-        listed = running.get(job_id)
-        if listed is not None and not part.is_stale(listed[1]):
-            adopted += 1
-            why = f"its part on {agent} adopted by a new incarnation"
-            ctx.event(job_id, JobEventKind.ADOPTED, now, why)
-            continue
-        if part.state is PartState.STARTING and agent not in live.resent:
-            # Its start never reached the old process's fork: every part it forked has
-            # a record the new one adopts or kills and reports (``nodeagent.survival.state``).
-            # The same start goes to the new incarnation, once, uncharged.
-            live.resent.add(agent)
-            for machine, command in start_commands(
-                ctx, job_id, live.layout(), live.attempt, ctx.wall()
-            ):
-                if machine == agent:
-                    ctx.command(machine, command)
-            restarted += 1
-            continue
-        ctx.job_lost(job_id, now, f"its part on {agent} was not adopted by the new incarnation")
+def adopted(ctx: Context, agent: str, adopted: int, restarted: int) -> None:
+    """A new incarnation took over the held agent's parts: count and tell."""
     ctx.metrics.adopted_parts.inc(adopted)
     ctx.metrics.agent_holds.labels(outcome="adopted").inc()
     log.warning(
@@ -119,25 +97,23 @@ def adopt(ctx: Context, agent: str, ag: Agent, running: Reported, now: float) ->
 
 def rejoined(ctx: Context, agent: str) -> None:
     """The held agent's own process was heard again (a heartbeat): nothing was lost."""
-    ctx.cordoned.discard(agent)
-    ctx.dirty = True
     ctx.metrics.agent_holds.labels(outcome="rejoined").inc()
     log.warning("agent %s heard again during its hold: its parts go on", agent)
 
 
-def expired(ctx: Context, now: float) -> list[str]:
-    """The HELD agents whose hold-off passed, moved to LOST (the caller applies the rule)."""
+def expired(ctx: Context, now: float) -> list[tuple[str, Move]]:
+    """The HELD agents whose hold-off passed, moved to LOST (the caller applies the
+    moves' rule), with their moves."""
     ended = []
     for agent, ag in ctx.agents.items():
         until = ag.life.held_until
         if ag.life.state is AgentState.HELD and until is not None and now >= until:
-            ag.life.apply(AgentInput.HOLD_ENDED)
+            ended.append((agent, ag.life.apply(AgentInput.HOLD_ENDED)))
             ctx.metrics.agent_holds.labels(outcome="expired").inc()
-            ended.append(agent)
     return ended
 
 
-def _jobs_on(ctx: Context, agent: str) -> list[str]:
+def jobs_on(ctx: Context, agent: str) -> list[str]:
     """The jobs with a part on ``agent`` that is not over yet."""
     return [
         job_id

@@ -19,6 +19,9 @@ with a part on it is requeued or, past ``max_requeues``, failed
 (``SchedulerCore.machine_left``); ``CancelPart`` of that attempt goes to all
 its parts, the lost agent's included (if it is still alive, its parts must
 stop; if not, fencing makes the command harmless to a later incarnation).
+This module tells what happened (which agent input, which part event); what
+each does to the machine, the parts and the job is ``scheduler.live.coupling``'s
+tables, stated once for every handler.
 The same rule applies to one job when a part vanishes (a RUNNING part that
 the agent's heartbeats stop listing for ``vanish_misses`` beats in a row) or is
 fenced off by its agent (``PartFinished(reason="fenced")``: a start that
@@ -68,17 +71,14 @@ from broker.messages import (
 )
 from broker.vocabulary import BadMessage
 from model.machine import Machine
-from scheduler.core.job_lifecycle import JobState
 from scheduler.live import agent_hold, reconcile
 from scheduler.live.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.live.context import Agent, Context, Ended
+from scheduler.live.coupling import PartEvent, Reported, ToJob, agent_moved, part_event, part_rule
 from scheduler.live.live_jobs import LiveJob
-from scheduler.live.part_lifecycle import PartInput, PartState
+from scheduler.live.part_lifecycle import PartState
 
 log = logging.getLogger(__name__)
-
-#: job id -> (CPUs when said, attempt) as an agent reported them.
-Reported = dict[str, tuple[int | None, int]]
 
 
 def on_state(ctx: Context, agent: str, message: AnyMessage, now: float) -> None:
@@ -111,7 +111,7 @@ def on_event(ctx: Context, agent: str, message: AnyMessage, now: float) -> None:
             _heartbeat(ctx, agent, ag, message, now)
         case PartStarted():
             if ag.life.available:
-                _part_started(ctx, agent, message)
+                _part_started(ctx, agent, message, now)
         case PartProgress():
             pass  # not liveness (see the module docstring); estimates come from the model
 
@@ -121,18 +121,17 @@ def check_liveness(ctx: Context, now: float) -> None:
     s = ctx.settings
     lose = s.silence_limit * ctx.time_scale
     suspect = s.suspect_limit * ctx.time_scale
-    for agent in agent_hold.expired(ctx, now):
-        _left(ctx, agent, now, "will")  # nobody adopted its parts within the lease
+    for agent, move in agent_hold.expired(ctx, now):
+        agent_moved(ctx, agent, move, now, "will")  # nobody adopted its parts within the lease
     for agent, ag in list(ctx.agents.items()):
         if not ag.life.heard:
             continue
         silent = now - max(ag.last_heartbeat, ctx.heard_since)
         if silent > lose:
-            ag.life.apply(AgentInput.SILENT)
-            _left(ctx, agent, now, "silence")
+            agent_moved(ctx, agent, ag.life.apply(AgentInput.SILENT), now, "silence")
         elif silent > suspect and ag.life.state is AgentState.ONLINE:
-            ag.life.apply(AgentInput.MISSED)
-            ctx.cordoned.add(agent)  # no new parts there until it is heard again
+            # Cordoned: no new parts there until it is heard again.
+            agent_moved(ctx, agent, ag.life.apply(AgentInput.MISSED), now, "silence")
             ctx.metrics.agents_suspect.inc()
             log.warning("agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale)
 
@@ -167,38 +166,36 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     if ag is None:
         ag = Agent(machine, AgentLifecycle(message.incarnation, lease=lease, adopts=adopts), now)
         ctx.agents[agent] = ag
+        _check_lease(ctx, agent, message.lease)
+        ctx.core.machine_joined(machine)
+        ctx.dirty = True
     else:
         log.warning("agent %s re-registered (incarnation %s)", agent, message.incarnation)
         if (
             ag.life.available
             and ag.machine.cpus == machine.cpus
-            and (
-                ag.life.state is AgentState.HELD
-                or agent_hold.hold(ctx, agent, ag, now, "incarnation")
-            )
+            and (ag.life.state is AgentState.HELD or _hold(ctx, agent, ag, now, "incarnation"))
         ):
             # Its parts were held: the new process adopts what it lists.
-            ag.life.apply(AgentInput.REINCARNATED)
+            move = ag.life.apply(AgentInput.REINCARNATED)
             ag.life.renew(message.incarnation, lease=lease, adopts=adopts)
             ag.last_heartbeat = now
             _check_lease(ctx, agent, message.lease)
-            agent_hold.adopt(ctx, agent, ag, running, now)
+            agent_moved(ctx, agent, move, now, "incarnation", listed=running)
             _reported(ctx, agent, running, now, complete=False)
             return
         if ag.life.state is AgentState.HELD:
-            ag.life.apply(AgentInput.HOLD_ENDED)  # another machine now: the old rule
-            _left(ctx, agent, now, "incarnation")
+            # Another machine now: the old rule.
+            agent_moved(ctx, agent, ag.life.apply(AgentInput.HOLD_ENDED), now, "incarnation")
         elif ag.life.available:
-            ag.life.apply(AgentInput.REINCARNATED)
-            _left(ctx, agent, now, "incarnation")
-        ag.life.apply(AgentInput.REINCARNATED)
+            agent_moved(ctx, agent, ag.life.apply(AgentInput.REINCARNATED), now, "incarnation")
+        move = ag.life.apply(AgentInput.REINCARNATED)
         ag.life.renew(message.incarnation, lease=lease, adopts=adopts)
         ag.machine, ag.last_heartbeat = machine, now
-    _check_lease(ctx, agent, message.lease)
-    ctx.core.machine_joined(machine)
+        _check_lease(ctx, agent, message.lease)
+        agent_moved(ctx, agent, move, now, "incarnation")  # back in the cluster
     log.info("agent %s online: %d CPUs at speed %g", agent, spec.cpus, spec.speed)
     _reported(ctx, agent, running, now, complete=False)
-    ctx.dirty = True
 
 
 def _check_lease(ctx: Context, agent: str, lease: float) -> None:
@@ -221,43 +218,38 @@ def _offline(ctx: Context, agent: str, message: AgentOffline, now: float) -> Non
     if message.incarnation not in ("-", ag.life.incarnation):
         return  # the will of an older incarnation, arriving after the new one registered
     if message.reason == "lost":
-        if ag.life.state is AgentState.HELD or agent_hold.hold(ctx, agent, ag, now, "will"):
+        if ag.life.state is AgentState.HELD or _hold(ctx, agent, ag, now, "will"):
             return  # held for adoption (``scheduler.live.agent_hold``)
-        ag.life.apply(AgentInput.WILL)
-        _left(ctx, agent, now, "will")
+        agent_moved(ctx, agent, ag.life.apply(AgentInput.WILL), now, "will")
     else:
-        ag.life.apply(AgentInput.GOODBYE)
-        _left(ctx, agent, now, "goodbye")
+        agent_moved(ctx, agent, ag.life.apply(AgentInput.GOODBYE), now, "goodbye")
 
 
-def _left(ctx: Context, agent: str, now: float, reason: str) -> None:
-    """Apply the lost-agent rule to everything on ``agent`` (already moved off)."""
-    ctx.cordoned.discard(agent)
-    lefts = ctx.core.machine_left(agent, now)
-    ctx.dirty = True
-    if reason != "goodbye" or lefts:
-        ctx.metrics.agents_lost.labels(reason=reason).inc()
-    log.warning("agent %s offline (%s): %d job(s) affected", agent, reason, len(lefts))
-    for left in lefts:
-        ctx.after_loss(left, now, f"machine {agent} lost ({reason})", also_cancel=agent)
+def _hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
+    """Hold the agent's parts for adoption (``scheduler.live.agent_hold``); False if
+    no hold applies (its parts die with it: the lost-agent rule, at once)."""
+    wall = agent_hold.hold_off(ag)
+    if wall <= 0:
+        return False
+    move = ag.life.apply(AgentInput.WILL_HOLD)
+    ag.life.held_until = now + wall * ctx.time_scale
+    agent_moved(ctx, agent, move, now, why)
+    return True
 
 
 def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float) -> None:
     state = ag.life.state
     if state is AgentState.GONE:
         return  # in flight when it said goodbye
-    ag.life.apply(AgentInput.HEARTBEAT)
+    move = ag.life.apply(AgentInput.HEARTBEAT)
     ag.last_heartbeat = now
     if state is AgentState.LOST:
         log.warning("agent %s heard again: rejoins", agent)
-        ctx.core.machine_joined(ag.machine)
-        ctx.dirty = True
     elif state is AgentState.HELD:
         agent_hold.rejoined(ctx, agent)
     elif state is AgentState.SUSPECT:
         log.info("agent %s heard again: no longer suspect", agent)
-        ctx.cordoned.discard(agent)
-        ctx.dirty = True  # its free CPUs are the policy's again
+    agent_moved(ctx, agent, move, now, "heartbeat")
     _reported(ctx, agent, _reports(beat.running), now, complete=True)
 
 
@@ -270,15 +262,15 @@ def _stale(ctx: Context, agent: str, job_id: str, attempt: int) -> None:
     ctx.command(agent, CancelPart(job_id=job_id, attempt=attempt))
 
 
-def _part_started(ctx: Context, agent: str, message: PartStarted) -> None:
+def _part_started(ctx: Context, agent: str, message: PartStarted, now: float) -> None:
     live = ctx.placements.get(message.job_id)
     part = live.part(agent) if live is not None else None
-    if part is None or part.final or part.is_stale(message.attempt):
+    if live is None or part is None or part.final or part.is_stale(message.attempt):
         # Started after the job was cancelled or requeued (a late StartPart).
         _stale(ctx, agent, message.job_id, message.attempt)
         return
-    part.apply(PartInput.STARTED)
-    if message.launch_seconds is not None and live is not None:
+    part_event(ctx, message.job_id, agent, PartEvent.STARTED, now)
+    if message.launch_seconds is not None:
         ctx.metrics.part_launch.observe(message.launch_seconds)
         if live.decided is not None:
             live.ran[agent] = live.decided + message.launch_seconds * ctx.time_scale
@@ -295,14 +287,10 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         return  # another attempt's process ended: nothing of this attempt changed
     ended = _command_end(message)
     if message.exit_code == 0 and message.reason == "done":
-        part.apply(PartInput.DONE)
         ran = live.ran.get(agent)
         if ran is not None and message.run_seconds is not None:
             live.ended[agent] = ran + message.run_seconds * ctx.time_scale
-        if live.all_done or (ended is not None and _batch_part(live, agent)):
-            # A command job ends with its command, which its first part runs (as a
-            # batch script's end ends a Slurm job): its other parts are ended too.
-            ctx.end_job(job_id, now, JobState.FINISHED, "", ended)
+        part_event(ctx, job_id, agent, PartEvent.DONE, now, ended=ended)
         return
     # A command part's own exit code says only how its supervisor ended: its command's
     # end is in the detail (and the event's exit status or signal).
@@ -313,28 +301,19 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
     if message.reason == "fenced":
         # The agent would not run this attempt (a start delayed past its lease, or the
         # lease lapsed under it): that job goes back to the queue; the agent stays.
-        # A start refused before its fork (exit -1, never heard started) never ran:
-        # its requeue is not charged to the job's budget.
-        never_ran = part.state is PartState.STARTING and message.exit_code == -1
-        part.apply(PartInput.LOST)
-        if never_ran:
-            ctx.job_lost(job_id, now, f"{detail}, before it ran: not charged", charged=False)
-        else:
-            ctx.job_lost(job_id, now, detail)
+        # A start refused before its fork (exit -1) that was never heard started
+        # never ran: the table does not charge its requeue to the job's budget.
+        event = PartEvent.FENCED_BEFORE_FORK if message.exit_code == -1 else PartEvent.FENCED
+        if part_rule(event, part.state).job is ToJob.REQUEUED_UNCHARGED:
+            detail = f"{detail}, before it ran: not charged"
+        part_event(ctx, job_id, agent, event, now, detail=detail)
         return
     if message.reason == "lost":
         # An agent gives parts up only when it stops: the lost-agent rule for all of
         # its jobs at once, so none is started there again until it is heard again.
-        part.apply(PartInput.LOST)
-        ag = ctx.agents.get(agent)
-        if ag is not None and ag.life.heard:
-            ag.life.apply(AgentInput.WILL)
-            _left(ctx, agent, now, "goodbye")
-        else:
-            ctx.job_lost(job_id, now, detail)
+        part_event(ctx, job_id, agent, PartEvent.GIVEN_UP, now, detail=detail)
         return
-    part.apply(PartInput.FAILED)
-    ctx.end_job(job_id, now, JobState.FAILED, detail, ended)
+    part_event(ctx, job_id, agent, PartEvent.FAILED, now, detail=detail, ended=ended)
 
 
 def _command_end(message: PartFinished) -> Ended | None:
@@ -342,11 +321,6 @@ def _command_end(message: PartFinished) -> Ended | None:
     if message.exit_status is None and message.signal is None:
         return None
     return Ended(exit_status=message.exit_status, signal=message.signal)
-
-
-def _batch_part(live: LiveJob, agent: str) -> bool:
-    """Whether ``agent`` holds the job's first part (its parts keep the start's order)."""
-    return next(iter(live.parts), None) == agent
 
 
 def _reported(ctx: Context, agent: str, running: Reported, now: float, *, complete: bool) -> None:
@@ -362,7 +336,7 @@ def _reported(ctx: Context, agent: str, running: Reported, now: float, *, comple
         if live is None or part is None or part.final or part.is_stale(attempt):
             _stale(ctx, agent, job_id, attempt)
             continue
-        part.apply(PartInput.STARTED)
+        part_event(ctx, job_id, agent, PartEvent.STARTED, now)
         if cpus is not None and job_id in core.pending:
             live.announced[agent] = cpus
         if complete:
@@ -379,13 +353,13 @@ def _reported(ctx: Context, agent: str, running: Reported, now: float, *, comple
         if job_id in core.pending:
             reconcile.not_running(ctx, job_id, agent, now)
         elif part.state is PartState.STARTING and _start_expired(ctx, live, agent, now):
-            ctx.job_lost(
-                job_id, now, f"its start never reached {agent}: not charged", charged=False
-            )
+            detail = f"its start never reached {agent}: not charged"
+            part_event(ctx, job_id, agent, PartEvent.NEVER_REACHED, now, detail=detail)
         elif part.state is PartState.RUNNING and ctx.settings.vanish_misses:
             part.misses += 1
             if part.misses >= ctx.settings.vanish_misses:
-                ctx.job_lost(job_id, now, f"its part on {agent} vanished")
+                detail = f"its part on {agent} vanished"
+                part_event(ctx, job_id, agent, PartEvent.VANISHED, now, detail=detail)
 
 
 def _start_expired(ctx: Context, live: LiveJob, agent: str, now: float) -> bool:

@@ -31,10 +31,10 @@ from model.machine import Machine, Part
 from scheduler.core.core import Left, SchedulerCore
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
+from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
-from scheduler.runtime.exporter import SchedulerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,11 @@ class Context:
         core: SchedulerCore,
         settings: ActorSettings,
         journal: JournalWriter,
-        metrics: SchedulerMetrics,
+        metrics: HandlerMetrics,
         topics: Topics,
         time_scale: float,
         wall: Callable[[], float],
+        cordoned: set[str],
     ) -> None:
         self.core = core
         self.settings = settings
@@ -134,8 +135,9 @@ class Context:
         self.seqs: dict[str, int] = {}
         #: Something changed that a policy could act on.
         self.dirty = False
-        #: SUSPECT agents: no new part is placed on them (``scheduler.live.cordon``).
-        self.cordoned: set[str] = set()
+        #: SUSPECT and HELD agents: no new part is placed on them. The core was given
+        #: the same set (``SchedulerCore``, "Cordoned machines") and hides their CPUs.
+        self.cordoned = cordoned
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")

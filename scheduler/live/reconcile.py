@@ -15,7 +15,8 @@ restart, and the rule requeues it.
 *A start in flight.* A start is journalled before its ``StartPart`` is
 published, so a scheduler killed in between restores a job whose agent never
 heard of it. The requeue budget (``--max-requeues``) is for jobs lost while
-running (DESIGN.md, "Trust and faults"), and this one never ran, so it is
+running (past it, a job whose machines keep failing under it is failed
+rather than run again), and this one never ran, so it is
 not requeued: when an agent's heartbeat does not list a pending part and
 nothing of that attempt was heard from it since the restart (the part is
 still PENDING: no ``PartStarted``, no listing, no ``PartFinished``), the
@@ -39,19 +40,49 @@ Each job's event sequence goes on from the journal's last ``seq``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from broker.messages import ResizePart
+from broker.messages import JobSpec, ResizePart
 from broker.vocabulary import JobEventKind
 from model.allocation import Allocation
+from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.live.context import Context
-from scheduler.live.dispatch import start_commands
-from scheduler.live.part_lifecycle import PartState
+from scheduler.live.coupling import PartEvent, ToJob, part_event
 from scheduler.live.specs import job_from_spec
-from scheduler.runtime.journal import JournalState
 
 log = logging.getLogger(__name__)
+
+
+class RestoredJob(Protocol):
+    """One job as the journal restores it, in submission order (the runtime's
+    ``JournalJob`` is one): what a restart rebuilds the core from."""
+
+    @property
+    def spec(self) -> JobSpec: ...
+    @property
+    def submit(self) -> float: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def start(self) -> float | None: ...
+    @property
+    def end(self) -> float | None: ...
+    @property
+    def parts(self) -> tuple[Part, ...]:
+        """Its last allocation (a running or ended job's)."""
+
+    @property
+    def requeues(self) -> int: ...
+    @property
+    def uncharged(self) -> int:
+        """Of ``requeues``, those not counted against ``max_requeues``."""
+
+    @property
+    def held_until(self) -> float | None:
+        """When the hold of its parts for adoption ends (cluster seconds), if held."""
 
 
 @dataclass(slots=True)
@@ -62,11 +93,13 @@ class Reconciliation:
     until: float = 0.0
 
 
-def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float) -> Reconciliation:
-    """Rebuild ``ctx`` from the journal's ``state`` (see the module docstring)."""
+def restore(
+    ctx: Context, jobs: Sequence[RestoredJob], seqs: dict[str, int], now: float
+) -> Reconciliation:
+    """Rebuild ``ctx`` from the journal's ``jobs`` (see the module docstring)."""
     core = ctx.core
     holds: list[float] = []
-    for row in state.jobs:
+    for row in jobs:
         spec = row.spec
         job = job_from_spec(spec, row.submit)
         ctx.specs[spec.id] = spec
@@ -94,7 +127,7 @@ def restore(ctx: Context, state: JournalState, seqs: dict[str, int], now: float)
     ctx.dirty = bool(core.queue)
     log.info(
         "restored %d job(s): %d queued, %d running",
-        len(state.jobs),
+        len(jobs),
         len(core.queue),
         len(core.pending),
     )
@@ -136,7 +169,11 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
         ctx.event(job_id, JobEventKind.RUNNING, now, "reconciled after a restart")
     if now >= rec.until:
         for job_id in list(core.pending):
-            ctx.job_lost(job_id, now, "not re-announced by its agents after the restart")
+            # Settled above if every part was confirmed: one at least was not.
+            unconfirmed = [p for p in ctx.placements[job_id].parts.values() if not p.confirmed]
+            agent = unconfirmed[0].machine
+            why = "not re-announced by its agents after the restart"
+            part_event(ctx, job_id, agent, PartEvent.NOT_REANNOUNCED, now, detail=why)
     if not core.pending:
         rec.active = False
         ctx.dirty = True
@@ -149,23 +186,15 @@ def not_running(ctx: Context, job_id: str, agent: str, now: float) -> None:
     Never heard of since the restart: its start was in flight, so it is sent
     again (once) instead of costing the job a requeue; while that one is on its
     way, later heartbeats change nothing (the reconcile grace bounds the wait).
-    Heard of since (listed, or started) and now gone: the lost-agent rule.
+    Heard of since (listed, or started) and now gone: the lost-agent rule. Both
+    are rows of ``scheduler.live.coupling``'s part table.
     """
-    live = ctx.placements[job_id]
-    part = live.parts[agent]
-    if part.state is not PartState.PENDING:
-        ctx.job_lost(job_id, now, f"{agent} does not run it after the restart")
-        return
-    if agent in live.resent:
-        return
-    live.resent.add(agent)
-    parts = live.layout()
-    for machine, command in start_commands(ctx, job_id, parts, live.attempt, ctx.wall()):
-        if machine == agent:
-            ctx.command(machine, command)
-    log.info(
-        "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
-        job_id,
-        agent,
-        live.attempt,
-    )
+    why = f"{agent} does not run it after the restart"
+    rule = part_event(ctx, job_id, agent, PartEvent.UNLISTED_AFTER_RESTART, now, detail=why)
+    if rule.job is ToJob.START_SENT_AGAIN:
+        log.info(
+            "job %s: %s never had attempt %d (a start in flight at the restart): sent again",
+            job_id,
+            agent,
+            ctx.placements[job_id].attempt,
+        )

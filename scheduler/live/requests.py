@@ -25,9 +25,9 @@ could be told what was done).
 exactly the events that were published, so a watcher that saw a gap in a
 job's ``seq`` fills it.
 
-*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
-user may publish only on ``scheduler/requests/<user>`` and an admin only on
-``scheduler/admin/<admin>``, so the topic names the sender
+*Who asks*: identity comes from the broker, not from the payload. With broker
+logins and ACLs, a user may publish only on ``scheduler/requests/<user>`` and
+an admin only on ``scheduler/admin/<admin>``, so the topic names the sender
 (:class:`Requester`), never the payload. A user's submissions are owned by
 that user whatever their ``user`` field says; a user may cancel, and read
 the history of, only their own jobs (another user's job is answered as if it

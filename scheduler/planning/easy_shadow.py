@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
-from scheduler.core.snapshot import Reservation, RunningJob, Snapshot, Start
+from scheduler.core.snapshot import Reservation, RunningJob, SnapshotView, Start
 from scheduler.planning.placement import Placement
 
 
@@ -194,7 +194,7 @@ def _fits(parts: tuple[Part, ...], avail: Mapping[str, int]) -> bool:
 
 
 def head_shadow(
-    snapshot: Snapshot,
+    snapshot: SnapshotView,
     head: Job,
     *,
     free: Mapping[str, int],
@@ -220,7 +220,7 @@ def head_shadow(
 
 
 def one_machine_shadow(
-    snapshot: Snapshot, head: Job, *, free: int, starts: Sequence[Start]
+    snapshot: SnapshotView, head: Job, *, free: int, starts: Sequence[Start]
 ) -> tuple[Reservation | None, int]:
     """:func:`head_shadow` on a snapshot of one machine, in integers: the reservation
     (None if the head never fits) and the extra CPUs at its start.

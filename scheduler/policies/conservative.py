@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from model.allocation import pace
 from model.job import Job
-from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.placement import Placement
 from scheduler.planning.profile import Profile
 from scheduler.planning.profile_batch import Booking
@@ -70,7 +70,7 @@ class ConservativeBackfill:
     placement: Placement = field(default_factory=Placement)
     name: str = "conservative"
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         order = self.priority.order(snapshot)
         if not order:
             return Decisions()

@@ -1,8 +1,7 @@
 """DPSA: EASY's reservation, then an exhaustive search for the best hole filling.
 
 Grudenic and Bogunovic, "Computer Cluster Scheduling Algorithm Based on Time
-Bounded Dynamic Programming" (``../shared/papers/dpsa-time-bounded-dynamic-
-programming.md``), sec. III.B and its Fig. 2, line by line:
+Bounded Dynamic Programming", sec. III.B and its Fig. 2, line by line:
 
 * lines 3-7: jobs start in priority order while the top one fits (as EASY);
 * line 8: the first that does not fit, ``p0``, gets EASY's reservation: the
@@ -88,7 +87,7 @@ from typing import Literal
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow
 from scheduler.planning.placement import Placement
 from scheduler.planning.scratch import give, start_while_fit, take
@@ -152,7 +151,7 @@ class Dpsa:
         if self.clock is not None and self.time_budget is None:
             raise ValueError("dpsa: a clock is only used with a time_budget (seconds); give one")
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         now = snapshot.now
         machines = snapshot.machines
         free = dict(snapshot.free)

@@ -65,7 +65,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.job import Job
-from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot
 
 MIN_MAKESPAN = 1.0
@@ -225,7 +225,7 @@ class _EdfTrial:
     delta: int
 
 
-def plan_for(snapshot: Snapshot, *, keep_order: bool = True) -> Plan:
+def plan_for(snapshot: SnapshotView, *, keep_order: bool = True) -> Plan:
     """The previous plan, compacted, with every new queued job inserted by EG-EDF."""
     plan, fresh = Plan.from_snapshot(snapshot, keep_order=keep_order)
     for job in fresh:
@@ -245,7 +245,7 @@ class EgEdf:
     keep_order: bool = True
     name: str = "eg-edf"
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         if not snapshot.queue:
             return Decisions()
         plan = plan_for(snapshot, keep_order=self.keep_order)

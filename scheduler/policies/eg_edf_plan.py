@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.core.snapshot import Decisions, Reservation, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.step_function import Timeline
 
 _INF = math.inf
@@ -182,7 +182,7 @@ class Plan:
 
     @classmethod
     def from_snapshot(
-        cls, snapshot: Snapshot, *, keep_order: bool = True
+        cls, snapshot: SnapshotView, *, keep_order: bool = True
     ) -> tuple[Plan, list[Job]]:
         """The previous plan, compacted against reality, and the queued jobs not in it."""
         now = snapshot.now
@@ -330,7 +330,7 @@ class Plan:
             "eg_edf_edf_insertions": self.edf_insertions,
         }
 
-    def decisions(self, snapshot: Snapshot) -> Decisions:
+    def decisions(self, snapshot: SnapshotView) -> Decisions:
         """Start what is planned now and really fits; every other slot is a reservation."""
         now = self.now
         free = snapshot.free

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.planning.placement import Placement
 from scheduler.planning.scratch import start_while_fit
 from scheduler.priority import PrioritySource
@@ -29,7 +29,7 @@ class Fcfs:
     placement: Placement = field(default_factory=Placement)
     name: str = "fcfs"
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         starts, _ = start_while_fit(
             self.priority.order(snapshot), dict(snapshot.free), snapshot.machines, self.placement
         )

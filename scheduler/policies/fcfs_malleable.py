@@ -1,13 +1,12 @@
 """FCFS-malleable: FCFS that makes room by virtual malleability.
 
 Utrera et al., "A Job Scheduling Approach for Multi-core Clusters Based on
-Virtual Malleability", sec. 3.1, Algorithm 1 and Fig. 2(c); DESIGN.md,
-"Virtual malleability". A malleable job keeps its ``p`` processes and runs
-on ``c`` CPUs with ``ceil(p/2) <= c <= p`` (MPL ``p/c`` at most 2, the
-paper's maximum); expanded means ``c = p``. How fast it progresses at an MPL
-is not this module's business: the core and the twin both take it from the
-shared execution model (``model.execution``, the paper's formula (3), with
-formula (4)'s ``OV`` as its ``overhead``). The paper's metrics are
+Virtual Malleability", sec. 3.1, Algorithm 1 and Fig. 2(c). A malleable job
+keeps its ``p`` processes and runs on ``c`` CPUs with ``ceil(p/2) <= c <= p``
+(MPL ``p/c`` at most 2, the paper's maximum); expanded means ``c = p``. How
+fast it progresses at an MPL is not this module's business: the core and the
+twin both take it from the shared execution model (``model.execution``, the
+paper's formula (3), with formula (4)'s ``OV`` as its ``overhead``). The paper's metrics are
 ``model.metrics``: slowdown (1) is ``malleable_slowdown_mean`` (no tau),
 fragmentation (2) is ``fragmentation``.
 
@@ -107,7 +106,7 @@ from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.core.snapshot import Decisions, Resize, RunningJob, Snapshot, Start
+from scheduler.core.snapshot import Decisions, Resize, RunningJob, SnapshotView, Start
 from scheduler.planning.placement import Placement
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
@@ -154,7 +153,7 @@ class FcfsMalleable:
     #: Tells the core that jobs may run on fewer CPUs than processes under this policy.
     folds: ClassVar[bool] = True
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         plan = _Plan(snapshot, self.placement)
         blocked = False
         for job in self.priority.order(snapshot):
@@ -180,7 +179,7 @@ class _Plan:
     cannot start at all, and a sum over the running jobs is enough to tell.
     """
 
-    def __init__(self, snapshot: Snapshot, placement: Placement) -> None:
+    def __init__(self, snapshot: SnapshotView, placement: Placement) -> None:
         self._now = snapshot.now
         self._machines: Sequence[Machine] = snapshot.machines
         self._placement = placement

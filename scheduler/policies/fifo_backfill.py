@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from scheduler.core.snapshot import Decisions, Snapshot, Start
+from scheduler.core.snapshot import Decisions, SnapshotView, Start
 from scheduler.planning.placement import Placement
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
@@ -29,7 +29,7 @@ class FifoBackfill:
     placement: Placement = field(default_factory=Placement)
     name: str = "fifo-backfill"
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         free = dict(snapshot.free)
         total_free = sum(free.values())
         starts: list[Start] = []

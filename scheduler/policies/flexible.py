@@ -1,6 +1,6 @@
 """Flexible backfilling: EASY backfilling in the order of a priority recomputed at every event.
 
-Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
+Source: the EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini),
 section 3.1 and the set-up of section 4. At every scheduling event (job
 submission and completion) the priority ``P(J) = Aging + Deadline +
 WaitMinimization`` of every queued job is recomputed from zero
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from model.job import Job
-from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.priority.flexible_score import (
@@ -88,7 +88,7 @@ class FlexibleBackfill:
         easy = EasyBackfill(priority=order, placement=self.placement, name=self.name)
         object.__setattr__(self, "_easy", easy)
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         return self._easy.decide(snapshot)
 
 
@@ -99,7 +99,7 @@ class _ReservedFirst:
     inner: FlexiblePriority
     name: str
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         ranked = self.inner.order(snapshot)
         reserved = snapshot.reservations
         if not reserved or len(ranked) < 2:

@@ -54,7 +54,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
-from scheduler.core.snapshot import Decisions, Snapshot
+from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.policies.eg_edf import plan_for, weight
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot, start_of
 
@@ -369,7 +369,7 @@ class EgEdfTabu:
         search = TabuSearch(tabu_size=self.tabu_size, max_iterations=self.max_iterations)
         object.__setattr__(self, "tabu", search)
 
-    def decide(self, snapshot: Snapshot) -> Decisions:
+    def decide(self, snapshot: SnapshotView) -> Decisions:
         if not snapshot.queue:
             return Decisions(counters={"tabu_iterations": 0, "tabu_moves": 0})
         plan = plan_for(snapshot, keep_order=self.keep_order)

@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from model.job import Job
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 
 
 class PrioritySource(Protocol):
     @property
     def name(self) -> str: ...
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         """The queue, highest priority first."""
         ...

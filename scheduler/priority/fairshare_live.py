@@ -1,15 +1,18 @@
 """Fair-share's use so far of the queued names with running jobs, at every event.
 
-A name with running jobs has a use that grows with the clock, so its ``P`` is
-worked out again at every event (``fairshare_rank``), with the reference's
-arithmetic (:meth:`FairShare.queue_table
-<scheduler.priority.fairshare.FairShare.queue_table>`): the floats must not
-move. What does not move is kept: for a run begun before today, its use in the
-periods before today (:func:`older_parts`); and a name's last entry, which a
-caller may take instead of a new one where that cannot change what it reads
-(``floor``: a ``P`` below 0 stays below 0; ``rank``: a name that ranks last
-stays last), since a live name's use only grows and float sums and products of
-non-negative terms are monotone.
+A running job has used CPUs since the ledger last charged it; how much is one
+formula, :func:`running_use`, which every path of fair-share reads (the
+reference :meth:`FairShare.queue_table
+<scheduler.priority.fairshare.FairShare.queue_table>`, the full standings, and
+the kept standings here). A name with running jobs has a use that grows with
+the clock, so its ``P`` is worked out again at every event (``fairshare_rank``),
+with the reference's arithmetic: the floats must not move. What does not move
+is kept: for a run begun before today, its use in the periods before today
+(:func:`older_parts`); and a name's last entry, which a caller may take instead
+of a new one where that cannot change what it reads (``floor``: a ``P`` below 0
+stays below 0; ``rank``: a name that ranks last stays last), since a live
+name's use only grows and float sums and products of non-negative terms are
+monotone.
 """
 
 from __future__ import annotations
@@ -19,10 +22,66 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.snapshot import RunningJob
 from scheduler.core.usage import UsageLedger, split_periods
-from scheduler.priority.fairshare_state import TIE_DIGITS, Entry, Mode, NameRanks, OlderParts
+from scheduler.priority.fairshare_state import (
+    TIE_DIGITS,
+    Day,
+    Entry,
+    Mode,
+    NameRanks,
+    OlderParts,
+    day_of,
+)
 
 if TYPE_CHECKING:  # fairshare.py imports fairshare_rank, which imports this module
     from scheduler.priority.fairshare import FairShare
+
+
+def running_use(
+    runs: Iterable[RunningJob], now: float, day: Day, split: bool
+) -> tuple[float, float | None, dict[int, float] | None]:
+    """The use of ``runs`` (one name's running jobs) not yet charged to the ledger,
+    inside the window of ``day`` (:func:`day_of`): each run's CPUs times the seconds
+    from ``max(start, charged_from, window start)`` to ``now``.
+
+    Returns ``(today_use, older_today, older)``:
+
+    - ``today_use``: the use of the runs that began in today's period,
+      ``(now - begin) * cpus`` summed in run order;
+    - of the runs that began before today, with ``split``: ``older``, their use
+      per period (``split_periods``), summed per period in run order, and
+      ``older_today`` None; without: ``older`` None and ``older_today`` their use
+      today, ``(min(now, next period's start) - today's start) * cpus`` summed in
+      run order, which is what ``split_periods``' last piece is (the piece before
+      it ends on today's start exactly). Both are None when no run began before
+      today.
+    """
+    today_start, next_start, window_start, period = day
+    today_use = 0.0
+    older_today: float | None = None
+    older: dict[int, float] | None = None
+    for run in runs:
+        cpus = run.cpus
+        if cpus <= 0:
+            continue
+        # max(start, charged_from, window_start), written out: it runs per job.
+        begin = run.charged_from
+        begin = run.start if run.start > begin else begin
+        begin = window_start if window_start > begin else begin
+        if now <= begin:
+            continue
+        if begin >= today_start:
+            today_use += (now - begin) * cpus
+        elif split:
+            if older is None:
+                older = {}
+            for index, seconds in split_periods(begin, now, period):
+                older[index] = older.get(index, 0.0) + seconds * cpus
+        else:
+            upto = now if now <= next_start else next_start
+            use = (upto - today_start) * cpus
+            # 0.0 + use is use: the first run's use alone, as a sum from 0.0 gives.
+            older_today = use if older_today is None else older_today + use
+    return today_use, older_today, older
 
 
 def live_entries(  # noqa: PLR0917 - a hot helper; keywords would cost per call
@@ -105,6 +164,10 @@ def add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     (multi-factor) sees the same factor without the work."""
     period = memo.period
     today_start = today * period
+    if memo.day_index != today:
+        memo.day = day_of(today, fs.window, period)
+        memo.day_index = today
+    day = memo.day
     listed = fs._listed
     scale = fs.scale_usage_by_share
     last = memo.last
@@ -115,30 +178,17 @@ def add_live(  # noqa: PLR0917 - a hot helper; keywords would cost per call
                 out.append(previous)
                 continue
         mine = runs[who]
-        today_use = 0.0
-        older = False
-        for run in mine.values():
-            cpus = run.cpus
-            if cpus <= 0:
-                continue
-            # max(start, charged_from), written out: it runs per job. The window's
-            # start is below today's, so it clips only runs that began before today.
-            begin = run.charged_from
-            begin = run.start if run.start > begin else begin
-            if begin < today_start:
-                older = True
-                break
-            if now <= begin:
-                continue
-            today_use += (now - begin) * cpus
-        if older:
+        today_use, older_today, _ = running_use(mine.values(), now, day, False)
+        if older_today is not None:
             parts = memo.older.get(who)
             if parts is None or parts[0] != today:
                 parts = memo.older[who] = older_parts(fs, ledger, who, mine, now, today)
             if parts[1] is None or not now > today_start:
                 entry = with_runs(fs, ledger, who, mine, now, today, capacity, other_share, sums)
             else:
-                entry = from_parts(fs, ledger, parts, who, mine, now, today, capacity, other_share)
+                entry = from_parts(
+                    fs, ledger, parts, who, today_use, older_today, capacity, other_share
+                )
             last[who] = entry
             out.append(entry)
             continue
@@ -177,28 +227,9 @@ def with_runs(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     """The entry of a name with running jobs: :meth:`FairShare.queue_table`'s
     arithmetic for one name, unchanged (the floats must not move)."""
     kind = fs.by
-    period = ledger.period
     window = fs.window
-    window_start = (today - window + 1) * period
-    today_start = today * period
-    today_use = 0.0
-    older: dict[int, float] | None = None
-    for run in mine.values():
-        cpus = run.cpus
-        if cpus <= 0:
-            continue
-        begin = run.charged_from
-        begin = run.start if run.start > begin else begin
-        begin = window_start if window_start > begin else begin
-        if now <= begin:
-            continue
-        if begin >= today_start:
-            today_use += (now - begin) * cpus
-        else:
-            if older is None:
-                older = {}
-            for index, seconds in split_periods(begin, now, period):
-                older[index] = older.get(index, 0.0) + seconds * cpus
+    day = day_of(today, window, ledger.period)
+    today_use, _, older = running_use(mine.values(), now, day, True)
     listed = fs._listed
     share = listed.get(who, other_share) if listed else other_share
     used = 0.0
@@ -245,29 +276,22 @@ def older_parts(  # noqa: PLR0917 - one call per name and day
     seconds to today, which is what the reference's ``split_periods`` gives for any
     ``now`` in ``(today_start, next_start]``; if it does not give that here (float
     corner cases at a period's edge) the name takes the reference path (``None``)."""
-    period = ledger.period
     window = fs.window
-    window_start = (today - window + 1) * period
-    today_start = today * period
-    next_start = (today + 1) * period
+    day = today_start, next_start, window_start, _ = day_of(today, window, ledger.period)
     older: dict[int, float] = {}
     for run in mine.values():
-        cpus = run.cpus
-        if cpus <= 0:
+        # The run's own pieces, by the one formula: None if it began today.
+        _, _, pieces = running_use((run,), now, day, True)
+        if pieces is None:
             continue
-        begin = run.charged_from
-        begin = run.start if run.start > begin else begin
-        begin = window_start if window_start > begin else begin
-        if now <= begin or begin >= today_start:
-            continue
-        pieces = split_periods(begin, now, period)
-        last, seconds = pieces[-1]
-        # The last piece starts at the boundary the piece before it ended on, which
+        # Its last piece starts at the boundary the piece before it ended on, which
         # is ``today * period`` when it is today's and not the only one.
-        if len(pieces) < 2 or last != today or seconds != min(now, next_start) - today_start:
+        *before, last = pieces
+        today_piece = (min(now, next_start) - today_start) * run.cpus
+        if not before or last != today or pieces[today] != today_piece:
             return (today, None, today_start, next_start, window_start)
-        for index, seconds in pieces[:-1]:
-            older[index] = older.get(index, 0.0) + seconds * cpus
+        for index in before:
+            older[index] = older.get(index, 0.0) + pieces[index]
     charged = ledger.recent(fs.by, who, today, window)
     for k in range(1, window):
         charged[k] += older.get(today - k, 0.0)
@@ -279,33 +303,16 @@ def from_parts(  # noqa: PLR0917 - a hot helper; keywords would cost per call
     ledger: UsageLedger,
     parts: OlderParts,
     who: str,
-    mine: Mapping[str, RunningJob],
-    now: float,
-    today: int,
+    today_use: float,
+    older_today: float,
     capacity: float,
     other_share: float,
 ) -> Entry:
     """:func:`with_runs` for a name whose :func:`older_parts` are kept: only today's
-    use is added up again (the same pieces, added in the same order)."""
-    _, kept, today_start, next_start, window_start = parts
+    use (:func:`running_use` without ``split``: the same pieces, added in the same
+    order) is added to them."""
+    kept = parts[1]
     assert kept is not None
-    today_use = 0.0
-    older_today = 0.0
-    for run in mine.values():
-        cpus = run.cpus
-        if cpus <= 0:
-            continue
-        begin = run.charged_from
-        begin = run.start if run.start > begin else begin
-        begin = window_start if window_start > begin else begin
-        if now <= begin:
-            continue
-        if begin >= today_start:
-            today_use += (now - begin) * cpus
-        else:
-            # split_periods' last piece: from today's start to min(now, next start).
-            upto = now if now <= next_start else next_start
-            older_today += (upto - today_start) * cpus
     listed = fs._listed
     share = listed.get(who, other_share) if listed else other_share
     used = 0.0

@@ -4,8 +4,8 @@
 scheduling event, and between two events most queued names' standing has not
 moved: a name with no running job and no charge since the last event has the
 same share, the same remembered decayed sum and the same capacity, so the same
-``P`` (issue 7: recomputing it at every event made fair-share cost twice plain
-EASY). This module keeps, per core and per source, each queued name's entry
+``P`` (recomputing it at every event made fair-share cost twice plain EASY on
+a trace replay). This module keeps, per core and per source, each queued name's entry
 (``fairshare_state``) and works out again only
 
 * the names touched since the last event: the queue index lists each name
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from model.job import Job
 from scheduler.core.queue_index import QueueIndex
-from scheduler.core.snapshot import RunningJob, Snapshot
+from scheduler.core.snapshot import RunningJob, SnapshotView
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare_live import add_live, live_entries
 from scheduler.priority.fairshare_state import TIE_DIGITS, Entry, Mode, NameRanks
@@ -56,7 +56,7 @@ _MEMOS = 8
 
 def entries(  # noqa: PLR0917 - the hot path, written out (module docstring)
     fs: FairShare,
-    snapshot: Snapshot,
+    snapshot: SnapshotView,
     index: QueueIndex,
     ledger: UsageLedger,
     lists: Mapping[str, Sequence[Job]],
@@ -214,7 +214,7 @@ def _entry(fs: FairShare, who: str, raw: float, capacity: float, other_share: fl
 
 
 def order_by_rank(
-    fs: FairShare, snapshot: Snapshot, index: QueueIndex, ledger: UsageLedger
+    fs: FairShare, snapshot: SnapshotView, index: QueueIndex, ledger: UsageLedger
 ) -> list[Job]:
     """The queue ordered by the names' ranks (``P`` to 1e-9, then share): each
     name's list (already in submit-then-arrival order) one after the other; names

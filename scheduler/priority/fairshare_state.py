@@ -34,12 +34,23 @@ OlderParts = tuple[int, "list[float] | None", float, float, float]
 """``(today, charged, today_start, next_start, window_start)``: see
 ``fairshare_live.older_parts``."""
 
+Day = tuple[float, float, float, float]
+"""``(today's start, the next period's start, the window's start, the period)``: the
+bounds ``fairshare_live.running_use`` reads."""
+
+
+def day_of(today: int, window: int, period: float) -> Day:
+    """The :data:`Day` of period ``today`` and a window of ``window`` periods."""
+    return (today * period, (today + 1) * period, (today - window + 1) * period, period)
+
 
 class NameRanks:
     """One source's kept standings on one core (see the module docstring)."""
 
     __slots__ = (
         "capacity",
+        "day",
+        "day_index",
         "entries",
         "fresh",
         "last",
@@ -63,6 +74,9 @@ class NameRanks:
         # The stamp every kept entry was computed under; any change drops them all.
         self.today = 0
         self.capacity = -1.0
+        #: The bounds of period ``day_index`` (``day_of``), worked out once a day.
+        self.day_index = 0
+        self.day = day_of(0, owner.window, self.period)
         self.other = -1.0
         #: Queued names without running use: their entries, all up to date.
         self.entries: dict[str, Entry] = {}

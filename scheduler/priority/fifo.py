@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from model.job import Job
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -15,5 +15,5 @@ class Fifo:
 
     name: str = "fifo"
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         return snapshot.queue

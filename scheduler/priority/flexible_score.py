@@ -1,6 +1,6 @@
 """Flexible backfilling's priority: Aging + Deadline + Wait Minimisation.
 
-Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
+Source: the EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini),
 section 3.1, "Flexible Backfilling" (after that paper's reference [20]).
 The policy that backfills in this order is ``scheduler.policies.flexible``
 (this module is named for what it holds, the score, so the two differ).
@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from model.job import Job
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 
 AGE_FACTOR = 0.01
 """The paper's ``agefactor`` (priority points per second of waiting)."""
@@ -154,7 +154,7 @@ class FlexiblePriority:
         if self.boost_value < 0:
             raise ValueError(f"flexible: boost_value must be >= 0, got {self.boost_value!r}")
 
-    def scores(self, snapshot: Snapshot) -> dict[str, FlexibleScore]:
+    def scores(self, snapshot: SnapshotView) -> dict[str, FlexibleScore]:
         """Every queued job's three heuristic values and ``P(J)`` at ``snapshot.now``, by id."""
         queue = snapshot.queue
         if not queue:
@@ -177,13 +177,13 @@ class FlexiblePriority:
             out[job.id] = FlexibleScore(aging, dl, wait, aging + dl + wait)
         return out
 
-    def priorities(self, snapshot: Snapshot) -> dict[str, float]:
+    def priorities(self, snapshot: SnapshotView) -> dict[str, float]:
         """Every queued job's ``P(J)``, by job id (the values :meth:`order` sorts on)."""
         return {
             job.id: p for job, p in zip(snapshot.queue, self._priorities(snapshot), strict=True)
         }
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         """The queue by decreasing ``P(J)``; ties: earlier submit, then arrival order."""
         queue = snapshot.queue
         n = len(queue)
@@ -202,7 +202,7 @@ class FlexiblePriority:
         ranked.sort(key=negated.__getitem__)
         return [queue[i] for i in ranked]
 
-    def _priorities(self, snapshot: Snapshot) -> list[float]:
+    def _priorities(self, snapshot: SnapshotView) -> list[float]:
         """``P(J)`` of the queue's jobs, in queue order.
 
         The hot path of :meth:`order`, run over the whole queue at every event of
@@ -236,7 +236,7 @@ class FlexiblePriority:
         return out
 
 
-def _nxtimes(snapshot: Snapshot) -> list[float]:
+def _nxtimes(snapshot: SnapshotView) -> list[float]:
     """``Nxtime_J = Estimated_J * BM_ref / BM_best`` of the queue's jobs, in queue order."""
     best = max((m.speed for m in snapshot.machines), default=0.0)
     if best > 0:

@@ -1,9 +1,8 @@
 """Multi-factor priority: age, fair-share, size and QoS, weighted and summed.
 
-Source: "Scheduling Algorithms" (``../shared/papers/scheduling-algorithms-fifo-
-backfill-fairshare-multifactor.md``), section "Multi-factor prioritization",
-in the shape of Slurm's priority/multifactor plugin. Of the text's factors,
-those a priority can express are here: job age ("increasing its priority over
+Source: "Scheduling Algorithms", section "Multi-factor prioritization", in the
+shape of Slurm's priority/multifactor plugin. Of the text's factors, those a
+priority can express are here: job age ("increasing its priority over
 time"), the fair-share of the section before it, job size ("on the largest
 supercomputing clusters in the world, there's usually an effort to favor very
 large jobs"), and QoS with emergency runs ("give emergency jobs the highest
@@ -64,7 +63,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from model.job import Job
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.multifactor_rank import clock_free_order
@@ -129,11 +128,11 @@ class MultiFactor:
         if self.max_qos is not None and self.max_qos < 1:
             raise ValueError(f"multi-factor: max_qos must be >= 1, got {self.max_qos!r}")
 
-    def factors(self, snapshot: Snapshot) -> dict[str, Factors]:
+    def factors(self, snapshot: SnapshotView) -> dict[str, Factors]:
         """Every queued job's factors and priority, by job id."""
         return {job.id: f for job, f in zip(snapshot.queue, self._rows(snapshot), strict=True)}
 
-    def _rows(self, snapshot: Snapshot) -> list[Factors]:
+    def _rows(self, snapshot: SnapshotView) -> list[Factors]:
         """The factors of the queue's jobs, in queue order."""
         rows: list[Factors] = []
         self._each(snapshot, rows, None)
@@ -141,7 +140,7 @@ class MultiFactor:
 
     def _each(
         self,
-        snapshot: Snapshot,
+        snapshot: SnapshotView,
         rows: list[Factors] | None,
         keys: list[tuple[bool, int, float, int]] | None,
         plain: list[tuple[int, float, int]] | None = None,
@@ -256,11 +255,11 @@ class MultiFactor:
             )
             append((-round_(priority * scale), job.submit, i))
 
-    def priorities(self, snapshot: Snapshot) -> dict[str, float]:
+    def priorities(self, snapshot: SnapshotView) -> dict[str, float]:
         """Every queued job's weighted priority, by job id."""
         return {job_id: f.priority for job_id, f in self.factors(snapshot).items()}
 
-    def order(self, snapshot: Snapshot) -> Sequence[Job]:
+    def order(self, snapshot: SnapshotView) -> Sequence[Job]:
         """Emergency jobs first, then by decreasing priority; ties: submit, arrival order."""
         queue = snapshot.queue
         if len(queue) < 2:

@@ -11,7 +11,7 @@ queues never hold a job a week), its priority is ``a * now + K`` with
     K = W[name] + Z - a * submit,
 
 so all such jobs rise at the same rate and their order does not change with
-the clock (issue 7's idea). This module keeps the queued jobs sorted by
+the clock. This module keeps the queued jobs sorted by
 ``(-K, submit, arrival)`` and updates that order as things change, instead of
 computing and sorting every job's key at every event:
 
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from model.job import Job
 from scheduler.core.queue_index import QueueIndex
-from scheduler.core.snapshot import Snapshot
+from scheduler.core.snapshot import SnapshotView
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare_rank import entries
 
@@ -126,7 +126,7 @@ class ClockFreeOrder:
 
 
 def clock_free_order(
-    mf: MultiFactor, snapshot: Snapshot, index: QueueIndex, ledger: UsageLedger
+    mf: MultiFactor, snapshot: SnapshotView, index: QueueIndex, ledger: UsageLedger
 ) -> list[Job] | None:
     """The queue in the reference's order, from the kept order; None when this event
     must take the reference path (module docstring)."""

@@ -34,7 +34,7 @@ Everything the actor decides lives in those sans-I/O modules, over one
 transactions and keeps time. ``now`` is read once per batch from the
 injected :class:`~scheduler.runtime.clock.Clock` (cluster seconds = wall seconds x K).
 
-*Bad input* (DESIGN.md, "Trust and faults"). A payload that fails to decode,
+*Bad input*: no input ends the process. A payload that fails to decode,
 or a valid message on a topic where it makes no sense, is counted in
 ``accordion_scheduler_bad_messages_total{reason}``, answered with an
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around
@@ -85,7 +85,6 @@ from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
 from scheduler.live import agents, reconcile, requests
 from scheduler.live.context import Context, Outgoing
-from scheduler.live.cordon import CordonedCore
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
 from scheduler.live.specs import job_from_spec
@@ -155,8 +154,10 @@ class SchedulerActor:
         link: Link | None = None,
     ) -> None:
         self.settings = settings if settings is not None else ActorSettings()
+        # SUSPECT and HELD agents' machines: the handlers edit the set, the core's
+        # snapshot hides their free CPUs from the policy.
         cordoned: set[str] = set()
-        core = CordonedCore(
+        core = SchedulerCore(
             cordoned=cordoned,
             policy=policy,
             machines=(),
@@ -173,8 +174,8 @@ class SchedulerActor:
             topics=topics,
             time_scale=clock.time_scale,
             wall=wall,
+            cordoned=cordoned,
         )
-        self.ctx.cordoned = cordoned
         self._bus = bus
         self._link = link
         self._topics = topics
@@ -203,7 +204,7 @@ class SchedulerActor:
         journalled = self._journal.load()
         self.metrics.restore(journalled)
         self._reconciliation = reconcile.restore(
-            self.ctx, journalled, self._journal.last_event_seqs(), now
+            self.ctx, journalled.jobs, self._journal.last_event_seqs(), now
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
