@@ -17,6 +17,7 @@ import pytest
 from broker.messages import AgentOnline, CancelPart, PartFinished, PartProgress, ResizePart
 from broker.vocabulary import CommandUsers
 from nodeagent.agent.cpuset import allowed_list
+from tests.builders import spec as sleep_spec
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.commands_harness import (
     OWNER,
@@ -26,7 +27,7 @@ from tests.nodeagent.commands_harness import (
     file_says,
     start_command,
 )
-from tests.nodeagent.harness import FAST, agent_reaches, job, running_agent, start
+from tests.nodeagent.harness import FAST, agent_reaches, running_agent, start
 
 SECRET = "s3cr3t-broker-password"
 
@@ -209,7 +210,7 @@ async def test_commands_are_refused_unless_allowed(folder: Path) -> None:
         await run.scheduler.send(start_command(command_job("off", ["true"], folder)))
         refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "off")
         # The other workloads are unchanged.
-        await run.scheduler.send(start(job("sleep1", procs=1, work=0.01), time_scale=1.0))
+        await run.scheduler.send(start(sleep_spec("sleep1", work=0.01), time_scale=1.0))
         ok = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "sleep1")
     assert (refused.reason, refused.exit_code) == ("failed", -1)
     assert refused.detail is not None
