@@ -158,8 +158,13 @@ class Commands:
         return None if self._own is None else self._own.user
 
     def close(self) -> None:
+        """At the agent's clean end (its parts ended): its scratch directory and its
+        cgroups' parent go. A killed agent leaves the parent for its next incarnation."""
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
+        if self._cgroups is not None:
+            with contextlib.suppress(OSError):  # busy: a part's cgroup not yet removed
+                self._cgroups.rmdir()
 
     # -- files -------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ import pytest
 from broker.messages import AgentOnline, CancelPart, PartFinished, PartProgress, ResizePart
 from broker.vocabulary import CommandUsers
 from nodeagent.agent.cpuset import allowed_list
+from nodeagent.launch.jobtree import cgroup2_mount, own_cgroup
 from tests.builders import spec as sleep_spec
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.commands_harness import (
@@ -119,6 +120,10 @@ async def test_a_daemon_in_a_new_session_is_killed_at_cancel(folder: Path) -> No
         # Both ignore TERM: KILL after the grace, the daemon too.
         assert ended.signal == signal.SIGKILL, ended
         assert not alive(daemon), f"the daemon outlived its job (cgroups {cgroups})"
+        # A cleanly stopped agent leaves no cgroup behind, its parts' nor their parent.
+        mount, own = cgroup2_mount(), own_cgroup()
+        if mount is not None and own is not None:
+            assert not (mount / own.lstrip("/") / "accordion-node1").exists()
 
 
 async def test_walltime_terms_then_kills_the_tree_and_says_which_signal(folder: Path) -> None:
