@@ -3,8 +3,9 @@
 Real ``python -m nodeagent --allow-commands`` processes on the session's
 Mosquitto. A restarted agent adopts a running command's supervisor as it
 adopts any part, and reports the command's exit status when it ends. A part
-whose agent is not restarted stops by its lease, its command's whole tree
-with it (a daemon in a session of its own included), and a supervisor that
+whose agent is not restarted in time stops by its lease, its command's whole
+tree with it (a daemon in a session of its own included), and the agent's
+next incarnation removes its cgroup; and a supervisor that
 is SIGKILLed leaves nothing behind: its agent ends what is left.
 """
 
@@ -26,7 +27,7 @@ from broker.command_spec import CommandSpec
 from broker.messages import AgentOffline, AgentOnline, JobSpec, PartFinished, PartStarted, StartPart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
-from nodeagent.launch.jobtree import cgroup_base
+from nodeagent.launch.jobtree import cgroup2_mount, cgroup_base, own_cgroup
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.commands_harness import alive, file_says
 from tests.nodeagent.harness import Scheduler
@@ -38,7 +39,7 @@ ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
 async def start_agent(
-    endpoint: BrokerEndpoint, topics: Topics, folder: Path, *extra: str
+    endpoint: BrokerEndpoint, topics: Topics, folder: Path, *extra: str, name: str = "c1"
 ) -> asyncio.subprocess.Process:
     user_map = folder / "users.map"
     user_map.write_text(f"{ME} {ME}\n")
@@ -51,7 +52,7 @@ async def start_agent(
             f"--host={endpoint.host}",
             f"--port={endpoint.port}",
             f"--root={topics.root}",
-            "--name=c1",
+            f"--name={name}",
             "--cpus=2",
             "--heartbeat=0.2",
             "--kill-grace=1",
@@ -69,12 +70,14 @@ async def start_agent(
 
 
 @asynccontextmanager
-async def watching(endpoint: BrokerEndpoint, topics: Topics) -> AsyncIterator[Scheduler]:
+async def watching(
+    endpoint: BrokerEndpoint, topics: Topics, name: str = "c1"
+) -> AsyncIterator[Scheduler]:
     settings = MqttSettings(endpoint.host, endpoint.port)
     async with MqttBus(settings, f"sched-{uuid.uuid4().hex[:6]}") as bus, asyncio.TaskGroup() as tg:
-        await bus.subscribe(topics.agent_state("c1"))
-        await bus.subscribe(topics.agent_events("c1"))
-        scheduler = Scheduler(bus, "c1", topics)
+        await bus.subscribe(topics.agent_state(name))
+        await bus.subscribe(topics.agent_events(name))
+        scheduler = Scheduler(bus, name, topics)
         reader = tg.create_task(scheduler.read(), name="test-command-adoption")
         try:
             yield scheduler
@@ -100,6 +103,16 @@ async def kill(agent: asyncio.subprocess.Process) -> None:
     if agent.returncode is None:
         agent.send_signal(signal.SIGKILL)
     await agent.wait()
+
+
+async def stop(agent: asyncio.subprocess.Process) -> None:
+    """A test's end: the agent's clean stop (which removes its cgroups), else its KILL."""
+    if agent.returncode is None:
+        agent.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(agent.wait(), 60)
+        except TimeoutError:
+            await kill(agent)
 
 
 async def test_a_restarted_agent_adopts_a_running_command_and_reports_its_exit(
@@ -130,20 +143,21 @@ async def test_a_restarted_agent_adopts_a_running_command_and_reports_its_exit(
             await gone(started.pid)
             assert sorted(p.name for p in (tmp_path / "state" / "parts").iterdir()) == []
         finally:
-            await kill(agent)
+            await stop(agent)
 
 
 async def test_a_command_nobody_adopts_stops_by_its_lease_with_its_whole_tree(
     mosquitto: BrokerEndpoint, tmp_path: Path
 ) -> None:
     topics = Topics(f"cadopt-{uuid.uuid4().hex[:6]}/v1")
+    name = f"l-{uuid.uuid4().hex[:6]}"  # its own cgroups' parent, whatever other tests left
     marks = tmp_path / "daemon"
     script = (
         f"setsid sh -c 'trap \"\" TERM HUP; echo $$ > {marks}; exec sleep 1000' & "
         "while :; do sleep 0.05; done"
     )
-    async with watching(mosquitto, topics) as scheduler:
-        agent = await start_agent(mosquitto, topics, tmp_path, "--lease=1.5")
+    async with watching(mosquitto, topics, name) as scheduler:
+        agent = await start_agent(mosquitto, topics, tmp_path, "--lease=1.5", name=name)
         try:
             await scheduler.expect(AgentOnline)
             await scheduler.send(command("l1", script, tmp_path))
@@ -152,8 +166,21 @@ async def test_a_command_nobody_adopts_stops_by_its_lease_with_its_whole_tree(
             await kill(agent)
             await gone(started.pid)
             await gone(daemon)
+            # The agent's next incarnation settles the part: fenced, its cgroup removed;
+            # its clean stop removes the cgroups' parent. Nothing is left on the host.
+            agent = await start_agent(mosquitto, topics, tmp_path, name=name)
+            fenced = await scheduler.expect(PartFinished, lambda f: f.job_id == "l1")
+            assert fenced.reason == "fenced", fenced
+            mount, own = cgroup2_mount(), own_cgroup()
+            parent = None if mount is None or own is None else mount / own.lstrip("/")
+            if parent is not None:
+                assert not (parent / f"accordion-{name}" / "l1@1").exists()
+            agent.send_signal(signal.SIGTERM)
+            assert await agent.wait() == 0
+            if parent is not None:
+                assert not (parent / f"accordion-{name}").exists()
         finally:
-            await kill(agent)
+            await stop(agent)
 
 
 def cgroups_here() -> bool:
@@ -190,4 +217,4 @@ async def test_a_sigkilled_supervisor_leaves_nothing_behind(
             assert ended.reason == "failed"
             await gone(daemon)  # its agent killed what the supervisor left (its cgroup)
         finally:
-            await kill(agent)
+            await stop(agent)
