@@ -7,10 +7,14 @@ The app and its commands, registered from the modules that hold them:
 - the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
   and :mod:`accordion.commands.batch`: ``batch`` (a batch script as a job);
+- an admin's operations, :mod:`accordion.commands.operate`: ``drain``, ``resume``;
 - a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
 - the same demo on a cluster already running (the compose testbed),
-  :mod:`accordion.commands.demo`: ``demo``.
+  :mod:`accordion.commands.demo`: ``demo``;
+- the schedule as a picture, from a twin run or a live cluster,
+  :mod:`accordion.commands.gantt`: ``gantt``;
+- a web page of the live cluster, :mod:`accordion.commands.ui`: ``ui``.
 
 Every user error (unknown policy or option, missing file, bad trace, bad
 cluster file, a broker or scheduler that cannot be reached) ends in one clear
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, batch, demo, live, twin, up
+from accordion.commands import auth, batch, demo, gantt, live, operate, twin, ui, up
 
 app = typer.Typer(
     name="accordion",
@@ -35,9 +39,12 @@ app = typer.Typer(
 twin.register(app)
 live.register(app)
 batch.register(app)
+operate.register(app)
 up.register(app)
 auth.register(app)
 demo.register(app)
+gantt.register(app)
+ui.register(app)
 
 
 def main() -> None:

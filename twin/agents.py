@@ -38,9 +38,10 @@ class _Progress:
     done: float = 0.0
     rate: float = 1.0
     version: int = 0
-    #: The segments before the last resize; None until the first (most jobs never
-    #: resize, and a list per job would be built for nothing).
+    #: The segments before the last resize, and the parts of each; None until the
+    #: first (most jobs never resize, and a list per job would be built for nothing).
     segments: list[Segment] | None = None
+    segment_parts: list[tuple[Part, ...]] | None = None
 
 
 class ModelledAgents:
@@ -85,9 +86,11 @@ class ModelledAgents:
         assert job.runtime is not None  # checked at start
         prog.done = min(job.runtime, prog.done + (now - prog.since) * prog.rate)
         if now > prog.since:
-            if prog.segments is None:
+            if prog.segments is None or prog.segment_parts is None:
                 prog.segments = []
+                prog.segment_parts = []
             prog.segments.append(Segment(prog.since, now, prog.alloc.cpus))
+            prog.segment_parts.append(prog.alloc.parts)
         prog.since = now
         if alloc is None or rate is None:
             alloc = Allocation.of(parts, self._speeds)
@@ -106,12 +109,18 @@ class ModelledAgents:
         job = prog.job
         last = make_segment(prog.since, now, prog.alloc.cpus)
         earlier = prog.segments
+        segment_parts: tuple[tuple[Part, ...], ...] = ()
         if earlier is None:
             segments: tuple[Segment, ...] = (last,)
+            if prog.version:
+                # Resized only at the instant it started: one segment, on its new parts.
+                segment_parts = (prog.alloc.parts,)
         elif now > prog.since:
             segments = (*earlier, last)
+            segment_parts = (*(prog.segment_parts or ()), prog.alloc.parts)
         else:
             segments = tuple(earlier)
+            segment_parts = tuple(prog.segment_parts or ())
         assert job.runtime is not None
         # Through the slots: one outcome per job of a trace (model.outcome).
         return make_outcome(
@@ -121,4 +130,5 @@ class ModelledAgents:
             prog.first.parts,
             segments,
             prog.first.expanded_runtime(job.runtime, job.ref_speed),
+            segment_parts,
         )

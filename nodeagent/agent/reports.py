@@ -91,16 +91,18 @@ class Reports:
         )
         self._outbox.post(self._topic, encode(finished))
 
-    def not_adopted(self, lost: Lost) -> None:
+    def not_adopted(self, lost: Lost, *, stopped: bool = False) -> None:
         """A part a previous incarnation left that this one could not take over:
-        ``fenced`` (the scheduler requeues it), and not remembered."""
-        self._counters.finished["fenced"] += 1
+        ``fenced`` (the scheduler requeues it), or ``stopped`` when that incarnation
+        stopped because its operator asked (not charged); not remembered."""
+        reason: Reason = "stopped" if stopped else "fenced"
+        self._counters.finished[reason] += 1
         finished = PartFinished(
             job_id=lost.job_id,
             agent_id=self._agent_id,
             exit_code=EXIT_LOST,
             at=self._clock(),
-            reason="fenced",
+            reason=reason,
             attempt=lost.attempt,
             detail=f"not adopted: {lost.why}"[:500],
         )

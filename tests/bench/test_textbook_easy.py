@@ -33,7 +33,7 @@ def workload(seed: int, n: int = 300, cpus: int = 32) -> list[Job]:
                 rng.choice([1, 1, 2, 4, 8, 16, cpus, cpus + 1]),
                 submit=t,
                 runtime=runtime,
-                # Overdue jobs too (runtime above the estimate): their end counts as now.
+                # Overdue jobs too (runtime above the estimate): scheduler.planning.overdue.
                 walltime=runtime * rng.choice([0.5, 1.0, 1.0, 2.0, 5.0]),
             )
         )

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from broker import messages as m
 from broker.codec import REASONS, WireError, decode, encode, peek_reply_to
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
+from broker.vocabulary import (
+    BadMessage,
+    CancelRefusal,
+    DrainRefusal,
+    JobEventKind,
+    JobState,
+    MachineState,
+    Rejection,
+)
 from tests.builders import spec
 
 JOB = spec(
@@ -41,7 +49,9 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     m.HistoryRequest(request_id="r4", reply_to="cli-1", job_ids=("job-1", "j2")),
     m.HistoryReply(
         request_id="r4",
-        events=(m.JobEvent(job_id="job-1", event=JobEventKind.RUNNING, at=2.0, seq=1),),
+        events=(
+            m.JobEvent(job_id="job-1", event=JobEventKind.RUNNING, at=2.0, seq=1, parts=PARTS),
+        ),
         unknown=("j2",),
     ),
     m.SubmitReply(
@@ -61,14 +71,61 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         reason="job 'job-1' is already finished",
         code=CancelRefusal.ENDED,
     ),
+    m.EventsRequest(request_id="r5", reply_to="cli-1", after=12, limit=500),
+    m.EventsReply(
+        request_id="r5",
+        events=(m.JobEvent(job_id="job-1", event=JobEventKind.QUEUED, at=1.0, seq=1, stream=13),),
+        last=20,
+        more=True,
+    ),
+    m.DrainMachine(request_id="r6", reply_to="cli-1", machine="node-1"),
+    m.DrainReply(
+        request_id="r6",
+        machine="node-2",
+        draining=False,
+        reason="no machine 'node-2' has registered",
+        code=DrainRefusal.UNKNOWN_MACHINE,
+    ),
     m.StatusReply(
         request_id="r3",
         now=12.5,
-        machines=(m.MachineStatus("node-1", 32, 1.5, free=24, online=True),),
-        queue=(m.JobStatus("j2", JobState.QUEUED, 1, "bob", submit=3.0),),
+        machines=(
+            m.MachineStatus("node-1", 32, 1.5, free=24, online=True),
+            m.MachineStatus("node-2", 8, 1.0, free=0, online=True, state=MachineState.DRAINING),
+        ),
+        queue=(
+            m.JobStatus(
+                id="j2",
+                state=JobState.QUEUED,
+                procs=1,
+                user="bob",
+                submit=3.0,
+                walltime=60.0,
+                deadline=500.0,
+            ),
+        ),
         running=(
-            m.JobStatus("job-1", JobState.RUNNING, 8, "alice", 1.0, start=2.0, parts=PARTS),
-            m.JobStatus("j3", JobState.RUNNING, 2, "bob", 1.5, parts=PARTS, reconciling=True),
+            m.JobStatus(
+                id="job-1",
+                state=JobState.RUNNING,
+                procs=8,
+                user="alice",
+                submit=1.0,
+                walltime=600.0,
+                start=2.0,
+                parts=PARTS,
+                est_end=602.0,
+            ),
+            m.JobStatus(
+                id="j3",
+                state=JobState.RUNNING,
+                procs=2,
+                user="bob",
+                submit=1.5,
+                walltime=30.0,
+                parts=PARTS,
+                reconciling=True,
+            ),
         ),
     ),
     m.ErrorReply(request_id="r9", code=BadMessage.INVALID, error="invalid message: ..."),
@@ -77,7 +134,7 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         incarnation="inc-7",
         running=(m.RunningPart(job_id="job-1", cpus=4, started=2.0),),
     ),
-    m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="goodbye"),
+    m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="stopping"),
     m.Heartbeat(
         agent_id="node-1",
         seq=42,
@@ -85,7 +142,7 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     ),
     m.PartStarted(job_id="job-1", agent_id="node-1", pid=4242, at=2.0),
     m.PartProgress(job_id="job-1", agent_id="node-1", done=10.0, rate=0.5, at=22.0),
-    m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=137, at=30.0, reason="lost"),
+    m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=-15, at=30.0, reason="stopped"),
     m.StartPart(job=JOB, cpus=4, pace=0.5, part=1, parts=2, time_scale=60.0),
     m.ResizePart(job_id="job-1", cpus=2, pace=0.75),
     m.CancelPart(job_id="job-1"),
@@ -117,6 +174,10 @@ REQUIRED: dict[str, set[str]] = {
     "status_reply": {"request_id", "now", "machines", "queue", "running"},
     "error_reply": {"request_id", "code", "error"},
     "history_reply": {"request_id", "events", "unknown"},
+    "events_request": {"after"},
+    "events_reply": {"request_id", "events", "last"},
+    "drain_machine": {"machine"},
+    "drain_reply": {"request_id", "machine", "draining"},
     "agent_online": {"machine", "incarnation", "running"},
     "agent_offline": {"agent_id", "incarnation", "reason"},
     "heartbeat": {"agent_id", "seq", "running"},
@@ -174,6 +235,17 @@ def test_a_start_whose_job_misses_a_field_is_invalid(job: dict[str, Any], says: 
     assert f"missing required field {says} - at `$.job`" in str(caught.value)
 
 
+def test_a_status_whose_job_has_no_wall_time_is_invalid() -> None:
+    # Every job has the user's estimate; a chart of the plan (accordion gantt) needs it.
+    job = {"id": "j", "state": "queued", "procs": 1, "user": "ann", "submit": 0.0}
+    with pytest.raises(WireError) as caught:
+        decode(
+            _raw(kind="status_reply", request_id="r", now=0.0, machines=[], queue=[job], running=[])
+        )
+    assert caught.value.reason == "invalid"
+    assert "missing required field `walltime` - at `$.queue[0]`" in str(caught.value)
+
+
 @pytest.mark.parametrize(
     "result",
     [
@@ -207,7 +279,9 @@ def test_enums_travel_as_their_values() -> None:
     event = m.JobEvent(job_id="j", event=JobEventKind.REQUEUED, at=1.0, seq=2)
     assert msgspec.msgpack.decode(encode(event))["event"] == "requeued"
     assert decode(encode(event)).state is JobState.QUEUED
-    status = m.JobStatus("j", JobState.RUNNING, 1, "ann", 0.0, reconciling=True)
+    status = m.JobStatus(
+        id="j", state=JobState.RUNNING, procs=1, user="ann", submit=0.0, walltime=1.0
+    )
     assert (
         msgspec.msgpack.decode(
             encode(m.StatusReply(request_id="r", now=0.0, machines=(), queue=(), running=(status,)))

@@ -132,7 +132,7 @@ def test_the_policy_sees_no_free_cpu_on_a_cordoned_machine() -> None:
     cordoned: set[str] = set()
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
     c = SchedulerCore(policy=Fcfs(), machines=machines, cordoned=cordoned)
-    c.submit(job("x", 2, 100.0))
+    c.submit(job("x", 2, runtime=100.0))
     c.schedule(0.0)
     (held,) = c.running[0].parts
     cordoned.add(held.machine)
@@ -140,8 +140,8 @@ def test_the_policy_sees_no_free_cpu_on_a_cordoned_machine() -> None:
     assert snap.free[held.machine] == 0
     assert c.free(held.machine) == 2
     assert snap.total_cpus == 8
-    c.submit(job("y", 4, 100.0, submit=1.0))
-    c.submit(job("z", 2, 100.0, submit=1.0))
+    c.submit(job("y", 4, runtime=100.0, submit=1.0))
+    c.submit(job("z", 2, runtime=100.0, submit=1.0))
     c.schedule(1.0)
     # y takes the other machine; z waits, though 2 CPUs are free on the cordoned one.
     assert sorted(r.job.id for r in c.running) == ["x", "y"]

@@ -66,7 +66,11 @@ def test_an_id_reused_by_another_job_has_its_own_code() -> None:
 
 
 def test_the_twin_counts_its_rejections_by_code() -> None:
-    jobs = [job("ok", 2, runtime=10), job("w9", 9, 10, submit=1), job("w17", 17, 10, submit=2)]
+    jobs = [
+        job("ok", 2, runtime=10),
+        job("w9", 9, runtime=10, submit=1),
+        job("w17", 17, runtime=10, submit=2),
+    ]
     result = simulate(jobs, machines=MACHINES, policy=Fcfs())
     # One bounded label, whatever the jobs' sizes (a label per message would be two).
     assert result.rejected == Counter({"too_wide": 2})

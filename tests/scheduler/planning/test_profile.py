@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from model.job import Job
 from model.machine import Machine, Part
+from scheduler.core.snapshot import RunningJob
+from scheduler.planning.overdue import planned_releases
 from scheduler.planning.placement import Placement, PlacementRule, sort_machines
 from scheduler.planning.profile import Profile
 from tests.builders import job
@@ -57,14 +59,27 @@ def test_built_from_running_ends_in_time_order() -> None:
     assert steps(one_machine_profile()) == [(0.0, 4), (10.0, 7), (20.0, 10)]
 
 
-def test_overdue_end_counts_as_now_and_equal_ends_merge() -> None:
+def test_equal_ends_merge_and_an_end_at_now_lands_on_now() -> None:
     p = Profile(
         now=50.0,
         machines=ONE,
         free={"m": 2},
-        ends=[(40.0, (Part("m", 3),)), (60.0, (Part("m", 2),)), (60.0, (Part("m", 3),))],
+        ends=[(50.0, (Part("m", 3),)), (60.0, (Part("m", 2),)), (60.0, (Part("m", 3),))],
     )
     assert steps(p) == [(50.0, 5), (60.0, 10)]
+
+
+def test_an_overdue_end_is_planned_by_the_overdue_rule_not_by_the_profile() -> None:
+    ends = [(40.0, (Part("m", 3),)), (60.0, (Part("m", 5),))]
+    with pytest.raises(ValueError, match=r"before the profile's start"):
+        Profile(now=50.0, machines=ONE, free={"m": 2}, ends=ends)
+    # 10 s over at 50: planned at 40 + 16 = 56 (scheduler.planning.overdue).
+    runs = [
+        RunningJob(job=job(c, 10.0), parts=parts, start=0.0, est_end=t, cpus=c)
+        for c, (t, parts) in zip((3, 5), ends, strict=True)
+    ]
+    p = Profile(now=50.0, machines=ONE, free={"m": 2}, ends=planned_releases(50.0, runs))
+    assert steps(p) == [(50.0, 2), (56.0, 5), (60.0, 10)]
 
 
 def test_reserve_release_round_trip_merges_breakpoints() -> None:

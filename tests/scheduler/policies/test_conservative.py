@@ -187,10 +187,10 @@ def test_a_broken_promise_is_replaced_at_the_earliest_fit() -> None:
     d = ConservativeBackfill().decide(
         snapshot(now=12.0, machines=ONE, queue=queue, running=[overdue], reservations=promised)
     )
-    # The overdue job counts as ending now, so wide is planned at 12 (later than
-    # promised, the only way a reservation moves later) but cannot start while
-    # the job really holds its CPUs; narrow is planned after it.
-    assert summary(d) == ([], {"wide": 12.0, "narrow": 22.0})
+    # The overdue job, 2 s over, is planned to end at 10 + 4 (scheduler.planning.overdue),
+    # so wide is planned at 14 (later than promised, the only way a reservation
+    # moves later); narrow, which would run into it, is planned after it.
+    assert summary(d) == ([], {"wide": 14.0, "narrow": 24.0})
 
 
 # -- properties over a tiny discrete-event loop ---------------------------------

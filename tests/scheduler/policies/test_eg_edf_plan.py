@@ -55,8 +55,9 @@ def test_unchanged_reservations_are_handed_back_as_the_same_objects() -> None:
     assert d.reservations[1] is previous[1]
 
 
-def test_an_overdue_job_keeps_a_planned_job_waiting_at_now() -> None:
-    """r outlived its estimate (10) and still holds its CPUs at 12."""
+def test_an_overdue_job_keeps_a_planned_job_waiting_until_its_planned_end() -> None:
+    """r outlived its estimate (10) and still holds its CPUs at 12: 2 s over, it is
+    planned to end at 10 + 4 (``scheduler.planning.overdue``)."""
     m = [Machine(id="m", cpus=4)]
     a = job("A", 4, walltime=10.0)
     d = EgEdf().decide(
@@ -69,13 +70,14 @@ def test_an_overdue_job_keeps_a_planned_job_waiting_at_now() -> None:
         )
     )
     assert d.starts == []
-    assert plan_of(d) == {"A": ("m", 12.0)}
+    assert plan_of(d) == {"A": ("m", 14.0)}
 
 
 def test_slots_that_no_longer_fit_together_are_replanned_in_order() -> None:
     """A was planned on [10, 20) and B on [20, 30); r overran and holds the CPUs at 15.
 
-    A, whose start has passed, is planned from now and would run into B: the
+    r, 5 s over, is planned to end at 10 + 8 (``scheduler.planning.overdue``). A,
+    whose start has passed, is planned from then and would run into B: the
     machine is list-scheduled again in the same order, which moves B later.
     """
     m = [Machine(id="m", cpus=4)]
@@ -90,7 +92,7 @@ def test_slots_that_no_longer_fit_together_are_replanned_in_order() -> None:
         )
     )
     assert d.starts == []
-    assert order_on(d, "m") == [("A", 15.0), ("B", 25.0)]
+    assert order_on(d, "m") == [("A", 18.0), ("B", 28.0)]
 
 
 def test_a_reservation_on_a_machine_that_left_is_placed_again() -> None:

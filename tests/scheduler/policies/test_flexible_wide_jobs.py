@@ -2,11 +2,12 @@
 
 Reported: on a 1,664-CPU trace at 32 % utilisation with jobs up to 1,280
 CPUs, ``--deadlines 0.7`` made Flexible backfilling's jobs of 256 CPUs or
-more wait 279,073 s on average against EASY's 13,942 s. That trace (SDSC
-DataStar, by its size) is not among the traces the tests read, and no
-workload built here reproduces the effect (docs/results/README.md, section
-5). What the paper says keeps wide jobs from starving, and what these tests
-pin:
+more wait 279,073 s on average against EASY's 13,942 s. With the trace (SDSC
+DataStar) the cause turned out to lie in no part of the score: a job 76 days
+past its estimate was planned to end "now", which pinned a wide job's
+reservation at every event (``test_overdue_jobs.py``, docs/results/README.md,
+section 5). What the paper says keeps wide jobs from starving, and what these
+tests pin, still holds:
 
 * Aging (sec. 3.1: "Aging aims to avoid job starvation") grows without
   bound while the other two heuristics are bounded (Deadline by ``Max``,

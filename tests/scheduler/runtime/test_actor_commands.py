@@ -20,6 +20,7 @@ from broker.messages import (
     JobSpec,
     PartFinished,
     SubmitJobs,
+    in_stream,
 )
 from broker.vocabulary import BadMessage, JobEventKind
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
@@ -200,21 +201,26 @@ async def test_a_malformed_command_is_refused_whole_and_the_next_one_runs(
     assert not agent.started("evil")
 
 
-def test_a_schema_6_journal_gains_the_exit_columns(tmp_path: Path) -> None:
+def test_a_schema_8_journal_gains_the_exit_columns(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     Journal(path).close()
     with sqlite3.connect(path) as db:
         db.execute("ALTER TABLE job_events DROP COLUMN exit_status")
         db.execute("ALTER TABLE job_events DROP COLUMN signal")
         db.execute(
-            "INSERT INTO job_events(job_id, seq, at, event, detail) "
-            "VALUES ('j', 1, 5.0, 'failed', 'x')"
+            "INSERT INTO job_events(job_id, seq, at, event, detail, stream) "
+            "VALUES ('j', 1, 5.0, 'failed', 'x', 1)"
         )
-        db.execute("UPDATE meta SET value='6' WHERE key='schema'")
+        db.execute("UPDATE meta SET value='8' WHERE key='schema'")
     journal = Journal(path)
     try:
         (event,) = journal.job_events(["j"])
         assert (event.event, event.exit_status, event.signal) == (JobEventKind.FAILED, None, None)
+        ended = JobEvent(job_id="k", event=JobEventKind.FAILED, at=6.0, seq=1, stream=2, signal=9)
+        journal.record_event(ended, owner="ann", owner_stream=1)
+        # A watcher catching up by number hears how the command ended, as one that was there.
+        assert journal.stream_events(1, 10) == ([ended], False)
+        assert journal.stream_events(0, 10, owner="ann") == ([in_stream(ended, 1)], False)
     finally:
         journal.close()
     with sqlite3.connect(path) as db:

@@ -6,7 +6,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from broker.messages import JobEvent
+from broker.messages import JobEvent, PartSpec
 from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
@@ -62,9 +62,17 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
             JobEvent(job_id="old", event=JobEventKind.RESIZED, at=1.0, seq=1, detail="2 CPUs")
         ]
         journal.record_event(
-            JobEvent(job_id="old", event=JobEventKind.RESIZED, seq=2, cpus_after=4, at=0.0)
+            JobEvent(
+                job_id="old",
+                event=JobEventKind.RESIZED,
+                seq=2,
+                cpus_after=4,
+                at=0.0,
+                parts=(PartSpec("m", 4),),
+            )
         )
         assert journal.job_events(["old"])[-1].cpus_after == 4
+        assert journal.job_events(["old"])[-1].parts == (PartSpec("m", 4),)
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
             str(SCHEMA_VERSION),
