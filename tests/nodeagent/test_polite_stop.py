@@ -96,6 +96,12 @@ async def test_a_part_dead_after_a_stop_is_reported_stopped_by_the_successor(
             lost = await scheduler.expect(PartFinished)
             # Its predecessor was stopped by its operator: not the job's doing.
             assert (lost.job_id, lost.reason) == ("s", "stopped")
+            # A restarted scheduler sends that attempt again (a start in flight, to it):
+            # reported ended, it is not started again; the next start is.
+            await scheduler.send(_sleep_job("s", work=1e5))
+            await scheduler.send(_sleep_job("t", work=1.0))
+            await scheduler.expect(PartStarted, lambda p: p.job_id == "t")
+            assert [p.job_id for p in scheduler.all(PartStarted)] == ["s", "t"]
         finally:
             await _kill(agent)
 
