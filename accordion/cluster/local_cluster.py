@@ -63,6 +63,7 @@ from accordion.cluster.wiring import (
     LEASE_HEARTBEATS,
     LOGINS_PER_USER,
     BrokerKind,
+    Sharing,
     Wiring,
     resolve_broker,
     user_map_of_starter,
@@ -70,7 +71,7 @@ from accordion.cluster.wiring import (
 from accordion.errors import UserError
 from broker.auth import AuthFiles
 from broker.local import accepts
-from broker.messages import StatusReply
+from broker.messages import MachineStatus
 from broker.topics import DEFAULT_ROOT
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
@@ -183,6 +184,7 @@ class LocalCluster:
         users: Sequence[str] = (),
         extra_agents: Sequence[str] = (),
         commands: bool | None = False,
+        sharing: Sharing | None = None,
         drain_on_stop: bool = False,
         journal: Path | None = None,
     ) -> None:
@@ -218,6 +220,8 @@ class LocalCluster:
                 "commands need logins (--auth, Mosquitto): on an open broker anyone who "
                 "reaches it could run commands as you"
             )
+        #: The scheduler's limits and association files (``wiring.Sharing``).
+        self.sharing = sharing or Sharing()
         self.heartbeat = heartbeat
         # The agents' lease must stay below the scheduler's silence limit (6
         # heartbeats): 4 heartbeats by default, so a requeued job never runs twice.
@@ -513,6 +517,7 @@ class LocalCluster:
             time_scale=self.time_scale,
             heartbeat=self.heartbeat,
             execution=self.execution,
+            sharing=self.sharing,
         )
         child = self._spawn("scheduler", "scheduler", argv, login="scheduler")
         self.scheduler_metrics = child.address = f"http://{HOST}:{metrics}/metrics"
@@ -540,7 +545,7 @@ class LocalCluster:
 
     # -- readiness -------------------------------------------------------------------
 
-    async def ready(self, client: LiveClient, *, timeout: float = 60.0) -> StatusReply:
+    async def ready(self, client: LiveClient, *, timeout: float = 60.0) -> list[MachineStatus]:
         """Wait until every machine is online and every metrics endpoint answers."""
         return await until_ready(
             client,

@@ -22,7 +22,7 @@ from typer.exceptions import TyperException
 from accordion.client.command_jobs import Directive, command_spec, directives, read_script
 from accordion.client.live_client import DEFAULT_BROKER, DEFAULT_TIMEOUT
 from accordion.client.specs import job_spec, parse_duration
-from accordion.commands.live import login, send_one
+from accordion.commands.live import send_one
 from accordion.commands.options import (
     DURATIONS,
     BrokerOpt,
@@ -32,6 +32,7 @@ from accordion.commands.options import (
     OutputOpt,
     RootOpt,
     TimeoutOpt,
+    login_name,
 )
 from accordion.errors import UserError, user_errors
 from broker.topics import DEFAULT_ROOT
@@ -114,7 +115,7 @@ def batch(  # noqa: PLR0917 (typer reads the options from the parameters)
             procs=given["procs"],
             walltime=parse_duration(given["walltime"], what="--walltime"),
             workload="command",
-            user=given["user"] or login(),
+            user=given["user"] or login_name(),
             account=given["account"],
             qos=given["qos"],
             deadline=None

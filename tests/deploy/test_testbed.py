@@ -15,7 +15,8 @@ One scenario, in order, on its own compose project and host ports:
    ``alice`` publishing on an agent's commands and state topics is denied
    (an admin reading the whole root sees none of it); alice asking for an
    agent's client id gets her own login as client id, and the agent keeps
-   its connection;
+   its connection; and alice's 200 MB publish is cut off by the broker
+   (``deploy/mosquitto.conf``'s ``max_packet_size``), nothing of it delivered;
 2. the demo workload (``docker compose run --rm submit``) in the background;
 3. mid-run: ``--scale agent-fast=4``, then back to 2 (the two removed say
    goodbye); SIGKILL of one old agent (``docker kill``); ``restart broker``;
@@ -54,8 +55,10 @@ from typing import Any
 
 import pytest
 
+from bench.faults.raw_mqtt import publish_raw
 from broker.bus import BusError
 from broker.codec import encode
+from broker.limits import MAX_MESSAGE_BYTES
 from broker.messages import AgentOnline, JobSpec, MachineSpec, StartPart, StatusRequest
 from broker.mqtt import MqttBus
 from broker.settings import MqttSettings
@@ -277,6 +280,18 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
             # A fresh connection each: Mosquitto closes one whose publish it denied.
             async with MqttBus(alice, "forger") as forger:
                 await forger.publish(topic, payload, retain=True)
+        # The testbed's broker keeps the wire's bound: a client that is not ours is cut off.
+        huge = await asyncio.to_thread(
+            publish_raw,
+            "127.0.0.1",
+            alice.port,
+            topics.user_requests("alice"),
+            200_000_000,
+            client_id="alice",
+            username="alice",
+            password=alice.password,
+        )
+        assert huge.cut_off, huge
         # Alice asks for the victim agent's client id: the broker gives her her login.
         async with MqttBus(alice, victim) as intruder:
             ask = StatusRequest(request_id="hostile", reply_to=victim)
@@ -287,6 +302,7 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
                 seen.append(d)
         payloads = {p for _, p in forged}
         assert not [d for d in seen if d.payload in payloads], "a forgery got through"
+        assert all(len(d.payload) <= MAX_MESSAGE_BYTES for d in seen)
 
 
 def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed) -> None:
