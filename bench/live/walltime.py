@@ -10,8 +10,8 @@ it ignores SIGTERM and leaves a daemon in a session of its own that ignores
 SIGTERM and SIGHUP. The bench measures, per job, from its fork (its
 ``PartStarted.at``, this host's clock) to the moment its last process is gone
 (every process of the job held by a pidfd, which polls readable once it has
-exited), and prints how far that is past ``walltime + grace``. Target (issue
-24): within 1 s, with no process of the job left. Both ways of keeping the
+exited), and prints how far that is past ``walltime + grace``. Target
+(``docs/guide/commands.md``): within 1 s, with no process of the job left. Both ways of keeping the
 tree are measured in the same run: a cgroup per part (where the agent may make
 one) and the supervisor's subreaper walk (``--no-cgroups``).
 
