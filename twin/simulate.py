@@ -31,6 +31,7 @@ from model.outcome import JobOutcome
 from scheduler.core.core import Rejected, SchedulerCore
 from scheduler.core.snapshot import Policy
 from twin.agents import ModelledAgents
+from twin.forecasts import Forecasts
 
 ProgressFn = Callable[[int, int], None]
 """Called with ``(jobs finished, jobs total)`` every few thousand events."""
@@ -49,6 +50,9 @@ class SimulationResult:
     events: int
     wall_seconds: float
     counters: dict[str, int]
+    #: Each job's predicted start at its submission, when the replay predicted them
+    #: (``twin.forecasts``); None otherwise.
+    forecasts: Forecasts | None = None
 
     @property
     def total_cpus(self) -> int:
@@ -63,8 +67,10 @@ def simulate(
     execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
     progress_every: int = 5000,
+    predict: bool = False,
 ) -> SimulationResult:
-    """Replay ``jobs`` (sorted by submit time) on ``machines`` under ``policy``."""
+    """Replay ``jobs`` (sorted by submit time) on ``machines`` under ``policy``; with
+    ``predict``, keep each job's predicted start at its submission (``twin.forecasts``)."""
     for a, b in itertools.pairwise(jobs):
         if b.submit < a.submit:
             raise ValueError(
@@ -72,6 +78,7 @@ def simulate(
                 f"{a.id!r} at {a.submit}"
             )
     core = SchedulerCore(policy=policy, machines=machines, execution=execution)
+    forecasts = Forecasts(core) if predict else None
     agents = ModelledAgents({m.id: m.speed for m in machines}, execution)
     # The core's allocation and rate of every start go to the agents (twin.agents).
     running_job = core.running_job
@@ -107,6 +114,7 @@ def simulate(
             core.ended(job_id, now)
             outcomes.append(agents.finish(job_id, now))
             events += 1
+        arrived = next_job
         while next_job < n and jobs[next_job].submit <= now:
             answer = core.submit(jobs[next_job])
             if isinstance(answer, Rejected):
@@ -131,6 +139,8 @@ def simulate(
             end, version = agents.start(start.job, start.parts, now, alloc=run.alloc, rate=run.rate)
             heapq.heappush(ends, (end, seq, start.job.id, version))
             seq += 1
+        if forecasts is not None and arrived < next_job:
+            forecasts.record(core, jobs[arrived:next_job], now)
         reservations = decisions.reservations
         if reservations:
             due = reservations[0].start
@@ -158,4 +168,5 @@ def simulate(
         events=events,
         wall_seconds=time.perf_counter() - started_wall,
         counters=dict(core.counters),
+        forecasts=forecasts,
     )

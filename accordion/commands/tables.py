@@ -43,6 +43,20 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: Rows of the prediction error, shown when the runs predicted starts (``--predict``).
+PREDICTION_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("prediction.median_abs_error", "predicted start: median |error| (s)", "{:.0f}"),
+    ("prediction.p90_abs_error", "predicted start: p90 |error| (s)", "{:.0f}"),
+    ("prediction.within_10pct", "predicted start: within 10% of the wait", "{:.1%}"),
+    ("prediction.within_1h", "predicted start: within 1 h", "{:.1%}"),
+)
+
+
+def rows_of(summary: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """The rows a run's table shows: the prediction's too when it has one."""
+    return ROWS + PREDICTION_ROWS if "prediction" in summary else ROWS
+
+
 def metric(data: dict[str, Any], path: str) -> float:
     node: Any = data
     for key in path.split("."):
@@ -66,7 +80,7 @@ def print_metrics(title: str, column: str, summary: dict[str, Any]) -> None:
     table = Table(title=title)
     table.add_column("metric")
     table.add_column(column, justify="right")
-    for path, label, fmt in ROWS:
+    for path, label, fmt in rows_of(summary):
         table.add_row(row_label(label, summary), fmt.format(metric(summary, path)))
     out_console.print(table)
 
@@ -129,7 +143,7 @@ def print_compare(name: str, n_jobs: int, runs: list[Run], base: Run) -> None:
     table.add_column("metric")
     for run in runs:
         table.add_column(run.spec + (" (baseline)" if run is base else ""), justify="right")
-    for path, label, fmt in ROWS:
+    for path, label, fmt in rows_of(base.summary):
         b = metric(base.summary, path)
         cells = []
         for run in runs:

@@ -211,8 +211,10 @@ def run_policy(
     progress: ProgressFn | None = None,
     options: Mapping[str, str] | None = None,
     tau: float = DEFAULT_TAU,
+    predict: bool = False,
 ) -> Run:
-    """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``)."""
+    """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``); with
+    ``predict``, each job's predicted start at its submission too (``twin.forecasts``)."""
     options = dict(options or {})
     apps = applications(workload.jobs, execution)
     policy = build_policy_with(spec, options, placement=placement)
@@ -236,6 +238,7 @@ def run_policy(
         policy=policy,
         execution=execution,
         progress=progress,
+        predict=predict,
     )
     metrics = metrics_of(result, tau=tau)
     data = summary(result, metrics, workload=workload.describe())

@@ -52,11 +52,13 @@ Workloads Archive traces a decision costs about ten microseconds per queued job.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from model.allocation import pace
 from model.job import Job
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.profile import Profile
 from scheduler.planning.profile_batch import Booking
 from scheduler.planning.scratch import take
@@ -66,6 +68,8 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConservativeBackfill:
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "conservative"

@@ -38,6 +38,7 @@ from model.machine import Part
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
 from scheduler.planning.placement import Placement, PlacementRule
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import start_while_fit, take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -45,6 +46,8 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
     #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
