@@ -22,7 +22,7 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
@@ -159,6 +159,11 @@ def simulate(
         )
     if progress is not None:
         progress(len(outcomes), total)
+    if core.predicts:
+        # The core queued each job with its predicted run time as its wall time: the
+        # outcomes carry the jobs as submitted.
+        job_of = core.job
+        outcomes = [replace(o, job=job_of(o.job.id) or o.job) for o in outcomes]
     return SimulationResult(
         policy=policy.name,
         machines=tuple(machines),

@@ -32,7 +32,11 @@ still count in the cluster. The twin has no heartbeats and passes none.
 
 Estimates. The running jobs, their expected ends and how a resize moves them
 are ``scheduler.core.running_set``'s; what the core answers to events (``Accepted``,
-``Rejected``, ``Left``) is in ``scheduler.core.answers``.
+``Rejected``, ``Left``) is in ``scheduler.core.answers``. A policy whose
+``predictor`` option is ``last-two`` (EASY++) plans with run-time predictions
+instead of wall times: the core keeps each user's last two run times
+(``scheduler.core.run_history``) and queues each job with its prediction as
+its wall time, while its book keeps the job as submitted (``job()``).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.core.job_queue import JobQueue
 from scheduler.core.queue_index import QueueIndex
 from scheduler.core.recovery import Recovery
+from scheduler.core.run_history import Predictor, RunHistory, corrected_end
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.core.usage import UsageLedger
@@ -84,6 +89,7 @@ class SchedulerCore:
         usage_period: float = 86400.0,
         max_requeues: int = 2,
         cordoned: Set[str] = frozenset(),
+        keep_history: bool = False,
     ) -> None:
         self.policy = policy
         #: Jobs are malleable by default, but only a policy that says it folds them
@@ -92,6 +98,13 @@ class SchedulerCore:
         #: The policy decides nothing on an empty queue (``scheduler.core.snapshot.Policy``).
         self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
         self.execution = execution
+        #: The policy plans with run-time predictions (its ``predictor`` is ``last-two``).
+        self.predicts = Predictor(getattr(policy, "predictor", Predictor.ESTIMATE)) is not (
+            Predictor.ESTIMATE
+        )
+        #: Each user's last run times, kept when the policy predicts with them or the
+        #: caller asks (``keep_history``: the live scheduler's snapshot carries them).
+        self.history: RunHistory | None = RunHistory() if self.predicts or keep_history else None
         self.usage = UsageLedger(usage_period)
         self._book = JobBook()
         self._running = RunningSet()
@@ -203,7 +216,9 @@ class SchedulerCore:
 
     def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
         """A journalled queued job (``Recovery.restore_queued``)."""
-        self._recovery.restore_queued(job, requeues=requeues, uncharged=uncharged)
+        self._recovery.restore_queued(
+            job, requeues=requeues, uncharged=uncharged, planned=self._planned(job)
+        )
 
     def restore_final(
         self,
@@ -216,6 +231,11 @@ class SchedulerCore:
     ) -> None:
         """A journalled job that is over (``Recovery.restore_final``)."""
         self._recovery.restore_final(job, state, start=start, end=end, parts=parts)
+        history = self.history
+        ran = state is JobState.FINISHED and start is not None and end is not None
+        if history is not None and ran and start is not None and end is not None:
+            # The journal keeps no rate: its time on CPUs, at the reference speed.
+            history.record(job.user, end, max(end - start, 0.0))
 
     def restore_pending(
         self,
@@ -227,7 +247,14 @@ class SchedulerCore:
         uncharged: int = 0,
     ) -> None:
         """A journalled running job, pending its agents (``Recovery.restore_pending``)."""
-        self._recovery.restore_pending(job, parts, start, requeues=requeues, uncharged=uncharged)
+        self._recovery.restore_pending(
+            job,
+            parts,
+            start,
+            requeues=requeues,
+            uncharged=uncharged,
+            planned=self._planned(job),
+        )
 
     def restore_running(self, job_id: str, now: float) -> RunningJob:
         """A pending job back on its CPUs (``Recovery.restore_running``)."""
@@ -256,7 +283,7 @@ class SchedulerCore:
         if wide is not None:
             return wide
         book.enter(job, JobState.QUEUED)
-        self._queue.add(job)
+        self._queue.add(job if not self.predicts else self._planned(job))
         return Accepted(job.id)
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
@@ -269,6 +296,8 @@ class SchedulerCore:
             raise KeyError(f"job {job_id!r} is not running")
         self._book.move(job_id, state)
         self._cluster.release(run, now)
+        if self.history is not None and not failed:
+            self._remember(run, now)
         return Left(run.job, run.start, now, run.parts, state)
 
     def ended(self, job_id: str, now: float) -> None:
@@ -280,6 +309,8 @@ class SchedulerCore:
             raise KeyError(f"job {job_id!r} is not running")
         self._book.move(job_id, JobState.FINISHED)
         self._cluster.release(run, now)
+        if self.history is not None:
+            self._remember(run, now)
 
     def cancel(self, job_id: str, now: float) -> Left | Job | None:
         """Cancel a queued or running job; returns what was cancelled, None if nothing was."""
@@ -351,6 +382,8 @@ class SchedulerCore:
             if self._reservations:
                 self._reservations = {}
             return Decisions()
+        if self.predicts:
+            self._correct(now)
         decisions = self.policy.decide(self.snapshot(now))
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)
@@ -374,6 +407,26 @@ class SchedulerCore:
         return decisions
 
     # -- internals --------------------------------------------------------
+
+    def _planned(self, job: Job) -> Job:
+        """``job`` as the policy plans it (``scheduler.core.run_history``)."""
+        history = self.history
+        return history.planned(job) if self.predicts and history is not None else job
+
+    def _correct(self, now: float) -> None:
+        """Correct the predictions the running jobs outlived (``run_history.corrected_end``);
+        they are the first of the running set, which is sorted by expected end."""
+        running = self._running
+        by_end = running.by_end
+        known = self._book.known
+        while by_end and by_end[0].est_end < now:
+            run = by_end[0]
+            running.move_end(run, corrected_end(run, known[run.job.id].walltime, now))
+
+    def _remember(self, run: RunningJob, now: float) -> None:
+        """Record a finished run's work (its time on CPUs at its rate) in the history."""
+        assert self.history is not None
+        self.history.record(run.job.user, now, run.est_done + (now - run.changed) * run.rate)
 
     def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         # A job started twice in one decision is RUNNING at its second start.

@@ -56,6 +56,7 @@ from typing import ClassVar
 
 from model.allocation import pace
 from model.job import Job
+from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.placement import Placement
 from scheduler.planning.prediction import PlanRule
@@ -72,6 +73,9 @@ class ConservativeBackfill:
     plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
+    #: The run time it plans with: the user's estimate, or EASY++'s prediction
+    #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
+    predictor: Predictor = Predictor.ESTIMATE
     name: str = "conservative"
 
     def decide(self, snapshot: SnapshotView) -> Decisions:

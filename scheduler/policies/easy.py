@@ -35,6 +35,7 @@ from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
+from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
 from scheduler.planning.placement import Placement, PlacementRule
@@ -52,6 +53,9 @@ class EasyBackfill:
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
+    #: The run time it plans with: the user's estimate, or EASY++'s prediction
+    #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
+    predictor: Predictor = Predictor.ESTIMATE
     name: str = "easy"
 
     def decide(self, snapshot: SnapshotView) -> Decisions:

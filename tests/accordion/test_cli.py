@@ -160,7 +160,7 @@ def test_cluster_file_and_jobs_limit(trace: Path, tmp_path: Path) -> None:
         (["simulate", "{trace}", "-p", "dpsa-p", "--policy-opt", "time_budget=1"], "clock"),
         (
             ["simulate", "{trace}", "-p", "easy", "--policy-opt", "budget=5"],
-            "its options: none",
+            "its options: predictor",
         ),
         (
             ["compare", "{trace}", "--policies", "easy,fcfs", "--policy-opt", "budget=5"],
