@@ -1,0 +1,223 @@
+"""Why a queued job waits: one reason from a small fixed vocabulary, and a detail in words.
+
+Theory of operation. The reasons are read off a :class:`~scheduler.planning.prediction.Plan`
+(worked out after the policy decided, so every job in the queue is one it
+left waiting) and two questions asked of each job: does it fit the free CPUs
+*now*, and when would it start if it were alone, the only job waiting (its
+earliest fit on the running jobs' profile, with nothing booked before it)?
+In the order below, the first that holds is the job's reason (Slurm's
+``squeue`` reason codes are the model: one code, the most telling):
+
+``held``
+    The scheduler starts nothing now (a restarted scheduler reconciling with
+    its agents): every queued job waits, whatever else holds.
+``wider_than_online``
+    It needs more CPUs than the machines online can give (the core hides it
+    from the policy until enough machines are back), or more than any place
+    the policy's placement rule can find on them (one machine per job, and
+    none that wide). Detail: the CPUs it needs and the CPUs online.
+``cordoned``
+    It fits only with the CPUs of cordoned machines (suspect or held agents,
+    where nothing new starts): now, or ever. Detail: those machines.
+``reservation``
+    Its CPUs are free now, but starting it would delay a reservation the
+    policy keeps for a job of higher priority (EASY's head, conservative's
+    promises): it would run past that reservation's start on CPUs it needs.
+    Detail: that job and its reserved start.
+``priority``
+    Jobs of higher priority are planned first and it waits behind them: it
+    fits now, but the policy starts jobs in order (FCFS), or it would start
+    earlier if it were alone. Detail: how many jobs rank before it.
+``resources``
+    It waits for running jobs to end: alone it would start no earlier than
+    it is planned to. Detail: when its CPUs are planned free (its
+    reservation, for a job the policy reserved).
+
+A job the plan holds and that fits now with no job ahead of it waits for
+the next decision (it is ``resources``, "free now"): it does not happen at a
+decision, only when the CPUs freed since the last one.
+
+Cost: per job, one placement on the free CPUs now and one earliest fit on
+the running jobs' profile (``O(B)`` for its ``B`` breakpoints, one per
+running job at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+from enum import StrEnum
+
+from model.job import Job
+from model.machine import Machine
+from scheduler.core.snapshot import Policy, SnapshotView
+from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import (
+    Meaning,
+    Plan,
+    PlannedJob,
+    placement_of,
+    running_profile,
+)
+from scheduler.planning.profile import Profile
+
+#: At most this many machine ids are named in a detail (a cluster may have hundreds).
+_NAMED = 5
+
+
+class WaitWhy(StrEnum):
+    """The reason a queued job waits (module docstring); the wire's ``WaitReason``
+    has the same values (``broker.messages``)."""
+
+    PRIORITY = "priority"
+    RESOURCES = "resources"
+    RESERVATION = "reservation"
+    WIDER_THAN_ONLINE = "wider_than_online"
+    CORDONED = "cordoned"
+    HELD = "held"
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Why one job waits, and the detail in words."""
+
+    why: WaitWhy
+    detail: str
+
+
+def when(t: float) -> str:
+    """An instant of cluster time as a detail writes it."""
+    return f"t={t:,.0f} s"
+
+
+def wait_reasons(
+    plan: Plan,
+    snapshot: SnapshotView,
+    policy: Policy,
+    *,
+    cordoned: Set[str] = frozenset(),
+    hidden: Sequence[Job] = (),
+    held: str | None = None,
+) -> dict[str, Wait]:
+    """Every queued job's :class:`Wait`, by id (module docstring).
+
+    ``plan`` is :func:`~scheduler.planning.prediction.predict`'s on ``snapshot``;
+    ``hidden`` the queued jobs the core hides from the policy (wider than the
+    CPUs online); ``held``, when the scheduler starts nothing now, says why.
+    """
+    if held is not None:
+        return {j.id: Wait(WaitWhy.HELD, held) for j in (*plan.order, *hidden)}
+    online = sum(m.cpus for m in snapshot.machines)
+    reasons = {
+        j.id: Wait(WaitWhy.WIDER_THAN_ONLINE, f"needs {j.procs} CPUs; {online} online")
+        for j in hidden
+    }
+    machines = list(plan.machines)
+    free_now = {m.id: snapshot.free[m.id] for m in machines}
+    alone = running_profile(snapshot, machines, free_now) if machines else None
+    asker = _Asker(
+        snapshot=snapshot,
+        placement=placement_of(policy),
+        machines=machines,
+        free_now=free_now,
+        cordoned=sorted(cordoned & {m.id for m in snapshot.machines}),
+        alone=alone,
+    )
+    reserved: PlannedJob | None = None
+    for k, job in enumerate(plan.order):
+        planned = plan.queued.get(job.id)
+        reasons[job.id] = asker.why(job, k, planned, reserved)
+        if reserved is None and planned is not None and planned.meaning is Meaning.RESERVED:
+            reserved = planned
+    return reasons
+
+
+@dataclass(slots=True, kw_only=True)
+class _Asker:
+    """The questions :func:`wait_reasons` asks of each job, over one snapshot."""
+
+    snapshot: SnapshotView
+    placement: Placement
+    machines: list[Machine]
+    free_now: dict[str, int]
+    cordoned: list[str]
+    alone: Profile | None
+
+    def why(
+        self, job: Job, k: int, planned: PlannedJob | None, reserved: PlannedJob | None
+    ) -> Wait:
+        """The reason of ``job``, ``k``-th in the policy's order (module docstring)."""
+        procs = job.procs
+        if planned is None:
+            if self.cordoned and self._fits_with_cordoned(job, ever=True):
+                return Wait(WaitWhy.CORDONED, self._cordoned_detail("fits only with"))
+            widest = max((m.cpus for m in self.machines), default=0)
+            return Wait(
+                WaitWhy.WIDER_THAN_ONLINE,
+                f"needs {procs} CPUs; no place on the machines online (widest: {widest})",
+            )
+        cpus = sum(p.cpus for p in planned.parts)
+        fits_now = self.placement.place(cpus, self.free_now, self.machines) is not None
+        if not fits_now and self.cordoned and self._fits_with_cordoned(job, ever=False):
+            return Wait(WaitWhy.CORDONED, self._cordoned_detail("would start now on"))
+        if fits_now:
+            if reserved is not None:
+                return Wait(
+                    WaitWhy.RESERVATION,
+                    f"starting now would delay job {reserved.job.id}'s reservation at "
+                    f"{when(reserved.start)}",
+                )
+            if k > 0:
+                return Wait(WaitWhy.PRIORITY, _behind(k))
+            return Wait(WaitWhy.RESOURCES, "its CPUs are free now: it starts at the next decision")
+        if k > 0 and planned.start > self._alone_start(job, cpus, planned.start):
+            return Wait(WaitWhy.PRIORITY, _behind(k))
+        if planned.meaning is Meaning.RESERVED:
+            return Wait(WaitWhy.RESOURCES, f"its reservation at {when(planned.start)}")
+        return Wait(WaitWhy.RESOURCES, f"its CPUs are planned free at {when(planned.start)}")
+
+    def _alone_start(self, job: Job, cpus: int, otherwise: float) -> float:
+        """When ``job`` would start were it the only job waiting."""
+        if self.alone is None:
+            return otherwise
+        snapshot = self.snapshot
+        fit = self.alone.earliest_fit(
+            job,
+            cpus,
+            placement=self.placement,
+            machines=self.machines,
+            speeds=snapshot.speeds,
+            not_before=snapshot.now,
+        )
+        return otherwise if fit is None else fit[0]
+
+    def _fits_with_cordoned(self, job: Job, *, ever: bool) -> bool:
+        """Whether ``job`` fits once the cordoned machines count: on their free CPUs
+        now, or (``ever``) on all their CPUs."""
+        snapshot = self.snapshot
+        everything: Mapping[str, int] = (
+            {m.id: m.cpus for m in snapshot.machines}
+            if ever
+            else {m.id: snapshot.free[m.id] for m in snapshot.machines}
+        )
+        if not ever:
+            # The snapshot shows a cordoned machine's CPUs as none free: count the
+            # machine's CPUs its running jobs do not hold.
+            held: dict[str, int] = {}
+            for r in snapshot.running:
+                for p in r.parts:
+                    held[p.machine] = held.get(p.machine, 0) + p.cpus
+            everything = {
+                m.id: m.cpus - held.get(m.id, 0) if m.id in self.cordoned else everything[m.id]
+                for m in snapshot.machines
+            }
+        return self.placement.place(job.procs, everything, snapshot.machines) is not None
+
+    def _cordoned_detail(self, how: str) -> str:
+        names = self.cordoned
+        more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
+        return f"{how} cordoned machines: {', '.join(names[:_NAMED])}{more}"
+
+
+def _behind(k: int) -> str:
+    return f"behind {k} higher-priority job{'s' if k != 1 else ''}"
