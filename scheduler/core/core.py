@@ -260,6 +260,36 @@ class SchedulerCore:
         """A pending job back on its CPUs (``Recovery.restore_running``)."""
         return self._recovery.restore_running(job_id, now)
 
+    # -- a state carried over (the twin's checkpoint and what-if) ---------
+
+    def resume_running(  # noqa: PLR0917 - one argument per field carried over
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        start: float,
+        now: float,
+        est_end: float,
+        est_done: float,
+        changed: float,
+    ) -> RunningJob:
+        """A job running since ``start`` on ``parts`` in another core (a twin run cut at
+        ``now``, or a live scheduler's snapshot), with that core's estimate of it:
+        ``est_done`` of its wall time done by ``changed``, expected to end at
+        ``est_end``. Its usage before ``now`` is not charged here."""
+        self._book.enter(job, JobState.RUNNING)
+        self._queue.number(job.id)
+        run = self._cluster.hold(self._planned(job), parts, self.cpus_needed(job), now, start)
+        run.est_done = est_done
+        run.changed = changed
+        run.charged_from = now
+        self._running.move_end(run, est_end)
+        return run
+
+    def resume_reservations(self, reservations: Iterable[Reservation]) -> None:
+        """The promises the policy held in the core this state comes from (its queued
+        jobs' reservations), handed back to it at its next decision."""
+        self._reservations = {r.job.id: r for r in reservations}
+
     # -- events -----------------------------------------------------------
 
     def submit(self, job: Job, *, capacity: int | None = None) -> Accepted | Rejected:
