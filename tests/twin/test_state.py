@@ -23,9 +23,7 @@ KTH = "KTH-SP2-1996-2.1-cln.swf.gz"
 
 
 def by_job(outcomes: list[JobOutcome]) -> dict[str, tuple[object, ...]]:
-    return {
-        o.job.id: (o.start, o.end, o.parts, o.segments, o.expanded_runtime) for o in outcomes
-    }
+    return {o.job.id: (o.start, o.end, o.parts, o.segments, o.expanded_runtime) for o in outcomes}
 
 
 def cut_and_resume(
@@ -49,9 +47,7 @@ def cut_and_resume(
 def test_kth_sp2_cut_at_five_instants_resumes_job_by_job(pwa: Path) -> None:
     workload = load_workload(pwa / KTH, cluster=None)
     jobs = workload.jobs
-    whole = by_job(
-        simulate(jobs, machines=workload.machines, policy=build_policy("easy")).outcomes
-    )
+    whole = by_job(simulate(jobs, machines=workload.machines, policy=build_policy("easy")).outcomes)
     span = jobs[-1].submit - jobs[0].submit
     busy = 0
     for k in range(1, 6):
