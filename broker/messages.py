@@ -27,45 +27,36 @@ required fields are required. A version-1 peer cannot read these messages
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Literal
 
 import msgspec
 
-from broker.topics import PROTOCOL_VERSION
+from broker.fields import (
+    Attempt,
+    Cpus,
+    Fraction,
+    Id,
+    JobId,
+    Name,
+    PositiveSeconds,
+    Seconds,
+    Seq,
+    Speed,
+)
+
+# Re-exported (the explicit alias is what a strict type checker reads as one): every
+# message is a ``broker.messages.Message``, as before the field types had a module.
+from broker.fields import Message as Message  # noqa: PLC0414
+from broker.fields import PartSpec as PartSpec  # noqa: PLC0414
+from broker.fields import Workload as Workload  # noqa: PLC0414
+from broker.insight import (
+    PriorityReply,
+    PriorityRequest,
+    SnapshotReply,
+    SnapshotRequest,
+)
 from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
-
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
-#: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
-#: topic name downstream) nor ``-`` (the protocol's "none" for request and reply ids).
-JobId = Annotated[
-    str,
-    msgspec.Meta(min_length=1, max_length=128, pattern=r"^(?!(?:\.|\.\.|-)$)[A-Za-z0-9_.:@-]+$"),
-]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-# Bounded above so inf and absurd values (a job of 30,000 years) fail on decode.
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e12)]
-#: A part's attempt: 1 for a job's first start, n + 1 after its n-th requeue. 0 in a
-#: report or command means "not said" (any attempt), for commands sent before fencing.
-Attempt = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
-Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
-Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
-Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
-Workload = Literal["sleep", "mpi"]
-
-
-class Message(
-    msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, frozen=True, kw_only=True
-):
-    """Base of every message; ``v`` is the protocol version of the sender.
-
-    ``kw_only``: the kinds' fields may then go without defaults (required)
-    although ``v`` has one.
-    """
-
-    v: int = PROTOCOL_VERSION
-
 
 # -- jobs ---------------------------------------------------------------------
 
@@ -127,11 +118,6 @@ class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cpus: Cpus
     speed: Speed = 1.0
     labels: tuple[Name, ...] = ()
-
-
-class PartSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    machine: Id
-    cpus: Cpus
 
 
 # -- requests and replies (clients <-> scheduler) --------------------------------
@@ -199,9 +185,34 @@ class CancelReply(Message, tag="cancel_reply", frozen=True, kw_only=True):
     code: CancelRefusal | None = None
 
 
+class WaitReason(StrEnum):
+    """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
+    the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""
+
+    #: Jobs of higher priority are planned first and it waits behind them.
+    PRIORITY = "priority"
+    #: It waits for running jobs to end (its CPUs are planned free at its predicted start).
+    RESOURCES = "resources"
+    #: Its CPUs are free now, but starting it would delay a higher-priority reservation.
+    RESERVATION = "reservation"
+    #: It needs more CPUs than the machines online can give.
+    WIDER_THAN_ONLINE = "wider_than_online"
+    #: It fits only with the CPUs of cordoned machines (suspect or held agents).
+    CORDONED = "cordoned"
+    #: The scheduler starts nothing now (it is reconciling after a restart).
+    HELD = "held"
+
+
 class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A queued or running job; ``reconciling``: running as the journal says, not yet
-    confirmed by its agents (a scheduler that just restarted)."""
+    confirmed by its agents (a scheduler that just restarted).
+
+    A queued job carries the scheduler's prediction, once one was worked out
+    (they are worked out periodically, not at every message): ``predicted_start``
+    (cluster seconds, the base of ``submit``), the machines it is planned on in
+    ``parts``, and why it waits, ``reason`` with ``reason_detail`` in words.
+    None and empty before the first prediction.
+    """
 
     id: str
     state: JobState
@@ -211,6 +222,9 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     start: float | None = None
     parts: tuple[PartSpec, ...] = ()
     reconciling: bool = False
+    predicted_start: float | None = None
+    reason: WaitReason | None = None
+    reason_detail: str = ""
 
 
 class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -459,6 +473,10 @@ AnyMessage = (
     | ErrorReply
     | HistoryRequest
     | HistoryReply
+    | PriorityRequest
+    | PriorityReply
+    | SnapshotRequest
+    | SnapshotReply
     | AgentOnline
     | AgentOffline
     | Heartbeat

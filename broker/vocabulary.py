@@ -47,7 +47,10 @@ class JobEventKind(StrEnum):
     states); the others happen to a running or queued job without a change of
     state: ``resized`` (its CPUs changed, shrunk or expanded), ``requeued``
     (its machine was lost, it waits again), ``held`` (its agent died and its
-    parts are held for a new incarnation to adopt), ``adopted`` (one did).
+    parts are held for a new incarnation to adopt), ``adopted`` (one did),
+    ``planned`` (the scheduler's first predicted start for a queued job, in its
+    detail; journalled in the job's history, unnumbered (``seq`` 0), and not
+    published: a queue of thousands is predicted at once).
     """
 
     QUEUED = "queued"
@@ -56,6 +59,7 @@ class JobEventKind(StrEnum):
     REQUEUED = "requeued"
     HELD = "held"
     ADOPTED = "adopted"
+    PLANNED = "planned"
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -73,6 +77,7 @@ _STATE_AFTER: dict[JobEventKind, JobState] = {
     JobEventKind.REQUEUED: JobState.QUEUED,
     JobEventKind.HELD: JobState.RUNNING,
     JobEventKind.ADOPTED: JobState.RUNNING,
+    JobEventKind.PLANNED: JobState.QUEUED,
     JobEventKind.FINISHED: JobState.FINISHED,
     JobEventKind.FAILED: JobState.FAILED,
     JobEventKind.CANCELLED: JobState.CANCELLED,

@@ -52,6 +52,7 @@ from accordion.errors import LiveError, NoReplyError, RefusedError, parsed
 from broker.auth import identity_of
 from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode, encode
+from broker.insight import PriorityReply, PriorityRequest, SnapshotReply, SnapshotRequest
 from broker.messages import (
     AnyMessage,
     CancelJob,
@@ -271,7 +272,12 @@ class LiveClient:
 
     async def _ask(
         self,
-        message: SubmitJobs | CancelJob | StatusRequest | HistoryRequest,
+        message: SubmitJobs
+        | CancelJob
+        | StatusRequest
+        | HistoryRequest
+        | PriorityRequest
+        | SnapshotRequest,
         timeout: float | None,
     ) -> AnyMessage:
         if self._reader is None:
@@ -307,6 +313,16 @@ class LiveClient:
     async def status(self, *, timeout: float | None = None) -> StatusReply:
         request = StatusRequest(request_id=new_request_id(), reply_to=self.client_id)
         return _expect(await self._ask(request, timeout), StatusReply)
+
+    async def priority(self, *, timeout: float | None = None) -> PriorityReply:
+        """Every queued job's priority, factor by factor (``accordion priority``)."""
+        request = PriorityRequest(request_id=new_request_id(), reply_to=self.client_id)
+        return _expect(await self._ask(request, timeout), PriorityReply)
+
+    async def snapshot(self, *, timeout: float | None = None) -> SnapshotReply:
+        """The cluster as the scheduler plans it (``accordion whatif``)."""
+        request = SnapshotRequest(request_id=new_request_id(), reply_to=self.client_id)
+        return _expect(await self._ask(request, timeout), SnapshotReply)
 
     async def history(
         self, job_ids: Sequence[str], *, timeout: float | None = None

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.insight import PriorityRequest, SnapshotRequest
 from broker.messages import (
     AnyMessage,
     CancelJob,
@@ -66,10 +67,13 @@ from model.job import JobError
 from scheduler.core.core import Left, Rejected
 from scheduler.core.job_lifecycle import JobState, is_final
 from scheduler.live.context import Context
+from scheduler.live.insight import priority_reply, queued_status, snapshot_reply
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.specs import SpecError, check_spec, job_from_spec
 
-Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest
+Request = (
+    SubmitJobs | CancelJob | StatusRequest | HistoryRequest | PriorityRequest | SnapshotRequest
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +110,14 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
             ctx.reply(message.reply_to, status(ctx, now, message.request_id), reply_user(who))
         case HistoryRequest():
             _history(ctx, message, who)
+        case PriorityRequest():
+            ctx.reply(
+                message.reply_to, priority_reply(ctx, now, message.request_id), reply_user(who)
+            )
+        case SnapshotRequest():
+            ctx.reply(
+                message.reply_to, snapshot_reply(ctx, now, message.request_id), reply_user(who)
+            )
 
 
 def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
@@ -254,10 +266,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
         )
         for agent_id, ag in sorted(ctx.agents.items())
     )
-    queue = tuple(
-        JobStatus(id=j.id, state=WireState.QUEUED, procs=j.procs, user=j.user, submit=j.submit)
-        for j in core.queue
-    )
+    queue = tuple(queued_status(ctx, j) for j in core.queue)
     running = [
         JobStatus(
             id=r.job.id,

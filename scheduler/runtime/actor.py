@@ -28,6 +28,12 @@ instant first, then one decision):
    thousands of submissions a second share a handful of commits and decisions.
 4. Publish the retained ``ClusterSummary`` if it changed (at most every
    ``summary_interval`` wall seconds) and refresh the metrics' gauge state.
+5. Run a prediction pass (``scheduler.live.insight``: every queued job's
+   predicted start and reason, read by ``status``) if one is due: at most
+   every ``predict_interval`` wall seconds, after a batch that handled a
+   message or a decision (or every ``predict_refresh`` seconds while jobs
+   wait), in its own transaction. Never inside a batch's handling: a
+   submission is answered before any prediction of it is worked out.
 
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
@@ -73,9 +79,7 @@ from broker.messages import (
     CancelJob,
     ClusterSummary,
     ErrorReply,
-    HistoryRequest,
     StatusReply,
-    StatusRequest,
     SubmitJobs,
 )
 from broker.topics import PROTOCOL_VERSION, Topics
@@ -83,7 +87,7 @@ from broker.vocabulary import BadMessage
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
-from scheduler.live import agents, reconcile, requests
+from scheduler.live import agents, insight, reconcile, requests
 from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
@@ -163,6 +167,8 @@ class SchedulerActor:
             machines=(),
             execution=execution,
             max_requeues=self.settings.max_requeues,
+            # The what-if snapshot carries each user's last run times (EASY++'s input).
+            keep_history=True,
         )
         self.metrics = metrics if metrics is not None else SchedulerMetrics(CollectorRegistry())
         self.metrics.policy = policy.name
@@ -191,6 +197,10 @@ class SchedulerActor:
         self._summary_at = -float("inf")
         self.batches = 0
         self.decisions = 0
+        self.predictions = 0
+        # Loop time of the last prediction pass, and whether anything changed since.
+        self._predicted_at = -float("inf")
+        self._plan_stale = False
 
     @property
     def core(self) -> SchedulerCore:
@@ -286,6 +296,8 @@ class SchedulerActor:
         ctx = self.ctx
         now = self._clock.now()
         self.batches += 1
+        if self._held or any(isinstance(item, Delivery) for item in batch):
+            self._plan_stale = True
         with self._journal.transaction():
             if self._held and now >= self._hold_until:
                 held, self._held = self._held, []
@@ -309,6 +321,32 @@ class SchedulerActor:
             await self._flush()
         await self._flush_summary()
         self.metrics.publish_state(self._gauges(now))
+        if self._prediction_due():
+            self._predict(now)
+
+    # -- predictions (``scheduler.live.insight``) ---------------------------------------
+
+    def _prediction_due(self) -> bool:
+        """Whether a pass runs now: the module docstring's step 5."""
+        interval = self.settings.predict_interval
+        if interval <= 0 or not (self.core.queue or self.ctx.forecast is not None):
+            return False
+        since = asyncio.get_running_loop().time() - self._predicted_at
+        if since < interval:
+            return False
+        return self._plan_stale or (
+            bool(self.core.queue) and since >= self.settings.predict_refresh
+        )
+
+    def _predict(self, now: float) -> None:
+        self._plan_stale = False
+        self._predicted_at = asyncio.get_running_loop().time()
+        held = insight.RECONCILING if self._reconciliation.active else None
+        t0 = time.perf_counter()
+        with self._journal.transaction():
+            insight.forecast(self.ctx, now, held=held)
+        self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
+        self.predictions += 1
 
     async def _flush(self) -> None:
         """Publish the outbox: in order per topic (all MQTT promises a subscriber),
@@ -363,7 +401,7 @@ class SchedulerActor:
             self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
-        if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
+        if not isinstance(message, requests.Request):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return
