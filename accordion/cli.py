@@ -6,6 +6,9 @@ The app and its commands, registered from the modules that hold them:
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
+- what the live scheduler plans and why, :mod:`accordion.commands.insight`:
+  ``priority`` (each queued job's priority by factor) and ``whatif`` (the queue
+  replayed in the twin under other policies);
 - a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
 - the same demo on a cluster already running (the compose testbed),
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, demo, live, twin, up
+from accordion.commands import auth, demo, insight, live, twin, up
 
 app = typer.Typer(
     name="accordion",
@@ -33,6 +36,7 @@ app = typer.Typer(
 )
 twin.register(app)
 live.register(app)
+insight.register(app)
 up.register(app)
 auth.register(app)
 demo.register(app)

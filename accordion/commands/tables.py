@@ -171,12 +171,21 @@ def print_status(reply: StatusReply, limit: int) -> None:
         )
     out_console.print(machines)
     queue = Table(title=f"queue: {len(reply.queue)} jobs (times in cluster seconds)")
-    for name in ("job", "user", "procs", "submitted", "waiting (s)"):
-        queue.add_column(name, justify="left" if name in ("job", "user") else "right")
+    names = ("job", "user", "procs", "submitted", "waiting (s)", "predicted start", "why it waits")
+    for name in names:
+        queue.add_column(name, justify="right" if name in _NUMERIC else "left")
     for j in reply.queue[:limit]:
-        queue.add_row(j.id, j.user, str(j.procs), f"{j.submit:,.1f}", f"{now - j.submit:,.1f}")
+        queue.add_row(
+            j.id,
+            j.user,
+            str(j.procs),
+            f"{j.submit:,.1f}",
+            f"{now - j.submit:,.1f}",
+            predicted_start(j.predicted_start, now),
+            "-" if j.reason is None else f"{j.reason}: {j.reason_detail}",
+        )
     if len(reply.queue) > limit:
-        queue.add_row(f"... {len(reply.queue) - limit} more", "", "", "", "")
+        queue.add_row(f"... {len(reply.queue) - limit} more", *[""] * (len(names) - 1))
     out_console.print(queue)
     running = Table(
         title=f"running: {len(reply.running)} jobs (MPL = processes per CPU; above 1 the "
@@ -201,6 +210,18 @@ def print_status(reply: StatusReply, limit: int) -> None:
             "reconciling" if j.reconciling else j.state.value,
         )
     out_console.print(running)
+
+
+_NUMERIC = frozenset({"procs", "submitted", "waiting (s)", "predicted start"})
+
+
+def predicted_start(start: float | None, now: float) -> str:
+    """A predicted start as a status shows it: the instant, and how far off (``-`` when
+    the scheduler has not predicted it yet)."""
+    if start is None:
+        return "-"
+    ahead = start - now
+    return f"{start:,.1f} (in {ahead:,.0f} s)" if ahead > 0 else f"{start:,.1f} (now)"
 
 
 def print_endpoints(local: LocalCluster, spec: ClusterSpec) -> None:
