@@ -59,8 +59,9 @@ class ActorSettings:
     #: the scheduler logs in: with ACLs, a user reads only that topic).
     owner_events: bool = False
     #: Least wall time between two prediction passes (predicted starts and reasons,
-    #: ``scheduler.live.insight``); a pass runs after a batch that changed something,
-    #: never inside one, so it never delays a submission. 0 turns predictions off.
+    #: ``scheduler.live.insight``; the actor also waits ten times the last pass's own
+    #: time); a pass runs after a batch that changed something, never inside one, so
+    #: it never delays a submission's answer. 0 turns predictions off.
     predict_interval: float = 1.0
     #: A pass also runs this often while jobs wait and nothing happens: a running job
     #: past its estimate moves its planned end as time goes by.

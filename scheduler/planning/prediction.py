@@ -53,10 +53,14 @@ start there until they are back.
 
 Cost: building the profile is ``O(R log R)`` for ``R`` running jobs; the
 ``reservations`` rule then reads the policy's reservations, ``O(Q)`` for
-``Q`` queued jobs; the others book every job (``Profile.earliest_fit`` and
-``Profile.reserve``), ``O(B)`` each on one machine for ``B`` breakpoints.
-The bench (``bench/live/prediction.py``) times a pass over a queue of 10,000.
-The reasons each job waits are ``scheduler.planning.wait_reasons``'s.
+``Q`` queued jobs; the others book every job, ``O(B)`` each at worst for
+``B`` breakpoints. On one machine (a trace's, a homogeneous partition) the
+laying is ``scheduler.planning.one_machine_plan``'s, in plain lists with
+lower bounds that keep most searches short; on several it is the general
+profile's (``Profile.earliest_fit`` and ``Profile.reserve``), which costs
+about what conservative backfilling's own decision on the same queue costs.
+``bench/live/prediction.py`` times a pass over a queue of 10,000 jobs on
+both. The reasons each job waits are ``scheduler.planning.wait_reasons``'s.
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import NamedTuple
 
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.core.snapshot import Policy, SnapshotView
+from scheduler.core.snapshot import Policy, Reservation, SnapshotView
+from scheduler.planning.one_machine_plan import lay_one_machine
 from scheduler.planning.overdue import planned_end, planned_releases
 from scheduler.planning.placement import Placement
 from scheduler.planning.profile import Profile
@@ -94,9 +100,12 @@ class Meaning(StrEnum):
     RUNNING = "running"
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedJob:
-    """One job of a :class:`Plan`: from ``start`` to ``end`` on ``parts``."""
+class PlannedJob(NamedTuple):
+    """One job of a :class:`Plan`: from ``start`` to ``end`` on ``parts``.
+
+    A named tuple rather than a frozen dataclass: a pass builds one per queued job,
+    and a tuple is several times cheaper to build.
+    """
 
     job: Job
     start: float
@@ -215,9 +224,12 @@ def predict(
             end = start + job.estimate_on(pace(r.parts, speeds))
             queued[job.id] = PlannedJob(job, start, end, r.parts, Meaning.RESERVED)
         return plan
+    folds = bool(getattr(policy, "folds", False))
+    if len(machines) == 1:
+        _lay_on_one(plan, snapshot, held, free, queued, folds=folds, until=until)
+        return plan
     profile = running_profile(snapshot, machines, free)
     placement = placement_of(policy)
-    folds = bool(getattr(policy, "folds", False))
     # 1. The policy's own reservations first: its promises, kept where they still fit.
     if held:
         for job in ordered:
@@ -250,6 +262,60 @@ def predict(
         # Reserved jobs were booked first: put the mapping in the policy's order.
         plan = replace(plan, queued={j.id: queued[j.id] for j in ordered if j.id in queued})
     return plan
+
+
+def _lay_on_one(
+    plan: Plan,
+    snapshot: SnapshotView,
+    held: Mapping[str, Reservation],
+    free: Mapping[str, int],
+    queued: dict[str, PlannedJob],
+    *,
+    folds: bool,
+    until: Set[str] | None,
+) -> None:
+    """:func:`predict`'s laying on a cluster of one machine into ``queued``, the hot
+    path (``scheduler.planning.one_machine_plan``): the same plan, in plain lists."""
+    (machine,) = plan.machines
+    mid = machine.id
+    now = plan.now
+    order = plan.order
+    releases = [
+        (t, sum(p.cpus for p in parts if p.machine == mid))
+        for t, parts in planned_releases(now, snapshot.running)
+    ]
+    reserved = [
+        (job, held[job.id].start)
+        for job in order
+        if job.id in held and all(p.machine == mid for p in held[job.id].parts)
+    ]
+    laid = lay_one_machine(
+        now=now,
+        cpus=machine.cpus,
+        free_now=free[mid],
+        releases=releases,
+        speed=machine.speed,
+        held=reserved,
+        order=order,
+        in_order=plan.rule is PlanRule.IN_ORDER,
+        folds=folds,
+        until=until,
+    )
+    parts: dict[int, tuple[Part, ...]] = {}
+    reserved_ = Meaning.RESERVED
+    estimated = Meaning.ESTIMATED
+    # ``PlannedJob(...)`` without its Python-level ``__new__``: one per queued job.
+    new = tuple.__new__
+    for job in order:
+        got = laid.get(job.id)
+        if got is None:
+            continue
+        start, end, cpus, promised = got
+        place = parts.get(cpus)
+        if place is None:
+            place = parts[cpus] = (Part(mid, cpus),)
+        meaning = reserved_ if promised else estimated
+        queued[job.id] = new(PlannedJob, (job, start, end, place, meaning))
 
 
 def _lay(  # noqa: PLR0917 - the laying loop's state, passed once per job

@@ -37,16 +37,21 @@ A job the plan holds and that fits now with no job ahead of it waits for
 the next decision (it is ``resources``, "free now"): it does not happen at a
 decision, only when the CPUs freed since the last one.
 
-Cost: per job, one placement on the free CPUs now and one earliest fit on
-the running jobs' profile (``O(B)`` for its ``B`` breakpoints, one per
-running job at most).
+Cost: the answers depend on a job's width only (alone, the running jobs'
+profile only gains CPUs as time goes on, so a job fits from the first
+instant its width fits, whatever its length), so they are worked out once
+per width: one placement on the free CPUs now and a bisection over the
+running jobs' ends. Per job, what is left is picking the reason and writing
+its detail.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from model.job import Job
 from model.machine import Machine
@@ -59,7 +64,6 @@ from scheduler.planning.prediction import (
     placement_of,
     running_profile,
 )
-from scheduler.planning.profile import Profile
 
 #: At most this many machine ids are named in a detail (a cluster may have hundreds).
 _NAMED = 5
@@ -77,9 +81,9 @@ class WaitWhy(StrEnum):
     HELD = "held"
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
-    """Why one job waits, and the detail in words."""
+class Wait(NamedTuple):
+    """Why one job waits, and the detail in words (a named tuple: a pass builds one per
+    queued job)."""
 
     why: WaitWhy
     detail: str
@@ -114,19 +118,24 @@ def wait_reasons(
     }
     machines = list(plan.machines)
     free_now = {m.id: snapshot.free[m.id] for m in machines}
-    alone = running_profile(snapshot, machines, free_now) if machines else None
+    steps: list[tuple[float, dict[str, int]]] = (
+        running_profile(snapshot, machines, free_now).breakpoints() if machines else []
+    )
     asker = _Asker(
         snapshot=snapshot,
         placement=placement_of(policy),
         machines=machines,
         free_now=free_now,
         cordoned=sorted(cordoned & {m.id for m in snapshot.machines}),
-        alone=alone,
+        times=[t for t, _ in steps],
+        frees=[f for _, f in steps],
     )
     reserved: PlannedJob | None = None
+    queued = plan.queued
+    why = asker.why
     for k, job in enumerate(plan.order):
-        planned = plan.queued.get(job.id)
-        reasons[job.id] = asker.why(job, k, planned, reserved)
+        planned = queued.get(job.id)
+        reasons[job.id] = why(job, k, planned, reserved)
         if reserved is None and planned is not None and planned.meaning is Meaning.RESERVED:
             reserved = planned
     return reasons
@@ -134,30 +143,40 @@ def wait_reasons(
 
 @dataclass(slots=True, kw_only=True)
 class _Asker:
-    """The questions :func:`wait_reasons` asks of each job, over one snapshot."""
+    """The questions :func:`wait_reasons` asks of each job, over one snapshot; the
+    answers that depend on a job's width only are kept by width (module docstring)."""
 
     snapshot: SnapshotView
     placement: Placement
     machines: list[Machine]
     free_now: dict[str, int]
     cordoned: list[str]
-    alone: Profile | None
+    #: The running jobs' profile (on the usable machines): its breakpoints and the
+    #: free CPUs from each, which only grow.
+    times: list[float]
+    frees: list[dict[str, int]]
+    _fits: dict[int, bool] = field(default_factory=dict)
+    _alone: dict[int, float | None] = field(default_factory=dict)
 
     def why(
         self, job: Job, k: int, planned: PlannedJob | None, reserved: PlannedJob | None
     ) -> Wait:
         """The reason of ``job``, ``k``-th in the policy's order (module docstring)."""
-        procs = job.procs
         if planned is None:
             if self.cordoned and self._fits_with_cordoned(job, ever=True):
                 return Wait(WaitWhy.CORDONED, self._cordoned_detail("fits only with"))
             widest = max((m.cpus for m in self.machines), default=0)
             return Wait(
                 WaitWhy.WIDER_THAN_ONLINE,
-                f"needs {procs} CPUs; no place on the machines online (widest: {widest})",
+                f"needs {job.procs} CPUs; no place on the machines online (widest: {widest})",
             )
-        cpus = sum(p.cpus for p in planned.parts)
-        fits_now = self.placement.place(cpus, self.free_now, self.machines) is not None
+        parts = planned.parts
+        cpus = parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)
+        fits_now = self._fits.get(cpus)
+        if fits_now is None:
+            fits_now = self._fits[cpus] = (
+                self.placement.place(cpus, self.free_now, self.machines) is not None
+            )
         if not fits_now and self.cordoned and self._fits_with_cordoned(job, ever=False):
             return Wait(WaitWhy.CORDONED, self._cordoned_detail("would start now on"))
         if fits_now:
@@ -170,26 +189,41 @@ class _Asker:
             if k > 0:
                 return Wait(WaitWhy.PRIORITY, _behind(k))
             return Wait(WaitWhy.RESOURCES, "its CPUs are free now: it starts at the next decision")
-        if k > 0 and planned.start > self._alone_start(job, cpus, planned.start):
-            return Wait(WaitWhy.PRIORITY, _behind(k))
+        if k > 0:
+            alone = self._alone_start(cpus)
+            if alone is not None and planned.start > alone:
+                return Wait(WaitWhy.PRIORITY, _behind(k))
         if planned.meaning is Meaning.RESERVED:
             return Wait(WaitWhy.RESOURCES, f"its reservation at {when(planned.start)}")
         return Wait(WaitWhy.RESOURCES, f"its CPUs are planned free at {when(planned.start)}")
 
-    def _alone_start(self, job: Job, cpus: int, otherwise: float) -> float:
-        """When ``job`` would start were it the only job waiting."""
-        if self.alone is None:
-            return otherwise
-        snapshot = self.snapshot
-        fit = self.alone.earliest_fit(
-            job,
-            cpus,
-            placement=self.placement,
-            machines=self.machines,
-            speeds=snapshot.speeds,
-            not_before=snapshot.now,
-        )
-        return otherwise if fit is None else fit[0]
+    def _alone_start(self, cpus: int) -> float | None:
+        """When a job of ``cpus`` CPUs would start were it the only job waiting: the
+        first breakpoint of the running jobs' profile where the placement rule fits it
+        (the profile only gains CPUs, so it fits from then on, for any duration)."""
+        if cpus in self._alone:
+            return self._alone[cpus]
+        frees = self.frees
+        times = self.times
+        found: float | None = None
+        if len(self.machines) == 1:
+            (only,) = self.machines
+            counts = [f[only.id] for f in frees]
+            i = bisect_left(counts, cpus)
+            found = times[i] if i < len(times) else None
+        else:
+            place = self.placement.place
+            machines = self.machines
+            lo, hi = 0, len(times)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if place(cpus, frees[mid], machines) is None:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            found = times[lo] if lo < len(times) else None
+        self._alone[cpus] = found
+        return found
 
     def _fits_with_cordoned(self, job: Job, *, ever: bool) -> bool:
         """Whether ``job`` fits once the cordoned machines count: on their free CPUs

@@ -29,11 +29,14 @@ instant first, then one decision):
 4. Publish the retained ``ClusterSummary`` if it changed (at most every
    ``summary_interval`` wall seconds) and refresh the metrics' gauge state.
 5. Run a prediction pass (``scheduler.live.insight``: every queued job's
-   predicted start and reason, read by ``status``) if one is due: at most
-   every ``predict_interval`` wall seconds, after a batch that handled a
-   message or a decision (or every ``predict_refresh`` seconds while jobs
-   wait), in its own transaction. Never inside a batch's handling: a
-   submission is answered before any prediction of it is worked out.
+   predicted start and reason, read by ``status``) if one is due: after a
+   batch that handled a message or a decision (or every ``predict_refresh``
+   seconds while jobs wait), and no sooner after the last pass than
+   ``predict_interval`` wall seconds or ten times that pass's own wall time,
+   whichever is longer, so passes take at most a tenth of the actor's time
+   however long the queue. In its own transaction; never inside a batch's
+   handling: a submission is answered before any prediction of it is worked
+   out.
 
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
@@ -120,6 +123,9 @@ class _Wake:
         return f"<{self.name}>"
 
 
+#: The next prediction pass waits at least this many times the last one's wall time.
+_PASS_SHARE: Final = 10.0
+
 _TICK: Final = _Wake("tick")
 _STOP: Final = _Wake("stop")
 
@@ -200,6 +206,7 @@ class SchedulerActor:
         self.predictions = 0
         # Loop time of the last prediction pass, and whether anything changed since.
         self._predicted_at = -float("inf")
+        self._pass_seconds = 0.0
         self._plan_stale = False
 
     @property
@@ -332,7 +339,7 @@ class SchedulerActor:
         if interval <= 0 or not (self.core.queue or self.ctx.forecast is not None):
             return False
         since = asyncio.get_running_loop().time() - self._predicted_at
-        if since < interval:
+        if since < interval or since < _PASS_SHARE * self._pass_seconds:
             return False
         return self._plan_stale or (
             bool(self.core.queue) and since >= self.settings.predict_refresh
@@ -345,7 +352,8 @@ class SchedulerActor:
         t0 = time.perf_counter()
         with self._journal.transaction():
             insight.forecast(self.ctx, now, held=held)
-        self.metrics.prediction_seconds.observe(time.perf_counter() - t0)
+        self._pass_seconds = time.perf_counter() - t0
+        self.metrics.prediction_seconds.observe(self._pass_seconds)
         self.predictions += 1
 
     async def _flush(self) -> None:
