@@ -12,7 +12,10 @@ The app and its commands, registered from the modules that hold them:
 - a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
 - the same demo on a cluster already running (the compose testbed),
-  :mod:`accordion.commands.demo`: ``demo``.
+  :mod:`accordion.commands.demo`: ``demo``;
+- the schedule as a picture, from a twin run or a live cluster,
+  :mod:`accordion.commands.gantt`: ``gantt``;
+- a web page of the live cluster, :mod:`accordion.commands.ui`: ``ui``.
 
 Every user error (unknown policy or option, missing file, bad trace, bad
 cluster file, a broker or scheduler that cannot be reached) ends in one clear
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, demo, insight, live, twin, up
+from accordion.commands import auth, demo, gantt, insight, live, twin, ui, up
 
 app = typer.Typer(
     name="accordion",
@@ -40,6 +43,8 @@ insight.register(app)
 up.register(app)
 auth.register(app)
 demo.register(app)
+gantt.register(app)
+ui.register(app)
 
 
 def main() -> None:

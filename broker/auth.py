@@ -2,7 +2,7 @@
 
 Theory of operation. Identity comes from the broker, not from payloads: every
 client logs in, and the ACL file decides what each login may publish and
-read. Four roles (DESIGN.md, "Trust and faults"):
+read, since a payload is whatever its sender wrote. Four roles:
 
 - ``scheduler``: reads every request and every agent's state and events;
   the only one that writes agents' commands, users' replies and the cluster

@@ -27,7 +27,6 @@ required fields are required. A version-1 peer cannot read these messages
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal
 
 import msgspec
@@ -56,7 +55,14 @@ from broker.insight import (
     SnapshotReply,
     SnapshotRequest,
 )
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
+from broker.vocabulary import (
+    BadMessage,
+    CancelRefusal,
+    JobEventKind,
+    JobState,
+    Rejection,
+    WaitReason,
+)
 
 # -- jobs ---------------------------------------------------------------------
 
@@ -185,27 +191,15 @@ class CancelReply(Message, tag="cancel_reply", frozen=True, kw_only=True):
     code: CancelRefusal | None = None
 
 
-class WaitReason(StrEnum):
-    """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
-    the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""
-
-    #: Jobs of higher priority are planned first and it waits behind them.
-    PRIORITY = "priority"
-    #: It waits for running jobs to end (its CPUs are planned free at its predicted start).
-    RESOURCES = "resources"
-    #: Its CPUs are free now, but starting it would delay a higher-priority reservation.
-    RESERVATION = "reservation"
-    #: It needs more CPUs than the machines online can give.
-    WIDER_THAN_ONLINE = "wider_than_online"
-    #: It fits only with the CPUs of cordoned machines (suspect or held agents).
-    CORDONED = "cordoned"
-    #: The scheduler starts nothing now (it is reconciling after a restart).
-    HELD = "held"
-
-
-class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
     """A queued or running job; ``reconciling``: running as the journal says, not yet
     confirmed by its agents (a scheduler that just restarted).
+
+    What a chart of the plan needs besides its place (``accordion gantt``):
+    ``walltime``, the user's estimate (seconds at the job's reference speed);
+    ``est_end``, a running job's end as the scheduler estimates it from that wall
+    time (the end its plan counts on), None for a job not running yet;
+    ``deadline``, absolute, None for a job without one.
 
     A queued job carries the scheduler's prediction, once one was worked out
     (they are worked out periodically, not at every message): ``predicted_start``
@@ -219,8 +213,11 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     procs: int
     user: str
     submit: float
+    walltime: float
     start: float | None = None
     parts: tuple[PartSpec, ...] = ()
+    est_end: float | None = None
+    deadline: float | None = None
     reconciling: bool = False
     predicted_start: float | None = None
     reason: WaitReason | None = None
@@ -456,6 +453,10 @@ class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
+    #: A ``running`` or ``resized`` event's parts of the job from then on (where it
+    #: runs, for a chart of the schedule); empty on the other kinds, which place
+    #: nothing.
+    parts: Annotated[tuple[PartSpec, ...], msgspec.Meta(max_length=65_536)] = ()
 
     @property
     def state(self) -> JobState:

@@ -1,4 +1,4 @@
-"""The wire's closed vocabularies: job states, job event kinds and refusal codes.
+"""The wire's closed vocabularies: job states, job event kinds, refusal codes, wait reasons.
 
 Each is a ``StrEnum``: msgspec encodes a member as its value, so a payload
 stays readable (``"event": "resized"``), and decodes only the listed values,
@@ -123,3 +123,21 @@ class BadMessage(StrEnum):
     UNEXPECTED = "unexpected"
     #: A user's request about another user's job (answered as if it did not exist).
     FORBIDDEN = "forbidden"
+
+
+class WaitReason(StrEnum):
+    """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
+    the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""
+
+    #: Jobs of higher priority are planned first and it waits behind them.
+    PRIORITY = "priority"
+    #: It waits for running jobs to end (its CPUs are planned free at its predicted start).
+    RESOURCES = "resources"
+    #: Its CPUs are free now, but starting it would delay a higher-priority reservation.
+    RESERVATION = "reservation"
+    #: It needs more CPUs than the machines online can give.
+    WIDER_THAN_ONLINE = "wider_than_online"
+    #: It fits only with the CPUs of cordoned machines (suspect or held agents).
+    CORDONED = "cordoned"
+    #: The scheduler starts nothing now (it is reconciling after a restart).
+    HELD = "held"

@@ -2,7 +2,9 @@
 
 Nothing here does I/O. The scheduler core, its policies, the twin and the live
 agents all build on these value types, so a number means the same thing
-everywhere (see ``../shared/DESIGN.md``, "The spine", points 1 and 4).
+everywhere: policies see the same jobs and machines whoever calls them, and
+how fast a job progresses is one function for the twin's modelled agents and
+the live sleep workload alike.
 """
 
 from model.allocation import Allocation

@@ -1,13 +1,14 @@
 """One allocation: the CPUs a job holds, and how fast it goes on them.
 
 An allocation is a tuple of parts ``(machine, cpus)``. Everything the rest of
-the code needs to know of it is here, computed one way (issue 7: the speed of
-an allocation used to be worked out in seven places):
+the code needs to know of it is here, computed one way, so that the core, the
+policies and the twin cannot disagree on it:
 
 * ``cpus``: the total over its parts;
 * ``pace``: the speed of its slowest machine, since a job whose parts span
-  machines proceeds at the pace of its slowest part (DESIGN.md,
-  "Heterogeneous speed"; EG-EDF paper, sec. 2);
+  machines proceeds at the pace of its slowest part (its processes advance
+  together); on one machine, a machine's speed scales a run time as in the
+  EG-EDF paper, sec. 2 (``Estimated * BM_m / BM_m'``);
 * ``mpl(procs)``: the multiprogramming level ``p / c`` of a job's processes
   on it (FCFS-malleable paper, "virtual malleability");
 * ``rate(job, model)``: the job's progress rate on it, which is the execution

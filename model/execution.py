@@ -1,9 +1,11 @@
 """The one execution model: how fast a job progresses on an allocation, in named variants.
 
-DESIGN.md, "The spine" point 4, "Virtual malleability" and "Execution models":
-a job keeps its ``p`` processes; on ``c`` CPUs (``ceil(p/2) <= c <= p``) it runs
-at MPL ``m = p / c``. Its progress rate, in units of work per second where one
-unit is one second of run time on a machine of the job's reference speed, is
+One function for the twin's modelled agents and the live sleep workload, so the
+two agree by construction. Virtual malleability (FCFS-malleable paper, sec. 3.1):
+a job keeps its ``p`` processes; on ``c`` CPUs (``ceil(p/2) <= c <= p``, the
+paper's maximum MPL of 2) it runs at MPL ``m = p / c``. Its progress rate, in
+units of work per second where one unit is one second of run time on a machine
+of the job's reference speed, is
 
     rate = (BM_m / BM_ref) / factor(m, u, OV)
 
@@ -251,7 +253,7 @@ class ExecutionModel:
         return (speed / ref_speed) / self.factor(m=m, cpu_util=cpu_util, job_id=job_id, app=app)
 
     def describe(self) -> dict[str, object]:
-        """What a summary records about the model (DESIGN.md: every result says which)."""
+        """What a summary records about the model: every result says which model it used."""
         if self.calibration is not None:
             return {
                 "kind": str(self.kind),

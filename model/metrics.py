@@ -1,4 +1,4 @@
-"""Every schedule metric of DESIGN.md ("Metrics"), computed from finished jobs.
+"""The schedule metrics, the papers' and the usual ones, computed from finished jobs.
 
 The input is what a run leaves behind: one :class:`~model.outcome.JobOutcome`
 per job, the cluster's total CPU count (taken as constant over the run) and the
@@ -68,7 +68,8 @@ class ScheduleMetrics:
     """The metrics of one finished schedule. All times are in ``time_base``."""
 
     time_base: str
-    """Which clock the times are in, e.g. "virtual trace seconds" (DESIGN.md)."""
+    """Which clock the times are in, e.g. "virtual trace seconds": a replay can compress
+    time, so every reported metric says which time base it uses."""
     tau: float
     total_cpus: int
 

@@ -2,12 +2,14 @@
 
 A job's life on CPUs is a list of segments: one for a rigid job, one more at
 every resize of a malleable one. The twin writes these records; the live
-scheduler will write the same ones from the agents' reports.
+scheduler will write the same ones from the agents' reports. Each segment's
+machines (its parts) are kept beside the segments, for the pictures that draw
+a job on its machines (the Gantt chart); no metric reads them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from model.job import Job
 from model.machine import Part
@@ -38,6 +40,10 @@ class JobOutcome:
     segments: tuple[Segment, ...]
     expanded_runtime: float
     failed: bool = False
+    #: The parts of each segment, one per segment in the same order; empty when the
+    #: job was never resized (every segment is then on ``parts``). Left out of
+    #: equality: it says where the CPUs were, not what happened to the job.
+    segment_parts: tuple[tuple[Part, ...], ...] = field(default=(), compare=False)
 
     @property
     def wait(self) -> float:
@@ -62,6 +68,12 @@ class JobOutcome:
     def max_cpus(self) -> int:
         return max(s.cpus for s in self.segments)
 
+    def placements(self) -> tuple[tuple[Segment, tuple[Part, ...]], ...]:
+        """Each segment with the parts it ran on."""
+        if not self.segment_parts:
+            return tuple((s, self.parts) for s in self.segments)
+        return tuple(zip(self.segments, self.segment_parts, strict=True))
+
 
 # -- building many records ---------------------------------------------------------
 #
@@ -71,7 +83,16 @@ class JobOutcome:
 # same immutable value for about two thirds of the cost. The field lists are checked
 # at import, so a field added to either class cannot be silently left unset.
 
-_OUTCOME_FIELDS = ("job", "start", "end", "parts", "segments", "expanded_runtime", "failed")
+_OUTCOME_FIELDS = (
+    "job",
+    "start",
+    "end",
+    "parts",
+    "segments",
+    "expanded_runtime",
+    "failed",
+    "segment_parts",
+)
 _SEGMENT_FIELDS = ("start", "end", "cpus")
 if (
     tuple(f.name for f in fields(JobOutcome)) != _OUTCOME_FIELDS
@@ -79,7 +100,7 @@ if (
 ):
     raise RuntimeError("model.outcome sets its records' fields one by one: they changed")
 _new = object.__new__
-_o_job, _o_start, _o_end, _o_parts, _o_segments, _o_expanded, _o_failed = (
+_o_job, _o_start, _o_end, _o_parts, _o_segments, _o_expanded, _o_failed, _o_segment_parts = (
     getattr(JobOutcome, name).__set__ for name in _OUTCOME_FIELDS
 )
 _s_start, _s_end, _s_cpus = (getattr(Segment, name).__set__ for name in _SEGMENT_FIELDS)
@@ -101,6 +122,7 @@ def make_outcome(  # noqa: PLR0917 - one argument per field, in the fields' orde
     parts: tuple[Part, ...],
     segments: tuple[Segment, ...],
     expanded_runtime: float,
+    segment_parts: tuple[tuple[Part, ...], ...] = (),
 ) -> JobOutcome:
     """``JobOutcome(job=job, ..., failed=False)``, built through the slots."""
     out: JobOutcome = _new(JobOutcome)
@@ -111,4 +133,5 @@ def make_outcome(  # noqa: PLR0917 - one argument per field, in the fields' orde
     _o_segments(out, segments)
     _o_expanded(out, expanded_runtime)
     _o_failed(out, False)
+    _o_segment_parts(out, segment_parts)
     return out

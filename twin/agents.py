@@ -30,14 +30,17 @@ class ModelError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Progress:
     """A running job as the modelled agents see it: started at ``start`` on ``first``,
-    ``done`` of its run time done by ``since`` (its last start or resize), and its CPU
-    segments before ``since``."""
+    ``done`` of its run time done by ``since`` (its last start or resize), its CPU
+    segments before ``since`` and the parts of each, and ``version``, how many times
+    it was resized (its end events' version)."""
 
     start: float
     since: float
     done: float
     first: tuple[Part, ...]
     segments: tuple[Segment, ...] = ()
+    segment_parts: tuple[tuple[Part, ...], ...] = ()
+    version: int = 0
 
 
 @dataclass(slots=True)
@@ -51,9 +54,10 @@ class _Progress:
     done: float = 0.0
     rate: float = 1.0
     version: int = 0
-    #: The segments before the last resize; None until the first (most jobs never
-    #: resize, and a list per job would be built for nothing).
+    #: The segments before the last resize, and the parts of each; None until the
+    #: first (most jobs never resize, and a list per job would be built for nothing).
     segments: list[Segment] | None = None
+    segment_parts: list[tuple[Part, ...]] | None = None
 
 
 class ModelledAgents:
@@ -98,9 +102,11 @@ class ModelledAgents:
         assert job.runtime is not None  # checked at start
         prog.done = min(job.runtime, prog.done + (now - prog.since) * prog.rate)
         if now > prog.since:
-            if prog.segments is None:
+            if prog.segments is None or prog.segment_parts is None:
                 prog.segments = []
+                prog.segment_parts = []
             prog.segments.append(Segment(prog.since, now, prog.alloc.cpus))
+            prog.segment_parts.append(prog.alloc.parts)
         prog.since = now
         if alloc is None or rate is None:
             alloc = Allocation.of(parts, self._speeds)
@@ -119,6 +125,8 @@ class ModelledAgents:
             done=prog.done,
             first=prog.first.parts,
             segments=() if prog.segments is None else tuple(prog.segments),
+            segment_parts=() if prog.segment_parts is None else tuple(prog.segment_parts),
+            version=prog.version,
         )
 
     def resume(self, job: Job, parts: tuple[Part, ...], at: Progress) -> tuple[float, int]:
@@ -130,11 +138,14 @@ class ModelledAgents:
         alloc = Allocation.of(parts, self._speeds)
         rate = alloc.rate(job, self._execution)
         first = alloc if at.first == parts else Allocation.of(at.first, self._speeds)
-        prog = _Progress(job, alloc, first, at.start, at.since, done=at.done, rate=rate)
+        prog = _Progress(
+            job, alloc, first, at.start, at.since, done=at.done, rate=rate, version=at.version
+        )
         if at.segments:
             prog.segments = list(at.segments)
+            prog.segment_parts = list(at.segment_parts)
         self._jobs[job.id] = prog
-        return at.since + (job.runtime - at.done) / rate, 0
+        return at.since + (job.runtime - at.done) / rate, at.version
 
     def is_current(self, job_id: str, version: int) -> bool:
         prog = self._jobs.get(job_id)
@@ -145,12 +156,18 @@ class ModelledAgents:
         job = prog.job
         last = make_segment(prog.since, now, prog.alloc.cpus)
         earlier = prog.segments
+        segment_parts: tuple[tuple[Part, ...], ...] = ()
         if earlier is None:
             segments: tuple[Segment, ...] = (last,)
+            if prog.version:
+                # Resized only at the instant it started: one segment, on its new parts.
+                segment_parts = (prog.alloc.parts,)
         elif now > prog.since:
             segments = (*earlier, last)
+            segment_parts = (*(prog.segment_parts or ()), prog.alloc.parts)
         else:
             segments = tuple(earlier)
+            segment_parts = tuple(prog.segment_parts or ())
         assert job.runtime is not None
         # Through the slots: one outcome per job of a trace (model.outcome).
         return make_outcome(
@@ -160,4 +177,5 @@ class ModelledAgents:
             prog.first.parts,
             segments,
             prog.first.expanded_runtime(job.runtime, job.ref_speed),
+            segment_parts,
         )

@@ -1,6 +1,13 @@
 """What a twin run leaves behind: the per-job CSV and the summary JSON.
 
-The summary holds every DESIGN.md metric (``model.metrics``), the decision time
+The CSV has one row per job. ``machines`` is where the job started;
+``segments`` where it ran over time, for the Gantt chart
+(``accordion.gantt.twin_run``): each placement as ``TIME@MACHINE:CPUS;...``,
+the instant it began and its parts, placements separated by ``|`` (one for a
+job never resized; each lasts until the next, the last until ``end``).
+``deadline`` is the job's absolute deadline, empty for a job without one.
+
+The summary holds every schedule metric (``model.metrics``), the decision time
 per event (mean, p99, max, in milliseconds of wall time) and the events per
 second of the replay, and says which time base each number uses: schedule
 metrics are in virtual trace seconds, decision times in wall-clock time.
@@ -22,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from model.metrics import DEFAULT_TAU, ScheduleMetrics, compute_metrics
+from model.outcome import JobOutcome
 from twin.simulate import SimulationResult
 
 TIME_BASE = "virtual trace seconds"
@@ -39,6 +47,8 @@ CSV_COLUMNS = (
     "response",
     "bounded_slowdown",
     "deadline_met",
+    "segments",
+    "deadline",
     "predicted_start",
 )
 
@@ -185,9 +195,21 @@ def write_jobs_csv(path: Path, result: SimulationResult, *, tau: float = DEFAULT
                     _num(o.response),
                     f"{bsld:.6g}",
                     "" if met is None else str(met).lower(),
+                    _placements(o),
+                    "" if o.job.deadline is None else _num(o.job.deadline),
                     _opt(predicted.get(o.job.id)),
                 )
             )
+
+
+def _placements(o: JobOutcome) -> str:
+    """The ``segments`` column (module docstring)."""
+    if not o.segment_parts:
+        return f"{_num(o.start)}@" + ";".join(f"{p.machine}:{p.cpus}" for p in o.parts)
+    return "|".join(
+        f"{_num(seg.start)}@" + ";".join(f"{p.machine}:{p.cpus}" for p in parts)
+        for seg, parts in o.placements()
+    )
 
 
 def _opt(x: float | None) -> str:

@@ -118,8 +118,8 @@ def simulate(
     last = -inf
     if resume is not None:
         last = resume.now
-        for r, end in zip(resume.running, restore(resume, core, agents), strict=True):
-            heapq.heappush(ends, (end, seq, r.job.id, 0))
+        for r, (end, version) in zip(resume.running, restore(resume, core, agents), strict=True):
+            heapq.heappush(ends, (end, seq, r.job.id, version))
             seq += 1
         wakes = sorted(resume.wakes)
         total += len(resume.running) + len(resume.queue)

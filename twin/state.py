@@ -100,10 +100,12 @@ def capture(
     )
 
 
-def restore(state: TwinState, core: SchedulerCore, agents: ModelledAgents) -> list[float]:
+def restore(
+    state: TwinState, core: SchedulerCore, agents: ModelledAgents
+) -> list[tuple[float, int]]:
     """Put ``state`` into a new ``core`` (built on ``state.machines``) and its ``agents``;
-    returns each running job's end, in ``state.running``'s order, for the caller's
-    events."""
+    returns each running job's end and its version, in ``state.running``'s order, for
+    the caller's events."""
     now = state.now
     history = core.history
     if history is not None:
@@ -111,10 +113,10 @@ def restore(state: TwinState, core: SchedulerCore, agents: ModelledAgents) -> li
             # Only the order of ends matters to the history: the latest first.
             for age, took in enumerate(reversed(runs)):
                 history.record(user, now - len(runs) + age, took)
-    ends: list[float] = []
+    ends: list[tuple[float, int]] = []
     for r in state.running:
         core.resume_running(r.job, r.parts, r.start, now, r.est_end, r.est_done, r.changed)
-        ends.append(agents.resume(r.job, r.parts, r.progress)[0])
+        ends.append(agents.resume(r.job, r.parts, r.progress))
     for job in state.queue:
         core.submit(job)
     queued = {j.id: j for j in core.queue}

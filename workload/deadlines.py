@@ -2,7 +2,7 @@
 
 Parallel Workloads Archive traces have no deadlines, yet the deadline
 policies (Flexible backfilling, EG-EDF) and the deadline-miss metric need
-them. The EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``,
+them. The EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini,
 sec. 4, footnote 2) gave deadlines to 70 % of its synthetic jobs but does not
 say how far from submission they lay. :class:`DeadlineRule` fixes that rule:
 

@@ -1,6 +1,6 @@
 """The EG-EDF paper's grid and workload, as a seeded generator (``--preset eg-edf-grid``).
 
-Source: Klusacek et al. (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
+Source: the EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini),
 sec. 4 and its footnote 2, which fix the setup completely but for a few
 details, each stated here:
 

@@ -1,7 +1,7 @@
 """A small seeded workload generator, for the demo and the tests.
 
-Not a workload model of record (the Lublin-Feitelson traces in
-``../shared/workloads/pwa/synthetic`` are that): a stated, simple recipe whose
+Not a workload model of record (the Parallel Workloads Archive's synthetic
+Lublin-Feitelson traces are that): a stated, simple recipe whose
 output is an ordinary SWF trace, so everything downstream reads it exactly as
 it reads the archive's logs.
 

@@ -1,4 +1,4 @@
-"""Benchmark: the fault matrix of the live runtime (issue 9, item 9).
+"""Benchmark: the fault matrix of the live runtime: each fault injected, what was lost counted.
 
 Run on demand (not a test): ``.venv/bin/python -m bench.faults [--rows a,b]``.
 Each row starts a fresh local cluster (Mosquitto, the scheduler and three
@@ -42,8 +42,9 @@ the idempotent protocol allows), ``broker-kill`` (SIGKILL Mosquitto; the
 supervisor restarts it on its port), ``job-crash`` (SIGKILL one job process:
 that job fails, nothing else), ``hostile`` (``--payloads`` random and mutated
 payloads on every topic family; no process of ours may exit), and two rows
-with logins and ACLs on (``accordion up --auth``): ``forged`` (issue 9's
-forged messages, published by the user "mallory" and by another agent, each
+with logins and ACLs on (``accordion up --auth``): ``forged`` (a message of
+each kind a user or an agent must not send, published by the user "mallory"
+and by another agent, each
 denied by the broker: an admin spy subscribed to the whole root sees none of
 them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
@@ -52,8 +53,8 @@ agent's client ids and holds them while jobs run; **effects** counts the
 victims' reconnections and restarts, 0 is the target).
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``fault_sampler.py`` (``/proc``), ``fault_rows.py`` and
-``fault_trust_rows.py`` (the rows), ``fault_table.py`` (the printed matrix).
+``sampler.py`` (``/proc``), ``rows.py`` and ``trust_rows.py`` (the rows),
+``table.py`` (the printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
 time scale ``--time-scale`` (cluster seconds per wall second).

@@ -101,7 +101,8 @@ async def row_hostile(
 def forgeries(
     topics: Topics, tag: str, victim: str, m0: str, m1: str
 ) -> list[tuple[str, str, bytes]]:
-    """Issue 9's forged messages: ``(forger login, topic, payload)``."""
+    """One message of each kind the broker's ACL must refuse from a user (mallory) or from
+    another machine's agent: ``(forger login, topic, payload)``."""
     ghost = MachineSpec(id=f"ghost-{tag}", cpus=1_048_576, speed=1.0)
     fake_start = StartPart(job=job_spec(job_id=f"forged-{tag}", procs=1, walltime=5.0), cpus=1)
     finished = PartFinished(

@@ -1,7 +1,7 @@
 """Benchmark: the live runtime's throughput, latency and scale on this machine.
 
 Run on demand (not a test): ``.venv/bin/python -m bench.live``. It prints one
-table comparing each measurement with the issue's target and with Slurm:
+table comparing each measurement with its target (below) and with Slurm:
 
 - jobs accepted per second through the broker, for single-job requests with
   ``--in-flight`` of them awaiting their reply at once, and for batched
@@ -21,7 +21,7 @@ table comparing each measurement with the issue's target and with Slurm:
   online after more than its silence limit (6 heartbeats of 2 s), i.e. every
   agent is heartbeating.
 
-Targets (issue 4): >= 500 single submissions/s, >= 5,000 jobs/s batched,
+The targets: >= 500 single submissions/s, >= 5,000 jobs/s batched,
 submit-to-start p50 < 20 ms, 500 agents. Slurm reference, quoted not measured:
 50-100 sbatch/s and about 0.5 s from submission to start; the ratios take
 100 sbatch/s, the better end. Every process (Mosquitto with the generated

@@ -20,7 +20,7 @@ parts, measured in the same run:
    private Mosquitto and on the memory broker.
 3. **One 64-rank job.** One MPI-like ``StartPart`` of 64 processes: from the
    command to its leader's first report, which it sends once its 64 rank
-   processes are forked and connected. Target (issue 10): all 64 ranks of a
+   processes are forked and connected. The target: all 64 ranks of a
    64-rank job running in under 1 s on this 2-core machine.
 
 Ratios say more than seconds on a shared 2-core machine: the table shows the
@@ -341,7 +341,7 @@ def main() -> None:
     print(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     verdict = "met" if max(ranks) < 1.0 else "missed"
     print(
-        f"target (issue 10): all {args.procs} ranks of a {args.procs}-rank job running in under "
+        f"target: all {args.procs} ranks of a {args.procs}-rank job running in under "
         f"1 s: {verdict} (worst round {max(ranks):.3f} s); {args.procs} separate one-CPU parts, "
         f"worst round {worst:.3f} s"
     )

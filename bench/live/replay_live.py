@@ -15,9 +15,9 @@ has one 100-CPU machine), under the same policy:
    (``accordion.experiments.demo.outcomes_from_journal``).
 
 It prints mean wait, mean response and mean bounded slowdown of both runs and
-their differences (issue 10's target: within 5 %), and how much each job's
-run was stretched live (its run time live minus in the twin, cluster
-seconds; the issue measured a median of 117 before the warm launcher), and
+their differences (the target: within 5 %), and how much each job's run was
+stretched live (its run time live minus in the twin, cluster seconds; a
+median of 117 before the agents launched from a warm fork server), and
 the agent's launch latency histogram (``accordion_agent_launch_seconds``).
 
 The journal dates a live run by its agents' measurements (``scheduler.live.agents``,

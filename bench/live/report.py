@@ -1,6 +1,6 @@
-"""The live benchmark's report: each measurement beside the issue's target and Slurm.
+"""The live benchmark's report: each measurement beside its target and Slurm.
 
-Targets (issue 4): >= 500 single submissions/s, >= 5,000 jobs/s batched,
+The targets: >= 500 single submissions/s, >= 5,000 jobs/s batched,
 submit-to-start p50 < 20 ms, 500 agents. Slurm is quoted, not measured: 50-100
 sbatch/s and about 0.5 s from submission to start; the ratios take 100
 sbatch/s, the better end.

@@ -4,15 +4,15 @@ Run on demand (not a test): ``.venv/bin/python -m bench.replay``. It first
 sets the twin's EASY beside a textbook EASY loop (``bench/replay/textbook_easy.py``)
 on the same jobs, checks job by job that both compute the same schedule (or
 the yardstick would not measure the same work), and shows what a priority
-source costs over plain EASY (issue 7's targets: 1.5x and 2x). Each replay
+source costs over plain EASY (the targets: 1.5x and 2x). Each replay
 runs in a fresh child process so its peak memory (VmHWM) is its own; the
 table shows jobs per second, events per second, the decision time per event,
-wall time and peak memory, and for the issue's targets the fraction of the
+wall time and peak memory, and for the time targets the fraction of the
 budget used: EASY on all of CTC-SP2 in <= 10 s, SDSC-BLUE in <= 30 s, memory
 < 1 GB. Ratios say more than seconds on these noisy 2-core machines, and CPU
 seconds are the fairer reading when other work shares the cores. AccaSim (a
 Python simulator on PyPI) needs about 150 CPU-seconds for the CTC-SP2 replay
-on this kind of machine, per the issue; that figure is quoted, not measured.
+on this kind of machine: a reported figure, quoted, not measured here.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TRACES = {
     "CTC-SP2": "CTC-SP2-1996-3.1-cln.swf.gz",
     "SDSC-BLUE": "SDSC-BLUE-2000-4.2-cln.swf.gz",
 }
-#: (trace, policy) -> wall-second budget from the issues.
+#: (trace, policy) -> the target's wall-second budget.
 TARGETS = {("CTC-SP2", "easy"): 10.0, ("SDSC-BLUE", "easy"): 30.0}
 ACCASIM_CTC_CPU_SECONDS = 150.0
 
@@ -77,7 +77,7 @@ def child(trace: str, policy: str) -> None:
 
 
 YARDSTICK_TRACES = ("KTH-SP2", "CTC-SP2")
-#: Issue 7's targets: EASY within 1.5x of the textbook loop; a priority source at most 2x EASY.
+#: The targets: EASY within 1.5x of the textbook loop; a priority source at most 2x EASY.
 YARDSTICK_TARGET = 1.5
 PRIORITY_TARGET = 2.0
 PRIORITY_SPECS = ("easy:fairshare", "easy:multifactor")

@@ -1,7 +1,7 @@
 """Benchmark: the EG-EDF grid sweep's cost against its 10-minute target.
 
-Run on demand (not a test): ``.venv/bin/python -m bench.replay.sweep``. The target
-(issue 8): 5 policies x 5 mean inter-arrival times x 20 seeds on the
+Run on demand (not a test): ``.venv/bin/python -m bench.replay.sweep``. The target:
+5 policies x 5 mean inter-arrival times x 20 seeds on the
 ``eg-edf-grid`` preset in under 10 minutes on this 2-core machine. This
 replays one seed of every (policy, mean) in this process, measures each
 run's CPU seconds (fairer than wall time when other work shares the cores),

@@ -11,12 +11,16 @@ for one homogeneous machine of speed 1:
   once;
 * jobs start in arrival order while the head fits;
 * the first job that does not fit gets the *shadow time*: walking the running
-  jobs by estimated end (start + requested time; an overdue one ends "now"),
-  the first instant at which the free CPUs, with every job ending at that
-  instant, cover it; the CPUs free then beyond its need are the *extra* CPUs;
+  jobs by planned end (start + requested time; one still running past it is
+  planned to end when its overrun reaches the next of 1, 2, 4, 8, ... seconds,
+  the rule of ``scheduler.planning.overdue``), the first instant at which the
+  free CPUs, with every job ending at that instant, cover it; the CPUs free
+  then beyond its need are the *extra* CPUs;
 * every later job starts now if it fits now and either ends (by its estimate)
   by the shadow time or takes no more than the extra CPUs, which it then uses
-  up.
+  up;
+* a shadow time at which no job ends (an overdue job's planned end) is an
+  event too: the queue is scheduled again then.
 
 A job wider than the machine is skipped, as the twin rejects it. The result
 is every job's start time, which the benchmark compares job by job with the
@@ -56,8 +60,14 @@ def textbook_easy(jobs: Sequence[Job], cpus: int) -> dict[str, float]:
         heapq.heappush(ends, (now + job.runtime, number, job.procs, est))
         starts[job.id] = now
 
+    # Shadow times that fall due with no job ending then (an overdue job's planned end).
+    wakes: list[float] = []
     while i < n or ends:
         now = min(jobs[i].submit if i < n else inf, ends[0][0] if ends else inf)
+        if wakes and wakes[0] < now:
+            now = wakes[0]
+        while wakes and wakes[0] <= now:
+            heapq.heappop(wakes)
         while ends and ends[0][0] <= now:
             _, number, procs, est = heapq.heappop(ends)
             del running[bisect.bisect_left(running, (est, number, procs))]
@@ -90,16 +100,30 @@ def textbook_easy(jobs: Sequence[Job], cpus: int) -> dict[str, float]:
             else:
                 kept.append(job)
         queue = kept
+        if now < shadow < (ends[0][0] if ends else inf) and (not wakes or shadow < wakes[0]):
+            heapq.heappush(wakes, shadow)
     return starts
+
+
+def _planned(est: float, now: float) -> float:
+    """When a job expected to end at ``est`` is planned to end: doubling allowances."""
+    if est >= now:
+        return est
+    allowance = 1.0
+    while est + allowance <= now:
+        allowance *= 2
+    return est + allowance
 
 
 def _shadow(running: Running, free: int, now: float, need: int) -> tuple[float, int]:
     """The shadow time for a job of ``need`` CPUs and the extra CPUs at it."""
     avail = free
-    last = len(running) - 1
-    for k, (est, _, procs) in enumerate(running):
+    ends = running
+    if running and running[0][0] < now:  # some job is overdue (they come first)
+        ends = sorted((_planned(est, now), number, procs) for est, number, procs in running)
+    last = len(ends) - 1
+    for k, (t, _, procs) in enumerate(ends):
         avail += procs
-        t = est if est > now else now
-        if avail >= need and (k == last or max(running[k + 1][0], now) > t):
+        if avail >= need and (k == last or ends[k + 1][0] > t):
             return t, avail - need
     return float("inf"), 0

@@ -5,13 +5,13 @@
 # out wall-clock numbers and sorts its rows, so a re-run gives byte-identical CSVs
 # (and reuses every row already present: delete a sweep.csv to recompute it).
 #
-# Pieces, each runnable alone: ./reproduce.sh fcfs-malleable | grid | dpsa | whole | easypp
+# Pieces, each runnable alone: ./reproduce.sh fcfs-malleable | grid | dpsa | whole | sdsc-ds | easypp
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/accordion
 PWA=../shared/workloads/pwa
 OUT=docs/results
-pieces=${*:-fcfs-malleable grid dpsa whole easypp}
+pieces=${*:-fcfs-malleable grid dpsa whole sdsc-ds easypp}
 
 for piece in $pieces; do
 case $piece in
@@ -55,11 +55,42 @@ whole)
       --no-progress --out "$OUT/whole-traces/$trace"
   done
   ;;
+sdsc-ds)
+  # SDSC DataStar (1,664 CPUs, jobs up to 1,280), where a job 76 days past its
+  # estimate made Flexible backfilling starve wide jobs (README.md, section 5).
+  # The EG-EDF paper's policies, conservative backfilling, DPSA-n and FCFS-malleable,
+  # deadlines off and on (70 %, the report's seeds 0, 2 and 3): on the report's window
+  # (the first 15,000 jobs) and on the whole trace (one seed).
+  T=SDSC-DS-2004-2.1-cln
+  P=fcfs,easy,conservative,dpsa-n,flexible,eg-edf,eg-edf-tabu,fcfs-malleable
+  $A sweep "$PWA/$T.swf.gz" --policies "$P" --param deadlines=0,0.7 --seeds 0,2,3 \
+    --window 0:15000 --no-progress --out "$OUT/$T/first-15000"
+  $A sweep "$PWA/$T.swf.gz" --policies "$P" --param deadlines=0,0.7 --seeds 0 \
+    --no-progress --out "$OUT/$T/whole"
+  # The report's command with per-job output, and the longest time CPUs sat idle
+  # while a job that fits them waited (bench/replay/idle_while_waiting.py). The table
+  # lists every policy; then the check, which exits 1 on an interval over a day, runs
+  # on all but FCFS, which never backfills and so idles by design. The per-job files
+  # are large: kept out of the tree.
+  jobs=$(mktemp -d)
+  trap 'rm -rf "$jobs"' EXIT
+  $A compare "$PWA/$T.swf.gz" --jobs 15000 --deadlines 0.7 --policies "$P" --no-progress \
+    --out "$jobs/first-15000" > /dev/null
+  $A compare "$PWA/$T.swf.gz" --deadlines 0.7 --policies "$P" --no-progress \
+    --out "$jobs/whole" > /dev/null
+  for run in first-15000 whole; do
+    .venv/bin/python -m bench.replay.idle_while_waiting "$jobs/$run"/*.jobs.csv --limit inf \
+      > "$OUT/$T/idle-$run.txt"
+    .venv/bin/python -m bench.replay.idle_while_waiting \
+      "$jobs/$run"/{easy,conservative,dpsa-n,flexible,eg-edf,eg-edf-tabu,fcfs-malleable}.jobs.csv \
+      > /dev/null
+  done
+  ;;
 easypp)
   # Tsafrir, Etsion and Feitelson's run-time predictor (EASY++'s) against users'
   # estimates under EASY, every whole trace: forecast error, wait, bounded slowdown.
   .venv/bin/python -m bench.replay.easy_plus_plus --out "$OUT/easy-plus-plus"
   ;;
-*) echo "unknown piece $piece (fcfs-malleable, grid, dpsa, whole, easypp)" >&2; exit 2 ;;
+*) echo "unknown piece $piece (fcfs-malleable, grid, dpsa, whole, sdsc-ds, easypp)" >&2; exit 2 ;;
 esac
 done

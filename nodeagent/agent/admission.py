@@ -188,8 +188,9 @@ class Admission:
         # it), or sent while its lease had lapsed: the scheduler may have requeued the
         # job meanwhile. Fencing: refused until a heartbeat renews the lease. Nothing
         # from here to the fork waits on the broker (the control topic's clear below
-        # is posted, not awaited), so a freeze cannot slip in between: the
-        # agent-freeze duplicate of issue 9 was a fork after such a wait.
+        # is posted, not awaited), so a freeze cannot slip in between: a fork after
+        # such a wait once ran a frozen agent's job twice (the fault matrix's
+        # agent-freeze row, bench.faults).
         why = start_fenced(
             command.issued, self._clock(), self._settings.lease, self._lease.lapsed()
         )

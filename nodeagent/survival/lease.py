@@ -1,6 +1,7 @@
 """The agent's lease over its parts: how a cut-off or frozen agent's jobs stop themselves.
 
-Fencing (DESIGN.md, "Trust and faults"): the scheduler requeues the jobs of
+Fencing, so that a job never runs twice at once beyond a stated bound: the
+scheduler requeues the jobs of
 an agent it has not heard from for its silence limit (12 s by default). If
 that agent is in fact alive but cut off from the broker, or frozen
 (SIGSTOP), its job processes go on running, and the requeued job would run

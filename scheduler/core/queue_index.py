@@ -4,8 +4,8 @@ Fair-share ranks names, not jobs: every queued job of one user has the same
 priority, and among themselves they keep submit and arrival order. With the
 queue kept per name in arrival order, a priority source can order the whole
 queue by sorting the few names that have jobs waiting and concatenating their
-lists, instead of building and sorting a key per job at every event (issue 7:
-a replay spent most of its time there). The running jobs per name let it
+lists, instead of building and sorting a key per job at every event (where a
+trace replay under fair-share used to spend most of its time). The running jobs per name let it
 add the use so far of the queued names' running jobs without walking every
 running job.
 
@@ -25,8 +25,8 @@ user never reads the groups, so their lists are not kept (half the upkeep of
 every job's arrival, start and end) until something reads a group.
 
 What changed since a reader last looked is logged, so a source can keep its
-standings between events and work out again only what moved (issue 7's
-"updated, not rebuilt"): ``touched(kind)`` lists the names whose queued or
+standings between events and work out again only what moved (updated, not
+rebuilt): ``touched(kind)`` lists the names whose queued or
 running jobs changed, ``job_log()`` the jobs that entered or left the queue.
 Both only grow (a reader remembers how far it read) until a bound, when a new
 list is started and a reader holding the old one starts afresh. What a source

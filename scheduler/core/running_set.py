@@ -5,7 +5,8 @@ time and the shared execution model (``model.execution``) at the job's
 allocation: the set keeps how much of the wall time it believes done
 (``est_done`` by ``changed``, at ``rate`` since), so a resize moves the
 expected end the way the agents' progress will move. A job that outlives its
-estimate is expected to end "now" (policies see ``max(est_end, now)``).
+estimate keeps its ``est_end``; when planners expect it to end is the rule of
+``scheduler.planning.overdue``.
 
 Backfilling walks the running jobs by expected end and usually stops after a
 few, so the set keeps them sorted (ties in start order) instead of sorting at

@@ -1,10 +1,11 @@
 """Holding a lost agent's parts for adoption, instead of requeueing them at once.
 
-Theory of operation (DESIGN.md, "Trust and faults": "agents keep their job
-processes running meanwhile and report them afterwards; the scheduler
-reconciles"). An agent that declares ``AgentOnline.adopts`` runs parts that
-outlive it for at most its lease (``AgentOnline.lease``): past the lease from
-when the broker last heard it, every one of them has stopped by itself
+Theory of operation. A broker restart or an agent's restart is an ordinary
+event: agents keep their job processes running meanwhile and report them
+afterwards, and the scheduler reconciles. An agent that declares
+``AgentOnline.adopts`` runs parts that outlive it for at most its lease
+(``AgentOnline.lease``): past the lease from when the broker last heard it,
+every one of them has stopped by itself
 (``nodeagent.survival.lease``), and a new incarnation of the agent for the same
 machine adopts the ones still running (``nodeagent.survival.adoption``).
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from broker.messages import CancelPart, JobEvent, JobSpec, Message
+from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec
 from broker.topics import TopicError, Topics
 from broker.vocabulary import BadMessage, JobEventKind
 from model.machine import Machine, Part
@@ -175,10 +175,12 @@ class Context:
         detail: str = "",
         *,
         cpus: tuple[int, int] | None = None,
+        parts: Sequence[Part] = (),
     ) -> None:
         """Journal and publish one JobEvent, numbered in the job's sequence.
 
-        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts.
+        ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts;
+        ``parts`` a start's or a resize's parts from then on.
         """
         events = self.settings.job_events
         if events == "none" or (events == "lifecycle" and kind is JobEventKind.QUEUED):
@@ -194,6 +196,7 @@ class Context:
             seq=seq,
             cpus_before=before,
             cpus_after=after,
+            parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts),
         )
         self.journal.record_event(event)
         self.out.send(self.topics.events, event)

@@ -69,6 +69,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             now,
             resize_detail(direction, was, alloc.cpus, resize.job.procs),
             cpus=(was, alloc.cpus),
+            parts=resize.parts,
         )
     for start in decisions.starts:
         job_id = start.job.id
@@ -82,6 +83,7 @@ def dispatch(ctx: Context, decisions: Decisions, now: float) -> None:
             JobEventKind.RUNNING,
             now,
             ",".join(f"{p.machine}:{p.cpus}" for p in start.parts),
+            parts=start.parts,
         )
 
 

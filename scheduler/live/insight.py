@@ -43,8 +43,8 @@ from broker.insight import (
     SnapshotRun,
     UserRuns,
 )
-from broker.messages import JobEvent, JobStatus, PartSpec, WaitReason
-from broker.vocabulary import JobEventKind
+from broker.messages import JobEvent, JobStatus, PartSpec
+from broker.vocabulary import JobEventKind, WaitReason
 from broker.vocabulary import JobState as WireState
 from model.job import Job
 from model.machine import Part
@@ -118,6 +118,10 @@ def queued_status(ctx: Context, job: Job) -> JobStatus:
         procs=job.procs,
         user=job.user,
         submit=job.submit,
+        # The user's estimate: the queue holds a job with its run-time prediction as
+        # its wall time under EASY++, the book the job as submitted.
+        walltime=(ctx.core.job(job.id) or job).walltime,
+        deadline=job.deadline,
         parts=() if planned is None else _specs(planned.parts),
         predicted_start=None if planned is None else planned.start,
         reason=None if wait is None else WaitReason(wait.why.value),

@@ -15,7 +15,8 @@ restart, and the rule requeues it.
 *A start in flight.* A start is journalled before its ``StartPart`` is
 published, so a scheduler killed in between restores a job whose agent never
 heard of it. The requeue budget (``--max-requeues``) is for jobs lost while
-running (DESIGN.md, "Trust and faults"), and this one never ran, so it is
+running (past it, a job whose machines keep failing under it is failed
+rather than run again), and this one never ran, so it is
 not requeued: when an agent's heartbeat does not list a pending part and
 nothing of that attempt was heard from it since the restart (the part is
 still PENDING: no ``PartStarted``, no listing, no ``PartFinished``), the
@@ -165,7 +166,9 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
                         attempt=live.attempt,
                     ),
                 )
-        ctx.event(job_id, JobEventKind.RUNNING, now, "reconciled after a restart")
+        ctx.event(
+            job_id, JobEventKind.RUNNING, now, "reconciled after a restart", parts=pending.parts
+        )
     if now >= rec.until:
         for job_id in list(core.pending):
             # Settled above if every part was confirmed: one at least was not.

@@ -25,9 +25,9 @@ could be told what was done).
 exactly the events that were published, so a watcher that saw a gap in a
 job's ``seq`` fills it.
 
-*Who asks* (DESIGN.md, "Trust and faults"). With broker logins and ACLs, a
-user may publish only on ``scheduler/requests/<user>`` and an admin only on
-``scheduler/admin/<admin>``, so the topic names the sender
+*Who asks*: identity comes from the broker, not from the payload. With broker
+logins and ACLs, a user may publish only on ``scheduler/requests/<user>`` and
+an admin only on ``scheduler/admin/<admin>``, so the topic names the sender
 (:class:`Requester`), never the payload. A user's submissions are owned by
 that user whatever their ``user`` field says; a user may cancel, and read
 the history of, only their own jobs (another user's job is answered as if it
@@ -276,6 +276,9 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             submit=r.job.submit,
             start=r.start,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in r.parts),
+            walltime=r.job.walltime,
+            est_end=r.est_end,
+            deadline=r.job.deadline,
         )
         for r in core.running
     ]
@@ -288,6 +291,8 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             submit=p.job.submit,
             start=p.start,
             parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
+            walltime=p.job.walltime,
+            deadline=p.job.deadline,
             reconciling=True,
         )
         for p in core.pending.values()

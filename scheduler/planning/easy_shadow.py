@@ -8,6 +8,10 @@ time*; the CPUs free at that instant beyond the reserved parts are the
 *extra* CPUs that a backfilled job may keep past the shadow time (Mu'alem and
 Feitelson's formulation of EASY, the one the DPSA paper's Fig. 1 describes).
 
+A running job gives its CPUs back at its *planned* end: its expected end,
+or, once it has outlived its estimate, the instant ``scheduler.planning.overdue``
+plans for it (the one rule every planner shares).
+
 A reservation once given is kept if the new computation would move it later
 (on heterogeneous machines the placement rule can pick other machines as the
 profile changes); with exact estimates that keeps EASY's promise that
@@ -23,6 +27,7 @@ from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part, parts_cpus
 from scheduler.core.snapshot import Reservation, RunningJob, SnapshotView, Start
+from scheduler.planning.overdue import in_planned_order, planned_end
 from scheduler.planning.placement import Placement
 
 
@@ -34,27 +39,22 @@ class Shadow:
     extra: dict[str, int]
 
 
-def releases_in_order(
-    now: float, ends: Iterable[tuple[float, tuple[Part, ...]]]
-) -> list[tuple[float, tuple[Part, ...]]]:
-    """``(time, parts)`` pairs sorted by time, an overdue end counted as ``now``."""
-    return sorted(((max(t, now), parts) for t, parts in ends), key=lambda e: e[0])
-
-
 Release = tuple[float, tuple[Part, ...]]
 
 
 def merged_releases(
     now: float, running: Sequence[RunningJob], started: Sequence[Release] = ()
 ) -> Iterator[Release]:
-    """Releases in time order, lazily: ``running`` is already sorted by expected end
-    (the core keeps it so) and ``started`` (this decision's own starts) is sorted
-    here; an overdue end counts as ``now``. Lazy because the walk usually stops after
-    a few releases."""
+    """Releases in time order, lazily: ``running`` at their planned ends (already in
+    that order unless a job is overdue, ``scheduler.planning.overdue``) and ``started``
+    (this decision's own starts) sorted here. Lazy because the walk usually stops
+    after a few releases."""
     extra = sorted(started, key=_time)
     j, m = 0, len(extra)
-    for r in running:
-        t = r.est_end if r.est_end > now else now
+    for r in in_planned_order(now, running):
+        t = r.est_end
+        if t < now:  # overdue: ``planned_end`` is ``est_end`` otherwise
+            t = planned_end(t, now)
         while j < m and extra[j][0] < t:
             yield extra[j]
             j += 1
@@ -152,8 +152,10 @@ def _one_machine(
     pending: float | None = None
     extra = sorted(started, key=_time) if len(started) > 1 else started
     j, m = 0, len(extra)
-    for r in running:
-        t = r.est_end if r.est_end > now else now
+    for r in in_planned_order(now, running):
+        t = r.est_end
+        if t < now:  # overdue: ``planned_end`` is ``est_end`` otherwise
+            t = planned_end(t, now)
         while j < m and extra[j][0] < t:
             at, cpus = extra[j]
             if pending is not None and at > pending and avail >= need:

@@ -1,11 +1,13 @@
 """Placement: which machines' CPUs a job gets.
 
-The rule is stated and configurable (issue 2, point 5). Machines are always
-considered in the order ``(-speed, id)``, fastest first, so ties are total.
+The rule is stated and configurable (``--placement``), since the papers leave it
+open when a job could span machines. Machines are always considered in the
+order ``(-speed, id)``, fastest first, so ties are total.
 
 ``fastest`` (default)
-    Maximise the pace of the job, which is the speed of its slowest part
-    (EG-EDF paper, sec. 2; DESIGN.md "Heterogeneous speed"): take the smallest
+    Maximise the pace of the job, which is the speed of its slowest part (its
+    processes advance together; a machine's speed scales a run time as in the
+    EG-EDF paper, sec. 2): take the smallest
     set of speed levels, from the fastest down, whose machines together have
     enough free CPUs. Inside that set, a single machine that fits is preferred
     (the fastest one); otherwise the job spans machines, the ones with most free

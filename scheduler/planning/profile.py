@@ -11,11 +11,11 @@ function's own operations (search, split, merge) are
 ``scheduler.planning.step_function``'s, shared with EG-EDF's one-machine timelines.
 
 It starts as the snapshot's free map at ``now`` plus every running job's CPUs
-given back at its estimated end. An overdue end (a job that outlived its
-estimate) counts as ``now``, like :func:`scheduler.planning.easy_shadow.releases_in_order`
-and EASY's shadow time: the job is expected to end any moment. The value at
-``now`` is therefore an optimistic *plan*, not the CPUs free this instant; a
-policy that starts a job now checks it against the real free map too.
+given back at its planned end: its expected end, or for a job that outlived
+its estimate the instant ``scheduler.planning.overdue`` plans (the rule EASY's
+shadow time uses too; build the ends with
+:func:`~scheduler.planning.overdue.planned_releases`). A release before ``now``
+is refused: the profile has no rule of its own for overdue jobs.
 
 Storage is column-major, one ``list[int]`` per machine position, rather than
 one vector per breakpoint: the questions asked of the profile are "the least
@@ -61,7 +61,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.planning.easy_shadow import releases_in_order
 from scheduler.planning.placement import Placement
 from scheduler.planning.profile_batch import Booking, sweep_many, sweep_one
 from scheduler.planning.step_function import merge, scan, split
@@ -91,9 +90,14 @@ class Profile:
         pos = {mid: k for k, mid in enumerate(ids)}
         times = [now]
         cols = [[free[mid]] for mid in ids]
-        for t, parts in releases_in_order(now, ends):
+        for t, parts in sorted(ends, key=_time):
+            if t < now:
+                raise ValueError(
+                    f"a release at {t} is before the profile's start {now}: plan overdue "
+                    "jobs with scheduler.planning.overdue"
+                )
             # Ends at the same instant share one breakpoint (releases are sorted),
-            # and an overdue end lands on ``now`` itself.
+            # and an end at ``now`` lands on ``now`` itself.
             if t != times[-1]:
                 times.append(t)
                 for col in cols:
@@ -428,3 +432,7 @@ class Profile:
     def _merge(self, i: int) -> None:
         """Drop breakpoint ``i`` if it changes nothing (never the first one, ``now``)."""
         merge(self._times, self._lists(), i)
+
+
+def _time(release: tuple[float, object]) -> float:
+    return release[0]

@@ -6,8 +6,8 @@ plan into the future on the same object: a sorted list of breakpoint
 ``times`` and, per machine, a column of free-CPU counts, one per breakpoint;
 the value at a breakpoint holds until the next one, and the last holds for
 ever. Equal neighbours are merged after every change, so every breakpoint
-after the first is an instant where something changes (issue 7: EG-EDF used
-to keep its own copy of this code).
+after the first is an instant where something changes. One implementation, so
+that a fix or a speed-up of the one is one of both.
 
 The functions below are that step function's three operations, on plain
 lists so that the hot loops run on locals:

@@ -16,10 +16,11 @@ Reservations are promises kept across events: the core hands back the last
 decision's reservations in ``snapshot.reservations``. At each decision
 
 1. the profile (``scheduler.planning.profile``) is built from the running jobs'
-   estimated ends (an overdue end counts as now);
+   planned ends (their estimated ends; a job that outlived its estimate is
+   planned by ``scheduler.planning.overdue``, the rule every planner shares);
 2. every previous reservation of a still-queued job is booked at its old
    start (now, if that has passed) and parts, for its estimate on those
-   parts. If they do not all fit (a running job outlived its estimate and
+   parts. If they do not all fit (a running job outlived its planned end and
    holds CPUs they were promised), they are booked one by one in priority
    order and a promise that no longer fits is re-placed at its earliest fit
    in step 3: the only way a reservation moves later;
@@ -31,9 +32,9 @@ decision's reservations in ``snapshot.reservations``. At each decision
 4. in priority order, every job without a reservation gets its earliest fit
    around what is booked.
 
-A job whose reservation is at ``now`` starts (if its CPUs are really free: an
-overdue job's CPUs are only planned free); every other job is returned as a
-reservation. With exact estimates no reservation ever moves later and every
+A job whose reservation is at ``now`` starts if its CPUs are really free (a
+job planned to end exactly now may not have ended yet); every other job is
+returned as a reservation. With exact estimates no reservation ever moves later and every
 job starts at or before its first reservation (property tests). A job the
 placement rule can never place (``single`` and a job wider than every
 machine) gets no reservation and holds nothing back.
@@ -58,6 +59,7 @@ from model.allocation import pace
 from model.job import Job
 from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
+from scheduler.planning.overdue import planned_releases
 from scheduler.planning.placement import Placement
 from scheduler.planning.prediction import PlanRule
 from scheduler.planning.profile import Profile
@@ -91,7 +93,7 @@ class ConservativeBackfill:
             now=now,
             machines=machines,
             free=snapshot.free,
-            ends=[(r.est_end, r.parts) for r in snapshot.running],
+            ends=planned_releases(now, snapshot.running),
         )
 
         # job id -> (start, end, parts) of its booking in ``profile``.
@@ -149,7 +151,7 @@ class ConservativeBackfill:
                 if moved is not None:
                     booked[job.id] = moved
                 continue
-            # The promise no longer fits: a running job outlived its estimate and
+            # The promise no longer fits: a running job outlived its planned end and
             # still holds the CPUs (or a machine left). Re-place the job at its
             # earliest fit; this is the only way a reservation moves later.
             new = earliest(job)
@@ -179,8 +181,8 @@ class ConservativeBackfill:
                 take(free, parts)
                 starts.append(Start(job, parts))
                 continue
-            # A reservation at ``now`` whose CPUs are still held by an overdue job
-            # waits for that job's end, like any other reservation.
+            # A reservation at ``now`` whose CPUs are still held (by a job planned to
+            # end exactly now) waits for that job's end, like any other reservation.
             kept = previous.get(job.id)
             if kept is not None and kept.start == start and kept.parts == parts and kept.job is job:
                 reservations.append(kept)  # unchanged: no new object per job per event

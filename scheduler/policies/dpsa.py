@@ -1,8 +1,7 @@
 """DPSA: EASY's reservation, then an exhaustive search for the best hole filling.
 
 Grudenic and Bogunovic, "Computer Cluster Scheduling Algorithm Based on Time
-Bounded Dynamic Programming" (``../shared/papers/dpsa-time-bounded-dynamic-
-programming.md``), sec. III.B and its Fig. 2, line by line:
+Bounded Dynamic Programming", sec. III.B and its Fig. 2, line by line:
 
 * lines 3-7: jobs start in priority order while the top one fits (as EASY);
 * line 8: the first that does not fit, ``p0``, gets EASY's reservation: the

@@ -54,8 +54,8 @@ A job that fits no machine (``procs`` above every machine's CPUs) is skipped:
 it stays queued with no reservation and holds nothing back. The twin reports
 it stuck at the end of a replay, so EG-EDF needs a cluster where every job
 fits one machine. A slot whose start is now starts if its machine really has
-the CPUs (an overdue job's CPUs are only planned free); otherwise it waits as
-a reservation at now.
+the CPUs (a job planned to end exactly now may not have ended yet); otherwise
+it waits as a reservation at now.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ its machine), and the core hands them back in ``snapshot.reservations``. At
 the next event :meth:`Plan.from_snapshot`
 
 1. books every slot again on its machine, in its previous order, beside the
-   running jobs' estimated ends (an overdue end counts as now, a slot whose
-   start has passed starts now);
+   running jobs' planned ends (their estimated ends; a job that outlived its
+   estimate is planned by ``scheduler.planning.overdue``, the rule every
+   planner shares); a slot whose start has passed starts now;
 2. *compacts* the plan against reality, since jobs end before (or after)
    their estimates: machine by machine, in plan order, each slot moves to the
    earliest start that fits, never before now and, with ``keep_order`` (the
@@ -57,6 +58,7 @@ from dataclasses import dataclass, field
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
+from scheduler.planning.overdue import in_planned_order, planned_end
 from scheduler.planning.step_function import Timeline
 
 _INF = math.inf
@@ -211,15 +213,19 @@ class Plan:
         fresh = [j for j in snapshot.queue if j.id in queued] if queued else []
 
         # Releases of the machines that run something; most of a grid's are idle.
+        # In planned-end order (``Timeline.of_releases`` wants them sorted); an overdue
+        # job's planned end is ``planned_end``'s, ``est_end`` otherwise.
         releases: dict[str, list[tuple[float, int]]] = {}
+        running = in_planned_order(now, snapshot.running)
         if len(machines) == 1:
             # One machine, the usual trace cluster: every running job is on it.
             releases[machines[0].id] = [
-                (r.est_end if r.est_end > now else now, r.cpus) for r in snapshot.running
+                (r.est_end if r.est_end >= now else planned_end(r.est_end, now), r.cpus)
+                for r in running
             ]
         else:
-            for run in snapshot.running:
-                t = run.est_end if run.est_end > now else now
+            for run in running:
+                t = run.est_end if run.est_end >= now else planned_end(run.est_end, now)
                 for p in run.parts:
                     releases.setdefault(p.machine, []).append((t, p.cpus))
 

@@ -1,13 +1,12 @@
 """FCFS-malleable: FCFS that makes room by virtual malleability.
 
 Utrera et al., "A Job Scheduling Approach for Multi-core Clusters Based on
-Virtual Malleability", sec. 3.1, Algorithm 1 and Fig. 2(c); DESIGN.md,
-"Virtual malleability". A malleable job keeps its ``p`` processes and runs
-on ``c`` CPUs with ``ceil(p/2) <= c <= p`` (MPL ``p/c`` at most 2, the
-paper's maximum); expanded means ``c = p``. How fast it progresses at an MPL
-is not this module's business: the core and the twin both take it from the
-shared execution model (``model.execution``, the paper's formula (3), with
-formula (4)'s ``OV`` as its ``overhead``). The paper's metrics are
+Virtual Malleability", sec. 3.1, Algorithm 1 and Fig. 2(c). A malleable job
+keeps its ``p`` processes and runs on ``c`` CPUs with ``ceil(p/2) <= c <= p``
+(MPL ``p/c`` at most 2, the paper's maximum); expanded means ``c = p``. How
+fast it progresses at an MPL is not this module's business: the core and the
+twin both take it from the shared execution model (``model.execution``, the
+paper's formula (3), with formula (4)'s ``OV`` as its ``overhead``). The paper's metrics are
 ``model.metrics``: slowdown (1) is ``malleable_slowdown_mean`` (no tau),
 fragmentation (2) is ``fragmentation``.
 

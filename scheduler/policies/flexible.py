@@ -1,6 +1,6 @@
 """Flexible backfilling: EASY backfilling in the order of a priority recomputed at every event.
 
-Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
+Source: the EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini),
 section 3.1 and the set-up of section 4. At every scheduling event (job
 submission and completion) the priority ``P(J) = Aging + Deadline +
 WaitMinimization`` of every queued job is recomputed from zero

@@ -1,8 +1,7 @@
 """Fair-share priority with usage decay.
 
-Source: "Scheduling Algorithms" (``../shared/papers/scheduling-algorithms-fifo-
-backfill-fairshare-multifactor.md``), the fair-share section and its worked
-example with users jack and jill on a four-node cluster.
+Source: "Scheduling Algorithms", the fair-share section and its worked example
+with users jack and jill on a four-node cluster.
 
 Theory of operation. Every user (or group, ``by="group"``) owns a share ``S``
 of the cluster, a fraction in ``[0, 1]``. Their recent use of the cluster is
@@ -53,7 +52,7 @@ Choices, each stated because the text leaves it open or contradicts itself:
   registered) usage is taken as 0: ``P = S``.
 
 Cost: ``order`` runs at every scheduling event with queues of thousands of
-jobs and hundreds of users (issue 7: it made EASY seven times slower on
+jobs and hundreds of users (done naively, it made EASY seven times slower on
 KTH-SP2), so it does only what the queue's order depends on. ``U`` is
 computed for the names that have a job in the queue, not for every name ever
 seen (those are only counted, for the unlisted share); a name's decayed
@@ -68,7 +67,8 @@ jobs are worked out again, with the same arithmetic, so the floats are the
 ones the reference gives bit for bit. What is left per event is a few
 dictionary look-ups per touched or running name, the sort of the names and
 the concatenation of their lists: on KTH-SP2 about 1.9 times plain EASY in
-instructions, 2.0 to 2.3 times in CPU seconds (issue 7 asks 2). The reference
+instructions, 2.0 to 2.3 times in CPU seconds (the target is 2: ``bench.replay``).
+The reference
 (:meth:`_queue_table`) may differ from the full :meth:`FairShare.standings`
 in the last bits of a float (the running use is added after the decayed sum,
 not before); priorities are compared rounded to 1e-9, and on KTH-SP2 the

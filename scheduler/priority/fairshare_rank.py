@@ -4,8 +4,8 @@
 scheduling event, and between two events most queued names' standing has not
 moved: a name with no running job and no charge since the last event has the
 same share, the same remembered decayed sum and the same capacity, so the same
-``P`` (issue 7: recomputing it at every event made fair-share cost twice plain
-EASY). This module keeps, per core and per source, each queued name's entry
+``P`` (recomputing it at every event made fair-share cost twice plain EASY on
+a trace replay). This module keeps, per core and per source, each queued name's entry
 (``fairshare_state``) and works out again only
 
 * the names touched since the last event: the queue index lists each name

@@ -1,6 +1,6 @@
 """Flexible backfilling's priority: Aging + Deadline + Wait Minimisation.
 
-Source: the EG-EDF paper (``../shared/papers/eg-edf-tabu-grid-scheduling.md``),
+Source: the EG-EDF paper (Klusacek, Rudova, Baraglia, Pasquali and Capannini),
 section 3.1, "Flexible Backfilling" (after that paper's reference [20]).
 The policy that backfills in this order is ``scheduler.policies.flexible``
 (this module is named for what it holds, the score, so the two differ).

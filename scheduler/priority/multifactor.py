@@ -1,9 +1,8 @@
 """Multi-factor priority: age, fair-share, size and QoS, weighted and summed.
 
-Source: "Scheduling Algorithms" (``../shared/papers/scheduling-algorithms-fifo-
-backfill-fairshare-multifactor.md``), section "Multi-factor prioritization",
-in the shape of Slurm's priority/multifactor plugin. Of the text's factors,
-those a priority can express are here: job age ("increasing its priority over
+Source: "Scheduling Algorithms", section "Multi-factor prioritization", in the
+shape of Slurm's priority/multifactor plugin. Of the text's factors, those a
+priority can express are here: job age ("increasing its priority over
 time"), the fair-share of the section before it, job size ("on the largest
 supercomputing clusters in the world, there's usually an effort to favor very
 large jobs"), and QoS with emergency runs ("give emergency jobs the highest

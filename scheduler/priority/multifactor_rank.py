@@ -11,7 +11,7 @@ queues never hold a job a week), its priority is ``a * now + K`` with
     K = W[name] + Z - a * submit,
 
 so all such jobs rise at the same rate and their order does not change with
-the clock (issue 7's idea). This module keeps the queued jobs sorted by
+the clock. This module keeps the queued jobs sorted by
 ``(-K, submit, arrival)`` and updates that order as things change, instead of
 computing and sorting every job's key at every event:
 

@@ -43,7 +43,7 @@ Everything the actor decides lives in those sans-I/O modules, over one
 transactions and keeps time. ``now`` is read once per batch from the
 injected :class:`~scheduler.runtime.clock.Clock` (cluster seconds = wall seconds x K).
 
-*Bad input* (DESIGN.md, "Trust and faults"). A payload that fails to decode,
+*Bad input*: no input ends the process. A payload that fails to decode,
 or a valid message on a topic where it makes no sense, is counted in
 ``accordion_scheduler_bad_messages_total{reason}``, answered with an
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around

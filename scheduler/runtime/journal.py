@@ -54,6 +54,11 @@ written by :meth:`Journal.record_hold` with a ``held`` history event, cleared
 by its next start, requeue or end), so a restarted scheduler waits it out
 before declaring the parts lost, whichever job events it journals.
 
+Placements in job events (schema 7). A ``running`` or ``resized`` job event
+keeps the job's parts from then on (``job_events.parts``), so a history
+request tells where a job ran as well as when (``accordion gantt``); NULL in
+older rows.
+
 The tables and their migrations are in ``scheduler.runtime.journal_schema``; the
 values a reader gets in ``scheduler.runtime.journal_records`` (re-exported here).
 
@@ -71,7 +76,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal, Self
 
-from broker.messages import JobEvent, JobSpec
+from broker.messages import JobEvent, JobSpec, PartSpec
 from broker.storage import STORED_PROTOCOLS, spec_to_json
 from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import JobEventKind
@@ -87,6 +92,7 @@ from scheduler.runtime.journal_records import (
     TotalKey,
     labels_of,
     labels_text,
+    parts_of,
     parts_text,
     row_event,
     row_job,
@@ -318,7 +324,7 @@ class Journal:
         with self.transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO job_events(job_id, seq, at, event, detail, "
-                "cpus_before, cpus_after) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "cpus_before, cpus_after, parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     event.job_id,
                     event.seq,
@@ -327,6 +333,9 @@ class Journal:
                     event.detail or None,
                     event.cpus_before,
                     event.cpus_after,
+                    parts_text([Part(p.machine, p.cpus) for p in event.parts])
+                    if event.parts
+                    else None,
                 ),
             )
 
@@ -335,7 +344,7 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after FROM job_events "
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts FROM job_events "
                 "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
@@ -348,8 +357,9 @@ class Journal:
                     detail=d or "",
                     cpus_before=before,
                     cpus_after=after,
+                    parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                 )
-                for seq, at, kind, d, before, after in rows
+                for seq, at, kind, d, before, after, parts in rows
             ]
         return out
 

@@ -21,7 +21,9 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    never told them apart;
 6. ``job_events.event`` (protocol 2): the column that was ``state`` holds what
    happened (``broker.vocabulary.JobEventKind``), as it always did; the
-   migration renames it, and the values (``queued``, ``resized`` ...) stay.
+   migration renames it, and the values (``queued``, ``resized`` ...) stay;
+7. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
+   on (JSON, as ``jobs.parts``), NULL in older rows.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -35,7 +37,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -71,6 +73,7 @@ CREATE TABLE IF NOT EXISTS job_events (
     detail TEXT,
     cpus_before INTEGER,
     cpus_after INTEGER,
+    parts TEXT,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (
@@ -111,9 +114,13 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns, added to the tables an older scheduler made.
+    # columns and schema 7 the events' parts, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
-    _add_columns(db, "job_events", [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER")])
+    _add_columns(
+        db,
+        "job_events",
+        [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER"), ("parts", "TEXT")],
+    )
     _add_columns(db, "jobs", [("held_until", "REAL"), ("uncharged", "INTEGER NOT NULL DEFAULT 0")])
     if "state" in _columns(db, "job_events"):
         # Schema 6 (a schema-1 file had no job_events: it was just made with ``event``).

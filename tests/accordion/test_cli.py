@@ -49,6 +49,8 @@ def test_simulate_writes_csv_json_swf(trace: Path, tmp_path: Path) -> None:
         "response",
         "bounded_slowdown",
         "deadline_met",
+        "segments",
+        "deadline",
         "predicted_start",
     }
     assert {row["predicted_start"] for row in rows} == {""}  # not asked for

@@ -7,7 +7,7 @@ import pytest
 from accordion.client.specs import MAX_MPI_COMPUTE, job_spec, mpi_of, spec_of
 from accordion.errors import UserError
 from broker.messages import MpiSpec
-from model.job import Job
+from tests.builders import job
 
 
 def test_submit_flags_become_the_jobs_mpi_spec() -> None:
@@ -35,13 +35,13 @@ def test_malformed_parameters_are_user_errors(flags: dict[str, object], why: str
 
 
 def test_a_trace_job_shares_its_run_time_among_the_iterations() -> None:
-    job = Job(id="7", submit=0.0, procs=2, walltime=100.0, runtime=40.0)
-    spec = spec_of(job, mpi=MpiSpec(iterations=8, message_bytes=64, pattern="barrier"))
+    traced = job("7", 2, walltime=100.0, runtime=40.0)
+    spec = spec_of(traced, mpi=MpiSpec(iterations=8, message_bytes=64, pattern="barrier"))
     assert spec.workload == "mpi"
     assert spec.mpi == MpiSpec(iterations=8, compute=5.0, message_bytes=64, pattern="barrier")
-    long = Job(id="8", submit=0.0, procs=2, walltime=1e5, runtime=10 * MAX_MPI_COMPUTE + 1)
+    long = job("8", 2, walltime=1e5, runtime=10 * MAX_MPI_COMPUTE + 1)
     stretched = spec_of(long, mpi=MpiSpec(iterations=2))
     assert stretched.mpi is not None
     assert stretched.mpi.iterations == 11  # no iteration over the wire's bound
     assert stretched.mpi.compute <= MAX_MPI_COMPUTE
-    assert spec_of(job).workload == "sleep"
+    assert spec_of(traced).workload == "sleep"

@@ -84,7 +84,7 @@ def test_a_long_overlap_is_a_duplicate() -> None:
 
 
 def test_a_stale_attempt_forked_after_the_new_one_is_a_duplicate_however_brief() -> None:
-    # Issue 9's agent-freeze case: attempt 1 appears after attempt 2, for one sample.
+    # The fault matrix's agent-freeze case: attempt 1 appears after attempt 2, for one sample.
     log = fed([{20: A2}, {20: A2, 21: A1}, {20: A2}])
     (overlap,) = log.beyond(ALLOWANCE)
     assert overlap.stale_start

@@ -16,6 +16,7 @@ from bench.replay.textbook_easy import textbook_easy
 from model.job import Job
 from model.machine import Machine
 from scheduler.policies.easy import EasyBackfill
+from tests.builders import job
 from twin.simulate import simulate
 
 
@@ -27,12 +28,12 @@ def workload(seed: int, n: int = 300, cpus: int = 32) -> list[Job]:
         t += rng.choice([0.0, rng.expovariate(1 / 30)])
         runtime = float(rng.randint(1, 400))
         jobs.append(
-            Job(
-                id=f"j{i}",
+            job(
+                f"j{i}",
+                rng.choice([1, 1, 2, 4, 8, 16, cpus, cpus + 1]),
                 submit=t,
-                procs=rng.choice([1, 1, 2, 4, 8, 16, cpus, cpus + 1]),
                 runtime=runtime,
-                # Overdue jobs too (runtime above the estimate): their end counts as now.
+                # Overdue jobs too (runtime above the estimate): scheduler.planning.overdue.
                 walltime=runtime * rng.choice([0.5, 1.0, 1.0, 2.0, 5.0]),
             )
         )

@@ -1,25 +1,14 @@
-"""Fixtures of the broker tests: every async test runs on asyncio and on uvloop.
+"""Fixtures of the broker tests (their async tests run on both loops: ``tests/conftest.py``).
 
 The real brokers come from ``tests/conftest.py`` (one of each for the whole run).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Mapping
-
 import pytest
-import uvloop
 from _pytest.terminal import TerminalReporter
 
 from tests.broker.scenarios import LATENCIES
-
-
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """pytest-asyncio's hook: parametrize every async test over these loops."""
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 def pytest_terminal_summary(terminalreporter: TerminalReporter, config: pytest.Config) -> None:

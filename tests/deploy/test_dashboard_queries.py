@@ -37,9 +37,9 @@ import pytest
 from accordion.client.live_client import connect, run_async
 from accordion.cluster.local_cluster import LocalCluster
 from broker.local import free_port
-from broker.messages import JobSpec
 from model.machine import Machine
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 from tests.deploy.prometheus_tools import prometheus_tool
 from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec
@@ -151,8 +151,7 @@ async def _workload(cluster: LocalCluster) -> tuple[str, int]:
     async with connect(cluster.broker_url, cluster.root, timeout=10.0) as client:
         await cluster.ready(client, timeout=BOUND)
         specs = [
-            JobSpec(id=f"d{i}", procs=1 + i % 3, walltime=200.0, work=20.0 + 5 * (i % 4))
-            for i in range(JOBS)
+            spec(f"d{i}", 1 + i % 3, walltime=200.0, work=20.0 + 5 * (i % 4)) for i in range(JOBS)
         ]
         reply = await client.submit(specs)
         assert all(r.accepted for r in reply.results), reply

@@ -2,8 +2,8 @@
 
 Run by ``scripts/test-compose`` (which sets ``ACCORDION_TESTBED=1``, and skips
 with its reason when no Docker daemon answers); a plain ``pytest`` skips it.
-It needs the images compose.yaml names (``../shared/tools/offline-images.sh``
-builds stand-ins where no registry is reachable) and builds its own tag of
+It needs the images compose.yaml names (``scripts/test-compose`` says where
+stand-ins come from when no registry is reachable) and builds its own tag of
 the accordion image (``ACCORDION_IMAGE``) from the Dockerfile, so it never
 touches the ``accordion:local`` a developer uses.
 

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 
 from broker import messages as m
 from broker.codec import encode
+from tests.builders import spec
 
-JOB = m.JobSpec(id="fz-1", procs=2, walltime=100.0, work=10.0, user="alice")
+JOB = spec("fz-1", 2, walltime=100.0, work=10.0, user="alice")
 
-# The poison payloads: an invalid UTF-8 string, bare and as a map's value.
+# Poison payloads: an invalid UTF-8 string, bare and as a map's value (msgspec lets a
+# UnicodeDecodeError escape on them, which the codec must turn into a WireError).
 POISON = (bytes.fromhex("a1ff"), bytes.fromhex("81a46b696e64a1ff"))
 
 

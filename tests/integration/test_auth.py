@@ -2,8 +2,8 @@
 
 A Mosquitto of this module's own runs with ``allow_anonymous false``, the
 generated password file (Mosquitto's ``$7$`` hashes, written by us) and ACL
-file. Each role does what it must; each forged action of the issue is denied
-by the broker. A denial is checked without waiting on a clock: after the
+file. Each role does what it must; each action a role must not take (a
+forgery) is denied by the broker. A denial is checked without waiting on a clock: after the
 forged publish (Mosquitto acknowledges it and drops it), a legitimate sender
 publishes a sentinel to the same receiver; Mosquitto routes in the order it
 received, so by the time the sentinel arrives anything forged would have too.
@@ -318,7 +318,7 @@ async def test_a_denied_forgers_dropped_connection_leaves_no_unread_error(
 ) -> None:
     """Mosquitto closes the connection of a client whose publish it denied. A client
     closed right after must leave no "Future exception was never retrieved" behind
-    (issue 9: aiomqtt kept why the broker dropped it in a future nobody read)."""
+    (aiomqtt used to keep why the broker dropped it in a future nobody read)."""
     broker, _ = secured
     loop = asyncio.get_running_loop()
     reported: list[str] = []

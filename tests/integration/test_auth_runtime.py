@@ -238,7 +238,8 @@ async def test_a_user_hears_only_their_own_replies_and_events(cluster: LocalClus
 
 
 async def test_forged_messages_change_nothing(cluster: LocalCluster) -> None:
-    """Issue 9's forgeries, by a logged-in user, against the running scheduler."""
+    """Forgeries (a message of each kind a user must not send), by a logged-in user,
+    against the running scheduler."""
     t = uuid.uuid4().hex[:6]
     topics = Topics(cluster.root)
     async with fake_agent(cluster) as agent, as_user(cluster, "alice") as alice:

@@ -2,8 +2,8 @@
 
 The scheduler (``python -m scheduler``), an agent (``python -m nodeagent``)
 and the job process it starts run as OS processes on a Mosquitto of this
-test's own (it is killed and restarted). The issue's poison payloads (invalid
-UTF-8 in a msgpack string) and a few hundred fuzzed payloads that do not
+test's own (it is killed and restarted). Poison payloads (invalid UTF-8 in a
+msgpack string) and a few hundred fuzzed payloads that do not
 decode go to every topic each of them reads; then the broker is SIGKILLed and restarted on the
 same port. Every process must still be alive, and the job must finish once,
 in the process that started it.
@@ -24,11 +24,12 @@ from uuid import uuid4
 import pytest
 
 from broker.codec import WireError, decode, encode
-from broker.messages import JobEvent, JobSpec, StatusReply, StatusRequest, SubmitJobs, SubmitReply
+from broker.messages import JobEvent, StatusReply, StatusRequest, SubmitJobs, SubmitReply
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from tests.broker.scenarios import Inbox
 from tests.brokers import MosquittoProcess
+from tests.builders import spec
 from tests.fuzz.corpus import BY_NAME, payloads
 
 pytestmark = pytest.mark.integration
@@ -112,7 +113,7 @@ async def test_poison_and_a_broker_restart_end_no_process(
         async with asyncio.timeout(30):
             while not (await ask_status(cli, box, topics, 0)).machines:
                 pass
-        job = JobSpec(id="long", procs=1, walltime=1000.0, work=60.0)  # 6 s at scale 10
+        job = spec("long", walltime=1000.0, work=60.0)  # 6 s at scale 10
         await cli.publish(
             topics.requests, encode(SubmitJobs(request_id="s1", reply_to="cli", jobs=(job,)))
         )

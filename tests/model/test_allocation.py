@@ -6,24 +6,10 @@ import pytest
 
 from model.allocation import Allocation, EmptyAllocationError, pace
 from model.execution import AllocationError, ExecutionModel
-from model.job import Job
 from model.machine import Part
+from tests.builders import job
 
 SPEEDS = {"fast": 2.0, "slow": 0.5, "mid": 1.0}
-
-
-def job(procs: int = 8, *, ref_speed: float = 1.0, cpu_util: float = 1.0) -> Job:
-    return Job(
-        id="j",
-        submit=0.0,
-        user="u",
-        procs=procs,
-        walltime=100.0,
-        runtime=80.0,
-        ref_speed=ref_speed,
-        cpu_util=cpu_util,
-        malleable=True,
-    )
 
 
 def test_a_job_spanning_machines_goes_at_its_slowest_parts_pace() -> None:
@@ -38,11 +24,11 @@ def test_rate_is_the_execution_models_at_the_pace_and_mpl() -> None:
     alloc = Allocation.of((Part("fast", 2), Part("mid", 2)), SPEEDS)
     assert alloc.mpl(8) == 2.0
     # MPL 2 at u = 1 halves the speed ratio (pace 1.0 / reference 1.0).
-    assert alloc.rate(job(8), ExecutionModel()) == 0.5
-    assert alloc.rate(job(4), ExecutionModel()) == 1.0
-    assert alloc.rate(job(4, ref_speed=2.0), ExecutionModel()) == 0.5
+    assert alloc.rate(job("j", 8), ExecutionModel()) == 0.5
+    assert alloc.rate(job("j", 4), ExecutionModel()) == 1.0
+    assert alloc.rate(job("j", 4, ref_speed=2.0), ExecutionModel()) == 0.5
     with pytest.raises(AllocationError):
-        alloc.rate(job(9), ExecutionModel())
+        alloc.rate(job("j", 9), ExecutionModel())
 
 
 def test_expanded_runtime_is_the_work_at_mpl_one_on_the_pace() -> None:

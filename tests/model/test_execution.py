@@ -1,4 +1,5 @@
-"""The one execution model (DESIGN.md point 4, FCFS-malleable formula (3)/(4))."""
+"""The one execution model, shared by the twin and the live agents (FCFS-malleable
+paper, formulas (3) and (4))."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_rate_is_between_half_and_full_speed(
     assert speed / 2 - 1e-12 <= r <= speed + 1e-12
 
 
-# -- the named models (DESIGN.md "Execution models") --------------------------------
+# -- the named models (the readings of formulas (3)/(4)) ----------------------------
 
 
 def _time(model: ExecutionModel, *, procs: int, cpus: int, u: float, job: str = "j") -> float:

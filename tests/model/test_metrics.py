@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model.job import Job
 from model.machine import Part
 from model.metrics import DEFAULT_TAU, ScheduleMetrics, compute_metrics
 from model.outcome import JobOutcome, Segment
+from tests.builders import job
 
 TB = "virtual trace seconds"
 
@@ -36,12 +36,13 @@ def outcome(
     if segments is None:
         segments = (Segment(start, end, procs),)
     return JobOutcome(
-        job=Job(
-            id=jid,
+        job=job(
+            jid,
+            procs,
             submit=submit,
-            procs=procs,
             walltime=max(end - start, 1.0),
             deadline=deadline,
+            runtime=None,
             malleable=any(s.cpus < procs for s in segments),
         ),
         start=start,

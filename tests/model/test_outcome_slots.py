@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from model.job import Job
 from model.machine import Part
 from model.outcome import JobOutcome, Segment, make_outcome, make_segment
+from tests.builders import job
 
 TIMES = st.floats(0, 1e7, allow_nan=False)
 
@@ -16,12 +16,12 @@ TIMES = st.floats(0, 1e7, allow_nan=False)
 def test_built_through_the_slots_equals_built_by_the_class(
     start: float, length: float, cpus: int, expanded: float
 ) -> None:
-    job = Job(id="j", submit=0.0, procs=cpus, walltime=10.0, runtime=5.0)
+    j = job("j", cpus, walltime=10.0, runtime=5.0)
     seg = make_segment(start, start + length, cpus)
     assert seg == Segment(start, start + length, cpus)
-    out = make_outcome(job, start, start + length, (Part("m", cpus),), (seg,), expanded)
+    out = make_outcome(j, start, start + length, (Part("m", cpus),), (seg,), expanded)
     assert out == JobOutcome(
-        job=job,
+        job=j,
         start=start,
         end=start + length,
         parts=(Part("m", cpus),),
@@ -31,7 +31,7 @@ def test_built_through_the_slots_equals_built_by_the_class(
     assert out.failed is False
     assert hash(out) == hash(
         JobOutcome(
-            job=job,
+            job=j,
             start=start,
             end=start + length,
             parts=(Part("m", cpus),),

@@ -44,6 +44,7 @@ from nodeagent.agent.node_agent import AgentSettings, NodeAgent
 from nodeagent.launch.contract import Launch
 from nodeagent.launch.pipe import PipeSpawn
 from nodeagent.launch.spawn import JobProcess, Spawn
+from tests.builders import spec
 from tests.nodeagent.clock import ManualClock
 
 M = TypeVar("M", bound=Message)
@@ -51,6 +52,9 @@ M = TypeVar("M", bound=Message)
 TOPICS = Topics("test/v1")
 HANG = 30.0
 """Seconds any wait may take before the test fails: bounds a hang, times nothing."""
+UNLIMITED = 1e9
+"""A job's wall time unless a test is about the limit: a loaded machine can take
+longer to start a Python process than the tests' short grace."""
 FAST = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=0.5)
 STOPPED = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=0.5, lease=0.0)
 """For an agent on a stopped clock. No lease: it is renewed by heartbeats, which the
@@ -164,29 +168,6 @@ async def running_agent(
             watcher.cancel()
 
 
-def job(
-    job_id: str = "j1",
-    *,
-    procs: int = 2,
-    work: float = 10.0,
-    walltime: float | None = None,
-    cpu_util: float = 1.0,
-    ref_speed: float = 1.0,
-    malleable: bool = False,
-) -> JobSpec:
-    return JobSpec(
-        id=job_id,
-        procs=procs,
-        # Generous unless a test is about the limit: a loaded machine can take
-        # longer to start a Python process than the tests' short grace.
-        walltime=walltime if walltime is not None else 1e9,
-        work=work,
-        cpu_util=cpu_util,
-        ref_speed=ref_speed,
-        malleable=malleable,
-    )
-
-
 def start(
     spec: JobSpec, *, cpus: int | None = None, pace: float = 1.0, time_scale: float = 1000.0
 ) -> StartPart:
@@ -204,7 +185,7 @@ async def settled(scheduler: Scheduler) -> None:
     """
     marker = f"settled-{len(scheduler.seen)}"
     widest = 1_048_576  # the protocol's largest CPU count: wider than any machine here
-    await scheduler.send(start(job(marker, procs=widest, work=1.0)))
+    await scheduler.send(start(spec(marker, widest, work=1.0, walltime=UNLIMITED)))
     await scheduler.expect(PartFinished, lambda f: f.job_id == marker)
 
 

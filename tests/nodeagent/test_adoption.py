@@ -26,7 +26,6 @@ from broker.messages import (
     AgentOffline,
     AgentOnline,
     Heartbeat,
-    JobSpec,
     MpiSpec,
     PartFinished,
     PartProgress,
@@ -37,6 +36,7 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.agent.cpuset import allowed_list
 from nodeagent.survival.state import start_time
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler
 from tests.nodeagent.test_forkserver_agent_kill import gone, ranks_of
@@ -91,20 +91,20 @@ async def _watching(endpoint: BrokerEndpoint, topics: Topics) -> AsyncIterator[S
 
 
 def _sleep_job(job_id: str, work: float) -> StartPart:
-    spec = JobSpec(id=job_id, procs=1, walltime=1e6, work=work)
-    return StartPart(job=spec, cpus=1, job_cpus=1, time_scale=1.0)
+    job = spec(job_id, work=work, walltime=1e6)
+    return StartPart(job=job, cpus=1, job_cpus=1, time_scale=1.0)
 
 
 def _mpi_job(job_id: str, iterations: int) -> StartPart:
-    spec = JobSpec(
-        id=job_id,
-        procs=2,
-        walltime=1e6,
+    job = spec(
+        job_id,
+        2,
         work=1.0,
+        walltime=1e6,
         workload="mpi",
         mpi=MpiSpec(iterations=iterations, compute=0.02),
     )
-    return StartPart(job=spec, cpus=2, job_cpus=2, time_scale=1.0)
+    return StartPart(job=job, cpus=2, job_cpus=2, time_scale=1.0)
 
 
 async def _alive(pid: int) -> bool:

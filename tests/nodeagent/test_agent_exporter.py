@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.messages import PartFinished
 from nodeagent.agent.exporter import AgentCollector, serve_metrics
 from nodeagent.agent.node_agent import REASONS, AgentStats
-from tests.nodeagent.harness import job, running_agent, start
+from tests.builders import spec
+from tests.nodeagent.harness import UNLIMITED, running_agent, start
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -100,7 +101,7 @@ async def test_metrics_of_a_running_agent() -> None:
         # The agent handles commands in order: once the part it starts next has
         # finished, the malformed one before it has been counted.
         await run.scheduler.send_raw(b"\xc1")
-        await run.scheduler.send(start(job("j1", work=10.0)))
+        await run.scheduler.send(start(spec("j1", 2, work=10.0, walltime=UNLIMITED)))
         await run.scheduler.expect(PartFinished)
         got = samples(generate_latest(registry).decode())
     agent = (("agent", "node1"),)

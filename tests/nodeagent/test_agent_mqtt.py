@@ -35,8 +35,9 @@ from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.launch.contract import EXIT_CANCELLED
 from nodeagent.launch.spawn import MqttSpawn
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
-from tests.nodeagent.harness import HANG, Scheduler, gone, job, start
+from tests.nodeagent.harness import HANG, UNLIMITED, Scheduler, gone, start
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,9 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
                 await scheduler.expect(Heartbeat)
 
                 # A part that completes: 20 units at pace 2 and 100x take 0.1 s.
-                await scheduler.send(start(job("ok", work=20.0), pace=2.0, time_scale=100.0))
+                await scheduler.send(
+                    start(spec("ok", 2, work=20.0, walltime=UNLIMITED), pace=2.0, time_scale=100.0)
+                )
                 started = await scheduler.expect(PartStarted)
                 done = await scheduler.expect(PartFinished)
                 assert (done.reason, done.exit_code) == ("done", 0)
@@ -88,8 +91,8 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
 
                 # A part resized, then cancelled over MQTT. Its work would take a day:
                 # it is still running when the commands arrive, however loaded the machine.
-                spec = job("long", procs=2, work=1e6, malleable=True)
-                await scheduler.send(start(spec, cpus=2, pace=2.0, time_scale=1.0))
+                job = spec("long", 2, work=1e6, walltime=UNLIMITED, malleable=True)
+                await scheduler.send(start(job, cpus=2, pace=2.0, time_scale=1.0))
                 first = await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
                 # Shrink it to MPL 2: the job process applies it (over the retained control topic).
                 await scheduler.send(ResizePart(job_id="long", cpus=1, pace=2.0))
@@ -147,12 +150,16 @@ async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_
             assert online.machine == MachineSpec(
                 id="cli1", cpus=2, speed=1.5, labels=("gpu", "big")
             )
-            await scheduler.send(start(job("j", work=10.0), time_scale=100.0))
+            await scheduler.send(
+                start(spec("j", 2, work=10.0, walltime=UNLIMITED), time_scale=100.0)
+            )
             finished = await scheduler.expect(PartFinished)
             assert finished.reason == "done"
             metrics = await asyncio.to_thread(_scrape, port)
             assert 'accordion_agent_parts_finished_total{agent="cli1",reason="done"} 1.0' in metrics
-            await scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+            await scheduler.send(
+                start(spec("long", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+            )
             await scheduler.expect(PartProgress, lambda p: p.job_id == "long")
             agent.send_signal(signal.SIGTERM)
             async with asyncio.timeout(HANG):
@@ -177,7 +184,9 @@ async def test_killed_cli_agent_is_announced_by_its_will(
         )
         try:
             online = await scheduler.expect(AgentOnline)
-            await scheduler.send(start(job("orphan", work=1e6), time_scale=1.0))
+            await scheduler.send(
+                start(spec("orphan", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+            )
             started = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
             agent.kill()

@@ -19,10 +19,11 @@ from uuid import uuid4
 
 import pytest
 
-from broker.messages import AgentOnline, JobSpec, MpiSpec, PartProgress, PartStarted, StartPart
+from broker.messages import AgentOnline, MpiSpec, PartProgress, PartStarted, StartPart
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.launch.forkserver import MODULE
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.harness import HANG, Scheduler
 
@@ -95,11 +96,11 @@ async def test_a_killed_agent_leaves_no_launcher_and_no_job(
             await scheduler.expect(AgentOnline)
             mpi = MpiSpec(iterations=100_000, compute=0.01) if workload == "mpi" else None
             procs = 2 if workload == "mpi" else 1
-            job = JobSpec(
-                id="victim",
-                procs=procs,
-                walltime=7200.0,
+            job = spec(
+                "victim",
+                procs,
                 work=3600.0,
+                walltime=7200.0,
                 workload=workload,  # type: ignore[arg-type]
                 mpi=mpi,
             )

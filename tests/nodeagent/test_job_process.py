@@ -33,8 +33,9 @@ from broker.messages import (
 from model.execution import ExecutionModel
 from nodeagent.job.sleep_job import JobSettings, SleepJob, main
 from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_DONE, EXIT_LOST, Launch, LaunchError
+from tests.builders import spec
 from tests.nodeagent.clock import ManualClock
-from tests.nodeagent.harness import HANG, TOPICS, Scheduler, job, running_agent, start
+from tests.nodeagent.harness import HANG, TOPICS, UNLIMITED, Scheduler, running_agent, start
 
 REPORT_SKEW = 0.25
 """Wall seconds a report's ``at`` may lag the instant its ``done`` was computed for.
@@ -380,9 +381,11 @@ async def test_progress_follows_the_execution_model(case: Case) -> None:
         procs=procs, cpus=cpus, speed=pace, ref_speed=ref_speed, cpu_util=cpu_util
     )
     speed = rate * time_scale
-    spec = job("m", procs=procs, work=60 * speed, cpu_util=cpu_util, ref_speed=ref_speed)
+    job = spec(
+        "m", procs, work=60 * speed, walltime=UNLIMITED, cpu_util=cpu_util, ref_speed=ref_speed
+    )
     async with running_agent(cpus=8) as run:
-        await run.scheduler.send(start(spec, cpus=cpus, pace=pace, time_scale=time_scale))
+        await run.scheduler.send(start(job, cpus=cpus, pace=pace, time_scale=time_scale))
         started = await run.scheduler.expect(PartStarted)
         await run.scheduler.expect(PartProgress, lambda _: len(run.scheduler.all(PartProgress)) > 1)
         await run.scheduler.send(CancelPart(job_id="m"))
@@ -400,7 +403,9 @@ async def test_a_part_ends_no_sooner_than_the_model_says() -> None:
     # included (it may take longer than the run on a loaded machine: the part then
     # ends as soon as it is up). How much later it ends is the machine's business.
     async with running_agent() as run:
-        await run.scheduler.send(start(job("e", work=50.0), time_scale=100.0))
+        await run.scheduler.send(
+            start(spec("e", 2, work=50.0, walltime=UNLIMITED), time_scale=100.0)
+        )
         started = await run.scheduler.expect(PartStarted)
         finished = await run.scheduler.expect(PartFinished)
     assert (finished.reason, finished.exit_code) == ("done", 0)
@@ -415,9 +420,9 @@ async def test_a_part_ends_no_sooner_than_the_model_says() -> None:
 
 
 async def test_resize_to_mpl_2_halves_the_rate_of_the_remaining_work() -> None:
-    spec = job("r", procs=2, work=1e6, malleable=True)
+    job = spec("r", 2, work=1e6, walltime=UNLIMITED, malleable=True)
     async with running_agent(cpus=4) as run:
-        await run.scheduler.send(start(spec, cpus=2, time_scale=100.0))
+        await run.scheduler.send(start(job, cpus=2, time_scale=100.0))
         started = await run.scheduler.expect(PartStarted)
         first = await run.scheduler.expect(PartProgress)  # the process is up
         await run.scheduler.send(ResizePart(job_id="r", cpus=1, pace=1.0))

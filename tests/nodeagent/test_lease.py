@@ -16,8 +16,9 @@ from nodeagent.agent.settings import AgentSettings
 from nodeagent.job.sleep_job import SleepJob
 from nodeagent.launch.contract import EXIT_CANCELLED, EXIT_LOST, Launch, LaunchError, lease_expired
 from nodeagent.survival.lease import LeaseFile, start_fenced
+from tests.builders import spec
 from tests.nodeagent.clock import ManualClock
-from tests.nodeagent.harness import HANG, TOPICS, command_spawn, job, running_agent
+from tests.nodeagent.harness import HANG, TOPICS, UNLIMITED, command_spawn, running_agent
 
 
 def launch(lease_file: Path | None, lease: float = 10.0, attempt: int = 2) -> Launch:
@@ -115,7 +116,7 @@ class HeldBroker(MemoryBroker):
 
 
 async def test_the_fork_of_an_admitted_start_waits_on_no_broker() -> None:
-    """Issue 9's agent-freeze duplicate: a start passed the fence, then the agent
+    """The fault matrix's agent-freeze duplicate: a start passed the fence, then the agent
     waited for the broker (clearing the job's control topic) before forking; frozen
     there past the lease, it woke after the job was requeued elsewhere and forked
     the stale attempt. Now nothing between the fence and the fork waits on the
@@ -127,8 +128,8 @@ async def test_the_fork_of_an_admitted_start_waits_on_no_broker() -> None:
     spawn = command_spawn("-c", "import time; time.sleep(60)")
     settings = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, lease=30.0)
     async with running_agent(spawn=spawn, settings=settings, broker=broker, clock=clock) as run:
-        spec = job("late", procs=1)
-        command = StartPart(job=spec, cpus=1, pace=1.0, time_scale=1000.0, issued=clock.wall())
+        job = spec("late", work=10.0, walltime=UNLIMITED)
+        command = StartPart(job=job, cpus=1, pace=1.0, time_scale=1000.0, issued=clock.wall())
         await run.scheduler.send(command)
         async with asyncio.timeout(HANG):
             await broker.held.wait()

@@ -2,7 +2,7 @@
 
 Each job here runs real rank processes (``nodeagent.job.ranks``) under a real job
 process relayed to the memory broker. Pinning is read back from
-``/proc/PID/status`` (``Cpus_allowed_list``), as the issue asks. Waits are for
+``/proc/PID/status`` (``Cpus_allowed_list``), what the kernel applies. Waits are for
 conditions (a report, a pinning seen in /proc), each bounded by ``HANG``.
 """
 
@@ -33,6 +33,7 @@ from model.execution import DEFAULT_MODEL
 from nodeagent.agent.cpuset import allowed_list, children
 from nodeagent.agent.node_agent import AgentSettings
 from scheduler.live.dispatch import rank_shares
+from tests.builders import spec
 from tests.nodeagent.harness import HANG, TOPICS, Running, gone, running_agent
 
 CORES = tuple(sorted(os.sched_getaffinity(0)))[:2]
@@ -49,11 +50,11 @@ def mpi_job(
     pattern: str = "allreduce",
     message_bytes: int = 4096,
 ) -> JobSpec:
-    return JobSpec(
-        id=job_id,
-        procs=procs,
-        walltime=1e9,
+    return spec(
+        job_id,
+        procs,
         work=10.0,
+        walltime=1e9,
         workload="mpi",
         malleable=True,
         mpi=MpiSpec(
@@ -114,8 +115,8 @@ async def test_an_mpi_job_runs_its_iterations_and_reports_u() -> None:
 
 async def test_a_barrier_job_finishes() -> None:
     async with running_agent(cpus=2, settings=SETTINGS) as run:
-        spec = mpi_job("b1", pattern="barrier", message_bytes=0)
-        await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+        job = mpi_job("b1", pattern="barrier", message_bytes=0)
+        await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
         done = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "b1")
         assert (done.reason, done.exit_code) == ("done", 0)
 
@@ -124,8 +125,8 @@ async def test_a_barrier_job_finishes() -> None:
 async def test_shrink_packs_two_ranks_on_one_core_and_slows_them_by_the_model() -> None:
     a, b = (str(c) for c in CORES)
     async with running_agent(cpus=2, settings=SETTINGS) as run:
-        spec = mpi_job("s1", iterations=1000, compute=0.05, pattern="barrier", message_bytes=0)
-        await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+        job = mpi_job("s1", iterations=1000, compute=0.05, pattern="barrier", message_bytes=0)
+        await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
         started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "s1")
         ranks = await ranks_of(started.pid, 2)
         await pinned(ranks, [a, b])  # expanded: one rank per core
@@ -190,8 +191,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 async def test_a_rank_crash_fails_the_job_naming_the_rank_and_its_status() -> None:
     async with running_agent(cpus=2, settings=SETTINGS) as run:
-        spec = mpi_job("c1", iterations=100_000, compute=0.01)
-        await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+        job = mpi_job("c1", iterations=100_000, compute=0.01)
+        await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
         started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "c1")
         ranks = await ranks_of(started.pid, 2)
         os.kill(ranks[1], signal.SIGKILL)
@@ -204,8 +205,8 @@ async def test_a_rank_crash_fails_the_job_naming_the_rank_and_its_status() -> No
 
 async def test_a_cancel_leaves_no_rank_behind() -> None:
     async with running_agent(cpus=2, settings=SETTINGS) as run:
-        spec = mpi_job("k1", procs=4, iterations=100_000, compute=0.01)
-        await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+        job = mpi_job("k1", procs=4, iterations=100_000, compute=0.01)
+        await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
         started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "k1")
         ranks = await ranks_of(started.pid, 4)
         await progress(run, "k1", 0)
@@ -220,8 +221,8 @@ async def test_a_cancel_leaves_no_rank_behind() -> None:
 async def test_a_resize_while_ranks_start_is_applied_once_they_are_found() -> None:
     a = str(CORES[0])
     async with running_agent(cpus=2, settings=SETTINGS) as run:
-        spec = mpi_job("r1", iterations=100_000, compute=0.01)
-        await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+        job = mpi_job("r1", iterations=100_000, compute=0.01)
+        await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
         # Sent right behind the start: the agent handles it before the leader's
         # interpreter is up, let alone its ranks forked.
         await run.scheduler.send(ResizePart(job_id="r1", cpus=1, job_cpus=1))
@@ -254,7 +255,7 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
         # that reduced only its own ranks (or an iteration's frames crossed) fails.
         # Long enough (about 1 CPU-second a rank) that the resize and its re-pinning
         # land while the ranks still run, however idle the machine.
-        spec = mpi_job("x1", procs=4, iterations=200, compute=0.005, message_bytes=64)
+        job = mpi_job("x1", procs=4, iterations=200, compute=0.005, message_bytes=64)
         # Hostile and stale frames waiting on the job's topics (retained): an earlier
         # attempt's, a truncated one, one of the wrong size, one of no such part. All
         # are dropped by the leaders; a frame that got in would break the ranks' sums.
@@ -269,7 +270,7 @@ async def test_a_job_spanning_two_agents_reduces_across_them_and_survives_a_resi
             await bus.publish(topic, payload, retain=True)
         await bus.publish(TOPICS.job_ranks("x1", 1), struct.pack("!II", 1, 0) + b"xy")
         for i, run in enumerate((one, two)):
-            start = StartPart(job=spec, cpus=2, part=i, parts=2, job_cpus=4, time_scale=1.0)
+            start = StartPart(job=job, cpus=2, part=i, parts=2, job_cpus=4, time_scale=1.0)
             await run.scheduler.send(start)
         started = await one.scheduler.expect(PartStarted, lambda s: s.job_id == "x1")
         ranks = await ranks_of(started.pid, 2)
@@ -297,13 +298,13 @@ async def test_uneven_parts_split_the_ranks_so_they_sum_to_the_job() -> None:
         running_agent(cpus=1, settings=SETTINGS, name="ua", broker=broker) as one,
         running_agent(cpus=1, settings=SETTINGS, name="ub", broker=broker) as two,
     ):
-        spec = mpi_job("u1", procs=3, iterations=20, compute=0.002, message_bytes=64)
+        job = mpi_job("u1", procs=3, iterations=20, compute=0.002, message_bytes=64)
         shares = rank_shares(3, [1, 1])
         assert shares == [(1, 0), (2, 1)]
         for i, (run, cpus) in enumerate(((one, 1), (two, 1))):
             ranks, offset = shares[i]
             start = StartPart(
-                job=spec,
+                job=job,
                 cpus=cpus,
                 part=i,
                 parts=2,
@@ -325,8 +326,8 @@ async def test_uneven_parts_split_the_ranks_so_they_sum_to_the_job() -> None:
 
 async def test_a_share_beyond_the_job_is_refused() -> None:
     async with running_agent(cpus=2, settings=SETTINGS, name="uc") as run:
-        spec = mpi_job("u2", procs=4)
-        start = StartPart(job=spec, cpus=2, part=1, parts=2, job_cpus=4, ranks=2, rank_offset=3)
+        job = mpi_job("u2", procs=4)
+        start = StartPart(job=job, cpus=2, part=1, parts=2, job_cpus=4, ranks=2, rank_offset=3)
         await run.scheduler.send(start)
         refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "u2")
         assert (refused.reason, refused.exit_code) == ("failed", -1)
@@ -339,8 +340,8 @@ async def test_an_agent_killed_while_ranks_run_leaves_none_and_restarts_clean() 
     # The harness awaits the agent's task on the way out: cancelled here, on purpose.
     with contextlib.suppress(asyncio.CancelledError):
         async with running_agent(cpus=2, settings=SETTINGS, name="nr", broker=broker) as run:
-            spec = mpi_job("d1", iterations=100_000, compute=0.01)
-            await run.scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+            job = mpi_job("d1", iterations=100_000, compute=0.01)
+            await run.scheduler.send(StartPart(job=job, cpus=2, time_scale=1.0))
             started = await run.scheduler.expect(PartStarted, lambda s: s.job_id == "d1")
             pids = [started.pid, *await ranks_of(started.pid, 2)]
             await progress(run, "d1", 1)

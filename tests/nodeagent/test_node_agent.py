@@ -18,7 +18,6 @@ from broker.messages import (
     AgentOnline,
     CancelPart,
     Heartbeat,
-    JobSpec,
     MachineSpec,
     PartFinished,
     PartProgress,
@@ -30,17 +29,18 @@ from model.machine import Machine
 from nodeagent.__main__ import main as cli_main
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.launch.contract import EXIT_CANCELLED
+from tests.builders import spec
 from tests.nodeagent.clock import ManualClock
 from tests.nodeagent.harness import (
     FAST,
     STOPPED,
     TOPICS,
+    UNLIMITED,
     Running,
     Scheduler,
     agent_reaches,
     command_spawn,
     gone,
-    job,
     running_agent,
     settled,
     start,
@@ -69,7 +69,9 @@ async def test_heartbeats_count_up_and_name_running_parts() -> None:
         assert [b.seq for b in beats] == [0, 1, 2]
         assert [b.agent_id for b in beats] == ["node1"] * 3
         assert all(b.running == () for b in beats)
-        await run.scheduler.send(start(job("long", work=1e6), time_scale=1.0))
+        await run.scheduler.send(
+            start(spec("long", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+        )
         await run.scheduler.expect(PartStarted)
         beat = await run.scheduler.expect(
             Heartbeat, lambda h: [p.job_id for p in h.running] == ["long"]
@@ -80,7 +82,9 @@ async def test_heartbeats_count_up_and_name_running_parts() -> None:
 
 async def test_start_part_runs_a_process_and_reports_done() -> None:
     async with running_agent() as run:
-        await run.scheduler.send(start(job("j1", work=10.0), time_scale=1000.0))
+        await run.scheduler.send(
+            start(spec("j1", 2, work=10.0, walltime=UNLIMITED), time_scale=1000.0)
+        )
         started = await run.scheduler.expect(PartStarted)
         finished = await run.scheduler.expect(PartFinished)
         assert started.job_id == "j1"
@@ -113,7 +117,7 @@ async def test_start_part_runs_a_process_and_reports_done() -> None:
 
 async def test_duplicate_start_part_is_ignored() -> None:
     async with running_agent() as run:
-        command = start(job("dup", work=300.0), time_scale=1000.0)
+        command = start(spec("dup", 2, work=300.0, walltime=UNLIMITED), time_scale=1000.0)
         await run.scheduler.send(command)
         await run.scheduler.send(command)  # a QoS 1 redelivery while it runs
         await run.scheduler.expect(PartFinished)
@@ -126,7 +130,7 @@ async def test_duplicate_start_part_is_ignored() -> None:
 
 async def test_cancel_part_terminates_and_reports_cancelled() -> None:
     async with running_agent() as run:
-        await run.scheduler.send(start(job("c1", work=1e6), time_scale=1.0))
+        await run.scheduler.send(start(spec("c1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await run.scheduler.expect(PartProgress)  # the process is up and working
         assert run.agent.stats().cpus_busy == 2
         await run.scheduler.send(CancelPart(job_id="c1"))
@@ -150,7 +154,7 @@ async def test_a_process_ignoring_sigterm_is_killed_after_the_grace() -> None:
         "print('ready', flush=True); time.sleep(60)",
     )
     async with running_agent(spawn=stubborn, settings=settings) as run:
-        await run.scheduler.send(start(job("s1", work=1e6), time_scale=1.0))
+        await run.scheduler.send(start(spec("s1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await run.scheduler.expect(PartStarted)
         await stubborn.ready()  # it ignores SIGTERM from now on
         await run.scheduler.send(CancelPart(job_id="s1"))
@@ -196,7 +200,7 @@ async def test_walltime_limit_kills_the_part() -> None:
     # 1 unit of wall time at rate 1 and 10x is 0.1 s, plus the 0.5 s grace: 0.6 s.
     # The work (1e6 units, a day at 10x) never ends it first.
     def command(job_id: str) -> StartPart:
-        return start(job(job_id, work=1e6, walltime=1.0), time_scale=10.0)
+        return start(spec(job_id, 2, work=1e6, walltime=1.0), time_scale=10.0)
 
     async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
         await assert_limit_between(run, command, 0.6 - 1 / 16, 0.6 + 1 / 16)
@@ -207,8 +211,8 @@ async def test_walltime_limit_follows_the_allocation_rate() -> None:
     # as the scheduler core's estimate does: 2 units at rate 0.5 and 10x = 0.4 s,
     # plus the grace: 0.9 s.
     def command(job_id: str) -> StartPart:
-        spec = job(job_id, procs=2, work=1e6, walltime=2.0, malleable=True)
-        return start(spec, cpus=1, time_scale=10.0)
+        job = spec(job_id, 2, work=1e6, walltime=2.0, malleable=True)
+        return start(job, cpus=1, time_scale=10.0)
 
     async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
         await assert_limit_between(run, command, 0.9 - 1 / 16, 0.9 + 1 / 16)
@@ -219,8 +223,8 @@ async def test_a_part_of_a_multi_part_job_runs_at_the_jobs_mpl() -> None:
     # the part advances at half speed, so its wall-time limit doubles as in the test
     # above; without job_cpus the part would be taken to run at MPL 1 (limit 0.7 s).
     def command(job_id: str) -> StartPart:
-        spec = job(job_id, procs=8, work=1e6, walltime=2.0, malleable=True)
-        return StartPart(job=spec, cpus=2, pace=1.0, part=0, parts=2, time_scale=10.0, job_cpus=4)
+        job = spec(job_id, 8, work=1e6, walltime=2.0, malleable=True)
+        return StartPart(job=job, cpus=2, pace=1.0, part=0, parts=2, time_scale=10.0, job_cpus=4)
 
     async with running_agent(settings=STOPPED, clock=ManualClock()) as run:
         await assert_limit_between(run, command, 0.9 - 1 / 16, 0.9 + 1 / 16)
@@ -229,7 +233,7 @@ async def test_a_part_of_a_multi_part_job_runs_at_the_jobs_mpl() -> None:
 
 async def test_crashing_process_is_reported_failed_with_its_exit_code() -> None:
     async with running_agent(spawn=command_spawn("-c", "import sys; sys.exit(3)")) as run:
-        await run.scheduler.send(start(job("crash")))
+        await run.scheduler.send(start(spec("crash", 2, work=10.0, walltime=UNLIMITED)))
         await run.scheduler.expect(PartStarted)
         finished = await run.scheduler.expect(PartFinished)
         assert finished.reason == "failed"
@@ -239,8 +243,8 @@ async def test_crashing_process_is_reported_failed_with_its_exit_code() -> None:
 
 async def test_an_mpi_job_without_parameters_runs_the_defaults() -> None:
     async with running_agent() as run:
-        spec = JobSpec(id="mpi1", procs=2, walltime=1e9, work=1.0, workload="mpi")
-        await run.scheduler.send(start(spec))
+        job = spec("mpi1", 2, work=1.0, walltime=1e9, workload="mpi")
+        await run.scheduler.send(start(job))
         finished = await run.scheduler.expect(PartFinished)
         assert (finished.reason, finished.exit_code) == ("done", 0)
         last = run.scheduler.all(PartProgress, lambda p: p.job_id == "mpi1")[-1]
@@ -249,13 +253,13 @@ async def test_an_mpi_job_without_parameters_runs_the_defaults() -> None:
 
 async def test_part_wider_than_the_free_cpus_is_refused() -> None:
     async with running_agent(cpus=4) as run:
-        await run.scheduler.send(start(job("big", procs=8, work=1.0)))
+        await run.scheduler.send(start(spec("big", 8, work=1.0, walltime=UNLIMITED)))
         refused = await run.scheduler.expect(PartFinished)
         assert (refused.job_id, refused.reason, refused.exit_code) == ("big", "failed", -1)
         # CPUs held by a running part are not free.
-        await run.scheduler.send(start(job("a", procs=3, work=1e6), time_scale=1.0))
+        await run.scheduler.send(start(spec("a", 3, work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await run.scheduler.expect(PartStarted)
-        await run.scheduler.send(start(job("b", procs=2, work=1.0)))
+        await run.scheduler.send(start(spec("b", 2, work=1.0, walltime=UNLIMITED)))
         refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "b")
         assert refused.reason == "failed"
         # Neither was started, and the agent is still serving.
@@ -265,7 +269,7 @@ async def test_part_wider_than_the_free_cpus_is_refused() -> None:
 
 async def test_allocation_outside_mpl_bounds_is_refused() -> None:
     async with running_agent(cpus=8) as run:
-        await run.scheduler.send(start(job("x", procs=6, work=1.0), cpus=2))  # MPL 3
+        await run.scheduler.send(start(spec("x", 6, work=1.0, walltime=UNLIMITED), cpus=2))  # MPL 3
         refused = await run.scheduler.expect(PartFinished)
         assert (refused.reason, refused.exit_code) == ("failed", -1)
 
@@ -274,10 +278,9 @@ async def test_malformed_commands_are_counted_and_the_next_good_one_served() -> 
     async with running_agent() as run:
         await run.scheduler.send_raw(b"\xc1 not msgpack")
         await run.scheduler.send_raw(encode(CancelPart(job_id="x"))[:-3] + b"\x00")
-        await run.scheduler.send(
-            Heartbeat(agent_id="node1", seq=0, running=())
-        )  # valid, but not a command
-        await run.scheduler.send(start(job("good", work=10.0)))
+        # valid, but not a command
+        await run.scheduler.send(Heartbeat(agent_id="node1", seq=0, running=()))
+        await run.scheduler.send(start(spec("good", 2, work=10.0, walltime=UNLIMITED)))
         finished = await run.scheduler.expect(PartFinished)
         assert (finished.job_id, finished.reason) == ("good", "done")
         assert run.agent.stats().bad_messages == 3
@@ -285,10 +288,12 @@ async def test_malformed_commands_are_counted_and_the_next_good_one_served() -> 
 
 async def test_resize_beyond_free_cpus_is_not_applied() -> None:
     async with running_agent(cpus=4) as run:
-        spec = job("r", procs=4, work=1e6, malleable=True)
-        await run.scheduler.send(start(spec, cpus=2, time_scale=1.0))
+        job = spec("r", 4, work=1e6, walltime=UNLIMITED, malleable=True)
+        await run.scheduler.send(start(job, cpus=2, time_scale=1.0))
         await run.scheduler.expect(PartStarted)
-        await run.scheduler.send(start(job("other", procs=2, work=1e6), time_scale=1.0))
+        await run.scheduler.send(
+            start(spec("other", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+        )
         await run.scheduler.expect(PartStarted, lambda s: s.job_id == "other")
         await run.scheduler.send(ResizePart(job_id="r", cpus=4))
         await settled(run.scheduler)
@@ -298,7 +303,7 @@ async def test_resize_beyond_free_cpus_is_not_applied() -> None:
 
 async def test_clean_shutdown_reports_parts_lost_then_says_goodbye() -> None:
     async with running_agent() as run:
-        await run.scheduler.send(start(job("s1", work=1e6), time_scale=1.0))
+        await run.scheduler.send(start(spec("s1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await run.scheduler.expect(PartProgress)
         run.agent.stop()
         await run.task
@@ -356,7 +361,9 @@ async def test_an_agent_that_dies_uncleanly_kills_its_parts() -> None:
                 )
                 running = tg.create_task(agent.run(), name="test-agent")
                 await scheduler.expect(Heartbeat)
-                await scheduler.send(start(job("orphan", work=1e6), time_scale=1.0))
+                await scheduler.send(
+                    start(spec("orphan", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0)
+                )
                 started = await scheduler.expect(PartStarted)
                 running.cancel()  # as if its bus had failed
                 with pytest.raises(asyncio.CancelledError):

@@ -15,7 +15,8 @@ from broker.messages import CancelPart, PartFinished, PartProgress, PartStarted,
 from nodeagent.launch.contract import Launch
 from nodeagent.launch.pipe import PipeSpawn
 from nodeagent.launch.spawn import JobProcess
-from tests.nodeagent.harness import HANG, job, running_agent, settled, start
+from tests.builders import spec
+from tests.nodeagent.harness import HANG, UNLIMITED, running_agent, settled, start
 
 
 class GatedSpawn:
@@ -42,7 +43,7 @@ async def test_three_starts_launch_together() -> None:
     spawn = GatedSpawn(broker)
     async with running_agent(spawn=spawn, broker=broker, cpus=3) as run:
         for j in ("p1", "p2", "p3"):
-            await run.scheduler.send(start(job(j, procs=1, work=20.0)))
+            await run.scheduler.send(start(spec(j, work=20.0, walltime=UNLIMITED)))
         # All three are launching at once: none waited for another's process.
         await spawn.asked_for("p1", "p2", "p3")
         assert run.scheduler.all(PartStarted) == []
@@ -66,7 +67,7 @@ async def test_a_cancel_while_launching_ends_the_process_as_it_arrives() -> None
     broker = MemoryBroker()
     spawn = GatedSpawn(broker)
     async with running_agent(spawn=spawn, broker=broker) as run:
-        await run.scheduler.send(start(job("c1", procs=1, work=1e6), time_scale=1.0))
+        await run.scheduler.send(start(spec("c1", work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await spawn.asked_for("c1")
         await run.scheduler.send(CancelPart(job_id="c1", attempt=1))
         await settled(run.scheduler)
@@ -82,8 +83,8 @@ async def test_a_resize_while_launching_reaches_the_process() -> None:
     broker = MemoryBroker()
     spawn = GatedSpawn(broker)
     async with running_agent(spawn=spawn, broker=broker) as run:
-        spec = job("r1", procs=2, work=1e6, malleable=True)
-        await run.scheduler.send(start(spec, time_scale=1.0))
+        job = spec("r1", 2, work=1e6, walltime=UNLIMITED, malleable=True)
+        await run.scheduler.send(start(job, time_scale=1.0))
         await spawn.asked_for("r1")
         # Shrunk to one CPU before its process runs: MPL 2, rate 1 / (1 + u) = 0.5.
         await run.scheduler.send(ResizePart(job_id="r1", cpus=1, job_cpus=1, attempt=1))

@@ -18,7 +18,6 @@ import pytest
 
 from broker.messages import (
     AgentOnline,
-    JobSpec,
     PartFinished,
     PartProgress,
     PartStarted,
@@ -32,6 +31,7 @@ from nodeagent.agent.node_agent import AgentSettings, NodeAgent, agent_will
 from nodeagent.launch.forkserver import ForkServer
 from nodeagent.launch.relay import Relay, RelaySpawn
 from tests.brokers import MosquittoProcess
+from tests.builders import spec
 from tests.nodeagent.harness import Scheduler
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,7 @@ async def test_relayed_jobs_survive_a_broker_restart(private_mosquitto: Mosquitt
         await scheduler.expect(AgentOnline)
         ids = [f"j{i}" for i in range(JOBS)]
         for job_id in ids:
-            job = JobSpec(id=job_id, procs=1, walltime=7200.0, work=3600.0)
+            job = spec(job_id, work=3600.0, walltime=7200.0)
             await scheduler.send(StartPart(job=job, cpus=1))
         for job_id in ids:  # each process is up and subscribed (its first report)
             await scheduler.expect(PartProgress, lambda m, j=job_id: m.job_id == j)  # type: ignore[misc]

@@ -2,7 +2,8 @@
 
 ``twin.state``: the what-if's exactness check. A snapshot taken from a twin run
 at time t, replayed forward with the true run times (and the jobs submitted
-after t), gives job by job the run it was cut from: every start, end and part.
+after t), gives job by job the run it was cut from: every start, end, part and segment
+with its machines.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ KTH = "KTH-SP2-1996-2.1-cln.swf.gz"
 
 
 def by_job(outcomes: list[JobOutcome]) -> dict[str, tuple[object, ...]]:
-    return {o.job.id: (o.start, o.end, o.parts, o.segments, o.expanded_runtime) for o in outcomes}
+    # ``placements``: each segment's machines too, which equality leaves out.
+    return {
+        o.job.id: (o.start, o.end, o.parts, o.placements(), o.expanded_runtime) for o in outcomes
+    }
 
 
 def cut_and_resume(

@@ -183,7 +183,7 @@ def test_header_errors(entries: dict[str, str], nodes: bool, message: str) -> No
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 def test_real_headers() -> None:
     sizes = {
         "CTC-SP2-1996-3.1-cln.swf.gz": 338,

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.job import Job
+from tests.builders import job
 from workload.deadlines import (
     DEFAULT_SHARE,
     DEFAULT_SLACK_MAX,
@@ -30,10 +31,10 @@ def trace(n: int, *, seed: int = 1) -> list[Job]:
         submit += rng.expovariate(1 / 60)
         runtime = float(rng.randint(0, 20000))
         jobs.append(
-            Job(
-                id=str(i + 1),
+            job(
+                str(i + 1),
+                rng.randint(1, 64),
                 submit=submit,
-                procs=rng.randint(1, 64),
                 runtime=runtime,
                 walltime=max(1.0, runtime * rng.uniform(1.0, 5.0)),
             )
@@ -125,12 +126,10 @@ def test_the_documented_rule_reproduced_independently() -> None:
 
 def test_runtime_estimate_uses_the_real_run_time() -> None:
     rule = DeadlineRule(share=1.0, slack_min=2.0, slack_max=2.0, estimate="runtime")
-    (out,) = assign_deadlines(
-        [Job(id="a", submit=10.0, procs=1, walltime=500.0, runtime=100.0)], rule
-    )
+    (out,) = assign_deadlines([job("a", submit=10.0, walltime=500.0, runtime=100.0)], rule)
     assert out.deadline == 210.0
     with pytest.raises(ValueError, match="'b' has no run time"):
-        assign_deadlines([Job(id="b", submit=0.0, procs=1, walltime=5.0)], rule)
+        assign_deadlines([job("b", walltime=5.0, runtime=None)], rule)
 
 
 def test_existing_deadlines_are_replaced_and_assigning_twice_changes_nothing() -> None:
@@ -167,8 +166,8 @@ def jobs_and_rules(draw: st.DrawFn) -> tuple[list[Job], DeadlineRule]:
     n = draw(st.integers(0, 30))
     ids = draw(st.lists(st.text(min_size=1, max_size=8), min_size=n, max_size=n, unique=True))
     jobs = [
-        Job(
-            id=job_id,
+        job(
+            job_id,
             submit=draw(st.floats(0, 1e7)),
             procs=1,
             walltime=draw(st.floats(1e-3, 1e6)),

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from model.job import Job
+from tests.builders import job
 from workload.rigidity import RigidRule, mark_rigid
 
 
 def jobs(n: int) -> list[Job]:
-    return [Job(id=str(i), submit=float(i), procs=4, walltime=10.0) for i in range(n)]
+    return [job(str(i), 4, submit=float(i), walltime=10.0, runtime=None) for i in range(n)]
 
 
 def test_jobs_are_malleable_by_default() -> None:

@@ -351,7 +351,7 @@ def test_round_trip_property(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 def test_real_trace_headers_and_counts() -> None:
     expected = {
         "CTC-SP2-1996-3.1-cln.swf.gz": (77222, 338, 338),

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model import Job
+from tests.builders import job
 from workload.swf import FIELD_NAMES, SwfRecord, read_swf, write_swf
 from workload.swf_load import TraceOrderError, iter_jobs, load_jobs
 from workload.swf_rules import AdjustReason, SkipReason, SwfRules, record_to_job
@@ -49,11 +50,11 @@ def job_of(record: SwfRecord, rules: SwfRules | None = None, total_cpus: int | N
 
 
 def test_basic_mapping() -> None:
-    job = job_of(rec(42, 17.5, user_id=7, group_id=-1, queue=3, avg_cpu_time=50))
-    assert job == Job(
-        id="42",
+    got = job_of(rec(42, 17.5, user_id=7, group_id=-1, queue=3, avg_cpu_time=50))
+    assert got == job(
+        "42",
+        4,
         submit=17.5,
-        procs=4,
         walltime=200,
         runtime=100,
         user="u7",
@@ -346,8 +347,8 @@ def test_limit_is_a_prefix_of_the_sorted_whole(
 
 
 def test_records_from_schedule(tmp_path: Path) -> None:
-    a = Job(id="7", submit=10, procs=4, walltime=300, runtime=100, user="u12", group="g3", qos=2)
-    b = Job(id="live-job", submit=0, procs=2, walltime=60, user="alice")
+    a = job("7", 4, submit=10, walltime=300, runtime=100, user="u12", group="g3", qos=2)
+    b = job("live-job", 2, walltime=60, runtime=None, user="alice")
     out = list(records_from_schedule([(a, 15.0, 115.0, 2, 1), (b, 0.0, 30.5, 2, 0)]))
     assert out[0] == dataclasses.replace(
         rec(7, 10),
@@ -382,9 +383,9 @@ def test_records_from_schedule(tmp_path: Path) -> None:
 def test_records_from_schedule_rejects_impossible_rows(
     start: float, end: float, message: str
 ) -> None:
-    job = Job(id="1", submit=10, procs=1, walltime=10)
+    j = job("1", submit=10, walltime=10, runtime=None)
     with pytest.raises(ValueError, match=message):
-        list(records_from_schedule([(job, start, end, 1, 1)]))
+        list(records_from_schedule([(j, start, end, 1, 1)]))
 
 
 # -- the real traces ----------------------------------------------------------
@@ -404,7 +405,7 @@ REAL = {
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_real_traces(name: str) -> None:
     records, cpus, kept, skipped = REAL[name]
@@ -420,7 +421,7 @@ def test_real_traces(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not PWA.is_dir(), reason="no ../shared/workloads/pwa")
+@pytest.mark.skipif(not PWA.is_dir(), reason=f"{PWA} not present")
 def test_real_lublin_trace_needs_fallbacks() -> None:
     result = load_jobs(PWA / "synthetic" / "lublin_256.swf.gz", total_cpus=256)
     assert len(result.jobs) == 10000

@@ -1,6 +1,6 @@
 """Fixtures of the live client and ``accordion up`` tests.
 
-Async tests run on asyncio and on uvloop. The real brokers come from
+Async tests run on asyncio and on uvloop, and the real brokers come from
 ``tests/conftest.py`` (one of each for the whole run).
 ``live_cluster`` starts a real scheduler and two heterogeneous agents (speeds
 1 and 2) as subprocesses on Mosquitto, with ``accordion.cluster.local_cluster.LocalCluster``;
@@ -10,27 +10,18 @@ shared by the whole session and agents' client ids are their machine names.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from accordion.client.live_client import connect, run_async
 from accordion.cluster.local_cluster import LocalCluster
 from model.machine import Machine
 from tests.integration.conftest import BrokerEndpoint
 from workload.cluster import ClusterSpec
-
-
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """pytest-asyncio's hook: parametrize every async test over these loops."""
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 def two_agents(tag: str) -> ClusterSpec:

@@ -1,8 +1,10 @@
 """The live client (``accordion.client``: ``live_client``, ``specs``, ``replay``) on the
 in-process broker, against the real scheduler actor.
 
-The actor runs on a manual clock with fake agents (``tests/scheduler/actor/harness``);
-a fake scheduler stands in where a test needs an answer the actor never gives.
+The actor runs on a manual clock with fake agents (``tests/scheduler/runtime/harness``);
+a fake scheduler stands in where a test needs an answer the actor never gives. The
+replay, which paces itself by the event loop's clock, runs on a virtual one
+(``tests.virtual_clock``).
 """
 
 from __future__ import annotations
@@ -33,15 +35,15 @@ from broker.messages import (
     ClusterSummary,
     ErrorReply,
     JobEvent,
-    JobSpec,
     StatusRequest,
     SubmitJobs,
     SubmitReply,
     SubmitResult,
 )
 from broker.vocabulary import BadMessage
-from model.job import Job
+from tests.builders import job, spec
 from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
+from tests.virtual_clock import VIRTUAL
 
 
 @pytest.fixture
@@ -136,10 +138,12 @@ async def test_a_client_not_watching_cannot_read_events(cluster: Cluster) -> Non
 # -- a fake scheduler for the answers the actor does not give -------------------------------
 
 
-async def _fake_scheduler(broker: MemoryBroker, answer: str) -> None:
-    """Answers every request with an ErrorReply, the wrong kind of reply, or nothing."""
+async def _fake_scheduler(broker: MemoryBroker, answer: str, listening: asyncio.Event) -> None:
+    """Answers every request with an ErrorReply, the wrong kind of reply, or nothing;
+    sets ``listening`` once subscribed (a request sent before would be lost)."""
     async with broker.client("fake-scheduler") as bus:
         await bus.subscribe(TOPICS.requests)
+        listening.set()
         async for d in bus.deliveries():
             request = decode(d.payload)
             assert isinstance(request, StatusRequest | SubmitJobs)
@@ -168,8 +172,11 @@ async def test_error_replies_wrong_replies_and_silence_raise(
 ) -> None:
     broker = MemoryBroker()
     async with asyncio.TaskGroup() as tg:
-        fake = tg.create_task(_fake_scheduler(broker, answer), name="test-fake-scheduler")
-        await asyncio.sleep(0)
+        listening = asyncio.Event()
+        fake = tg.create_task(
+            _fake_scheduler(broker, answer, listening), name="test-fake-scheduler"
+        )
+        await listening.wait()
         async with broker.client("asker") as bus, LiveClient(bus, TOPICS, timeout=0.2) as client:
             with pytest.raises(error, match=text):
                 await client.status()
@@ -183,6 +190,8 @@ class LosingBus:
     def __init__(self, inner: MemoryBus) -> None:
         self.inner = inner
         self.lose = asyncio.Event()
+        #: Set once a request went out: its reply is then pending.
+        self.published = asyncio.Event()
 
     @property
     def client_id(self) -> str:
@@ -192,6 +201,7 @@ class LosingBus:
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
         await self.inner.publish(topic, payload, qos=qos, retain=retain)
+        self.published.set()
 
     async def subscribe(self, pattern: str, *, qos: int = 1) -> None:
         await self.inner.subscribe(pattern, qos=qos)
@@ -209,7 +219,7 @@ async def test_a_lost_connection_fails_pending_and_later_requests() -> None:
         bus = LosingBus(inner)
         async with LiveClient(bus, TOPICS, timeout=5.0, watch=True) as client:
             asking = asyncio.create_task(client.status(), name="test-ask")
-            await asyncio.sleep(0.01)
+            await bus.published.wait()
             bus.lose.set()
             with pytest.raises(BusError, match="connection lost"):
                 await asking
@@ -248,50 +258,54 @@ def test_bad_durations_say_what_is_expected(text: str) -> None:
 
 
 def test_specs_are_checked_as_the_scheduler_decodes_them() -> None:
-    spec = job_spec(job_id="x", procs=3, walltime=60.0, deadline=600.0, malleable=True)
-    assert (spec.work, spec.deadline, spec.malleable) == (60.0, 600.0, True)
+    sent = job_spec(job_id="x", procs=3, walltime=60.0, deadline=600.0, malleable=True)
+    assert (sent.work, sent.deadline, sent.malleable) == (60.0, 600.0, True)
     with pytest.raises(UserError, match=r"job 'bad id' cannot be sent: .*`id`"):
         job_spec(job_id="bad id", procs=1, walltime=60.0)
     with pytest.raises(UserError, match="procs"):
-        checked(JobSpec(id="z", procs=0, walltime=1.0, work=1.0))
-
-
-def _job(i: int, submit: float, **kw: object) -> Job:
-    return Job(id=str(i), submit=submit, procs=1, walltime=100.0, runtime=40.0, **kw)  # type: ignore[arg-type]
+        checked(spec("z", 0, walltime=1.0, work=1.0))
 
 
 def test_trace_jobs_become_specs_with_relative_deadlines() -> None:
-    spec = spec_of(_job(7, 100.0, deadline=400.0, user="u1", group="g2"), prefix="r1-")
+    traced = job(
+        "7", walltime=100.0, runtime=40.0, submit=100.0, deadline=400.0, user="u1", group="g2"
+    )
+    spec = spec_of(traced, prefix="r1-")
     assert (spec.id, spec.work, spec.walltime, spec.deadline) == ("r1-7", 40.0, 100.0, 300.0)
     assert (spec.user, spec.group) == ("u1", "g2")
 
 
 def test_arrivals_group_one_instant_into_one_request() -> None:
-    jobs = [_job(1, 10.0), _job(2, 10.0), _job(3, 25.0), _job(4, 40.0), _job(5, 40.0)]
+    jobs = [job(i, submit=t) for i, t in (("1", 10), ("2", 10), ("3", 25), ("4", 40), ("5", 40))]
     plan = arrivals(jobs, prefix="p-")
     assert [(a.at, [s.id for s in a.jobs]) for a in plan] == [
         (0.0, ["p-1", "p-2"]),
         (15.0, ["p-3"]),
         (30.0, ["p-4", "p-5"]),
     ]
-    many = [_job(i, 0.0) for i in range(MAX_JOBS_PER_REQUEST + 3)]
+    many = [job(str(i)) for i in range(MAX_JOBS_PER_REQUEST + 3)]
     assert [len(a.jobs) for a in arrivals(many)] == [MAX_JOBS_PER_REQUEST, 3]
     with pytest.raises(ValueError, match="submit order"):
-        arrivals([_job(1, 5.0), _job(2, 1.0)])
+        arrivals([job("1", submit=5.0), job("2", submit=1.0)])
 
 
 # -- replay --------------------------------------------------------------------------------
 
 
+@pytest.mark.asyncio(loop_factories=[VIRTUAL])
 async def test_replay_sends_each_instant_at_its_compressed_time(
     cluster: Cluster, client: LiveClient
 ) -> None:
+    # On the virtual clock the replay's sleeps end exactly when asked: the instants
+    # the spy sees are the plan's, to the float, however loaded the machine is.
     received: list[tuple[float, int]] = []
     loop = asyncio.get_running_loop()
+    listening = asyncio.Event()
 
     async def spy() -> None:
         async with cluster.broker.client("spy") as bus:
             await bus.subscribe(TOPICS.requests)
+            listening.set()
             async for d in bus.deliveries():
                 message = decode(d.payload)
                 if isinstance(message, SubmitJobs):
@@ -311,18 +325,15 @@ async def test_replay_sends_each_instant_at_its_compressed_time(
     changes: list[int] = []
     async with asyncio.TaskGroup() as tg:
         spying = tg.create_task(spy(), name="test-spy")
-        await asyncio.sleep(0.01)
+        await listening.wait()
         t0 = loop.time()
         state = await replay(
             client, plan, time_scale=100.0, on_change=lambda s: changes.append(s.sent)
         )
-        await asyncio.sleep(0.01)
+        await eventually(lambda: len(received) == len(plan))
         spying.cancel()
-    offsets = [round(t - t0, 2) for t, _ in received]
     assert [n for _, n in received] == [1, 2, 1]
-    assert offsets[0] < 0.05
-    assert offsets[1] == pytest.approx(0.2, abs=0.05)
-    assert offsets[2] == pytest.approx(0.3, abs=0.05)
+    assert [t - t0 for t, _ in received] == pytest.approx([0.0, 0.2, 0.3], abs=1e-9)
     assert state.accepted == {"r1", "r2", "r4"}
     assert list(state.rejected) == ["r3"]
     assert (state.sent, state.total, state.replay_done) == (4, 4, True)
@@ -334,7 +345,10 @@ async def test_follow_ends_when_every_accepted_job_has_ended(
 ) -> None:
     cluster.agents["fast"].auto_finish = True
     cluster.agents["slow"].auto_finish = True
-    plan = arrivals([_job(1, 0.0), _job(2, 0.0), _job(3, 1.0)], prefix="f-")
+    traced = [
+        job(i, walltime=100.0, runtime=40.0, submit=t) for i, t in (("1", 0), ("2", 0), ("3", 1))
+    ]
+    plan = arrivals(traced, prefix="f-")
     state = ReplayState(frozenset(s.id for a in plan for s in a.jobs))
     await replay(client, plan, time_scale=100.0, state=state)
     async with asyncio.timeout(10):

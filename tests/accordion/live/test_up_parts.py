@@ -18,11 +18,11 @@ from accordion.experiments.demo import (
     plan_demo,
 )
 from broker.local import mosquitto_config
-from broker.messages import JobSpec
 from model.machine import Part
 from model.metrics import compute_metrics
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 from workload.cluster import load_cluster
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -96,10 +96,6 @@ def test_differences() -> None:
     assert difference(1.0, 0.0) is None
 
 
-def _spec(job_id: str, procs: int, work: float) -> JobSpec:
-    return JobSpec(id=job_id, procs=procs, walltime=2 * work, work=work)
-
-
 def test_outcomes_are_rebuilt_from_the_journal(tmp_path: Path) -> None:
     path = tmp_path / "journal.sqlite"
     speeds = {"a": 1.0, "b": 2.0}
@@ -107,12 +103,12 @@ def test_outcomes_are_rebuilt_from_the_journal(tmp_path: Path) -> None:
         journal.ensure_meta(epoch=0.0, time_scale=50.0, policy="fcfs-malleable")
         journal.record_submissions(
             [
-                (_spec("rigid", 2, 100.0), 0.0),
-                (_spec("shrunk", 4, 100.0), 5.0),
-                (_spec("requeued", 1, 10.0), 5.0),
-                (_spec("failed", 1, 10.0), 6.0),
-                (_spec("cancelled", 1, 10.0), 6.0),
-                (_spec("queued", 1, 10.0), 7.0),
+                (spec("rigid", 2, work=100.0, walltime=200.0), 0.0),
+                (spec("shrunk", 4, work=100.0, walltime=200.0), 5.0),
+                (spec("requeued", 1, work=10.0, walltime=20.0), 5.0),
+                (spec("failed", 1, work=10.0, walltime=20.0), 6.0),
+                (spec("cancelled", 1, work=10.0, walltime=20.0), 6.0),
+                (spec("queued", 1, work=10.0, walltime=20.0), 7.0),
             ]
         )
         journal.record_start("rigid", 10.0, [Part("a", 2)])

@@ -12,7 +12,7 @@ from scheduler.core.core import Accepted, PolicyError, Rejected, SchedulerCore
 from scheduler.core.job_lifecycle import IllegalTransitionError, JobState, transition
 from scheduler.core.snapshot import Decisions, Snapshot, Start
 from scheduler.policies.fcfs import Fcfs
-from tests.helpers import job
+from tests.builders import job
 
 
 def core(policy: object = None, cpus: int = 8) -> SchedulerCore:
@@ -21,7 +21,7 @@ def core(policy: object = None, cpus: int = 8) -> SchedulerCore:
 
 def test_duplicate_submission_makes_one_job() -> None:
     c = core()
-    j = job("a", 2, 10)
+    j = job("a", 2, runtime=10)
     assert c.submit(j) == Accepted("a")
     assert c.submit(j) == Accepted("a", duplicate=True)
     assert len(c.queue) == 1
@@ -29,14 +29,14 @@ def test_duplicate_submission_makes_one_job() -> None:
 
 def test_same_id_different_job_is_rejected() -> None:
     c = core()
-    c.submit(job("a", 2, 10))
-    answer = c.submit(job("a", 3, 10))
+    c.submit(job("a", 2, runtime=10))
+    answer = c.submit(job("a", 3, runtime=10))
     assert isinstance(answer, Rejected)
     assert "already used" in answer.reason
 
 
 def test_job_wider_than_the_cluster_is_rejected() -> None:
-    answer = core(cpus=8).submit(job("w", 9, 10))
+    answer = core(cpus=8).submit(job("w", 9, runtime=10))
     assert isinstance(answer, Rejected)
     assert "9 processes" in answer.reason
     assert "has 8" in answer.reason
@@ -65,15 +65,15 @@ class Greedy:
 
 def test_over_booking_policy_is_caught() -> None:
     c = core(Greedy(), cpus=4)
-    c.submit(job("a", 3, 10))
-    c.submit(job("b", 3, 10))
+    c.submit(job("a", 3, runtime=10))
+    c.submit(job("b", 3, runtime=10))
     with pytest.raises(PolicyError, match="free"):
         c.schedule(0.0)
 
 
 def test_finish_frees_cpus_and_charges_usage() -> None:
     c = core()
-    c.submit(job("a", 4, 10, user="ann"))
+    c.submit(job("a", 4, runtime=10, user="ann"))
     c.schedule(0.0)
     assert c.free("m") == 4
     left = c.finished("a", 10.0)
@@ -84,8 +84,8 @@ def test_finish_frees_cpus_and_charges_usage() -> None:
 
 def test_cancel_queued_and_running() -> None:
     c = core(cpus=4)
-    c.submit(job("run", 4, 10))
-    c.submit(job("wait", 4, 10))
+    c.submit(job("run", 4, runtime=10))
+    c.submit(job("wait", 4, runtime=10))
     c.schedule(0.0)
     assert c.cancel("wait", 1.0) is not None
     assert c.state_of("wait") is JobState.CANCELLED
@@ -105,10 +105,10 @@ def test_the_core_refreshes_one_snapshot_to_the_value_its_constructor_builds() -
     # The core keeps one snapshot and rewrites it in place at every event (speed); at
     # each event it must be the value a new one would be.
     c = core(cpus=4)
-    c.submit(job("a", 4, 100.0))
+    c.submit(job("a", 4, runtime=100.0))
     c.schedule(0.0)
     first = c.snapshot(0.5)
-    c.submit(job("b", 4, 100.0, submit=1.0))
+    c.submit(job("b", 4, runtime=100.0, submit=1.0))
     snap = c.snapshot(2.0)
     assert snap is first
     assert snap == Snapshot(
@@ -132,7 +132,7 @@ def test_the_policy_sees_no_free_cpu_on_a_cordoned_machine() -> None:
     cordoned: set[str] = set()
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
     c = SchedulerCore(policy=Fcfs(), machines=machines, cordoned=cordoned)
-    c.submit(job("x", 2, 100.0))
+    c.submit(job("x", 2, runtime=100.0))
     c.schedule(0.0)
     (held,) = c.running[0].parts
     cordoned.add(held.machine)
@@ -140,8 +140,8 @@ def test_the_policy_sees_no_free_cpu_on_a_cordoned_machine() -> None:
     assert snap.free[held.machine] == 0
     assert c.free(held.machine) == 2
     assert snap.total_cpus == 8
-    c.submit(job("y", 4, 100.0, submit=1.0))
-    c.submit(job("z", 2, 100.0, submit=1.0))
+    c.submit(job("y", 4, runtime=100.0, submit=1.0))
+    c.submit(job("z", 2, runtime=100.0, submit=1.0))
     c.schedule(1.0)
     # y takes the other machine; z waits, though 2 CPUs are free on the cordoned one.
     assert sorted(r.job.id for r in c.running) == ["x", "y"]

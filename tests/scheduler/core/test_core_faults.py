@@ -10,7 +10,7 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.core.snapshot import Policy
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
-from tests.helpers import job
+from tests.builders import job
 
 
 def core(*machines: tuple[str, int], policy: Policy | None = None, **kw: int) -> SchedulerCore:
@@ -26,11 +26,11 @@ def core(*machines: tuple[str, int], policy: Policy | None = None, **kw: int) ->
 
 def test_a_lost_machine_requeues_its_jobs_at_their_place() -> None:
     c = core(("m1", 4), ("m2", 4))
-    c.submit(job("a", 4, 10, submit=0))
+    c.submit(job("a", 4, runtime=10, submit=0))
     c.schedule(0.0)
-    c.submit(job("b", 4, 10, submit=1))
-    c.submit(job("c", 8, 10, submit=2))
-    c.submit(job("d", 2, 10, submit=3))
+    c.submit(job("b", 4, runtime=10, submit=1))
+    c.submit(job("c", 8, runtime=10, submit=2))
+    c.submit(job("d", 2, runtime=10, submit=3))
     c.schedule(1.0)  # b on m2; c and d wait behind c (FCFS)
     assert [r.job.id for r in c.running] == ["a", "b"]
     left = c.machine_left("m1", 5.0)
@@ -47,7 +47,7 @@ def test_a_lost_machine_requeues_its_jobs_at_their_place() -> None:
 
 def test_the_third_loss_fails_the_job() -> None:
     c = core(("m1", 4), ("m2", 4), ("m3", 4))
-    c.submit(job("a", 4, 10))
+    c.submit(job("a", 4, runtime=10))
     states = []
     for i, machine in enumerate(("m1", "m2", "m3")):
         c.schedule(float(i))
@@ -60,7 +60,7 @@ def test_the_third_loss_fails_the_job() -> None:
 
 def test_max_requeues_zero_fails_at_once() -> None:
     c = core(("m1", 4), max_requeues=0)
-    c.submit(job("a", 1, 10))
+    c.submit(job("a", runtime=10))
     c.schedule(0.0)
     assert c.machine_left("m1", 1.0)[0].state is JobState.FAILED
     with pytest.raises(ValueError, match="max_requeues"):
@@ -69,7 +69,7 @@ def test_max_requeues_zero_fails_at_once() -> None:
 
 def test_a_job_spanning_machines_frees_its_other_parts() -> None:
     c = core(("m1", 2), ("m2", 2))
-    c.submit(job("wide", 4, 10))
+    c.submit(job("wide", 4, runtime=10))
     c.schedule(0.0)
     assert c.free("m2") == 0
     (left,) = c.machine_left("m1", 1.0)
@@ -80,11 +80,11 @@ def test_a_job_spanning_machines_frees_its_other_parts() -> None:
 
 def test_a_job_too_wide_for_what_is_left_waits_hidden() -> None:
     c = core(("m1", 4), ("m2", 4))
-    c.submit(job("wide", 8, 10))
+    c.submit(job("wide", 8, runtime=10))
     c.schedule(0.0)
     c.machine_left("m2", 1.0)  # wide is requeued, and needs 8 of the 4 left
-    c.submit(job("small", 2, 10, submit=2))
-    assert c.snapshot(2.0).queue == [job("small", 2, 10, submit=2)]
+    c.submit(job("small", 2, runtime=10, submit=2))
+    assert c.snapshot(2.0).queue == [job("small", 2, runtime=10, submit=2)]
     started = c.schedule(2.0).starts
     assert [s.job.id for s in started] == ["small"]  # FCFS is not blocked by the hidden job
     c.machine_joined(Machine(id="m3", cpus=8))
@@ -93,9 +93,9 @@ def test_a_job_too_wide_for_what_is_left_waits_hidden() -> None:
 
 def test_reservations_on_a_lost_machine_are_dropped() -> None:
     c = core(("m1", 4), ("m2", 4), policy=EasyBackfill())
-    c.submit(job("a", 4, 10))
-    c.submit(job("b", 4, 10))
-    c.submit(job("c", 8, 10))
+    c.submit(job("a", 4, runtime=10))
+    c.submit(job("b", 4, runtime=10))
+    c.submit(job("c", 8, runtime=10))
     c.schedule(0.0)
     assert [r.job.id for r in c.reservations] == ["c"]
     c.machine_left("m2", 1.0)
@@ -107,13 +107,13 @@ def test_reservations_on_a_lost_machine_are_dropped() -> None:
 def test_restore_rebuilds_queue_history_and_pending_jobs() -> None:
     c = SchedulerCore(policy=Fcfs(), machines=[])
     c.restore_final(
-        job("done", 2, 10), JobState.FINISHED, start=0.0, end=10.0, parts=(Part("m1", 2),)
+        job("done", 2, runtime=10), JobState.FINISHED, start=0.0, end=10.0, parts=(Part("m1", 2),)
     )
-    c.restore_pending(job("run", 4, 100), (Part("m1", 4),), 5.0, requeues=1)
-    c.restore_queued(job("q1", 4, 10, submit=1))
-    c.restore_queued(job("q2", 1, 10, submit=2), requeues=2)
+    c.restore_pending(job("run", 4, runtime=100), (Part("m1", 4),), 5.0, requeues=1)
+    c.restore_queued(job("q1", 4, runtime=10, submit=1))
+    c.restore_queued(job("q2", runtime=10, submit=2), requeues=2)
     # Ids stay taken, whatever their state.
-    assert c.submit(job("done", 2, 10)) == Accepted("done", duplicate=True)
+    assert c.submit(job("done", 2, runtime=10)) == Accepted("done", duplicate=True)
     assert c.usage.cpu_seconds("user", "nobody", 0) == 20.0
     assert [j.id for j in c.queue] == ["q1", "q2"]
     assert c.state_of("run") is JobState.RUNNING
@@ -134,7 +134,7 @@ def test_restore_rebuilds_queue_history_and_pending_jobs() -> None:
 def test_a_pending_job_can_be_lost_cancelled_or_finished() -> None:
     c = SchedulerCore(policy=Fcfs(), machines=[])
     for jid in ("lost", "cancelled", "finished", "failed"):
-        c.restore_pending(job(jid, 1, 10), (Part("m", 1),), 0.0)
+        c.restore_pending(job(jid, runtime=10), (Part("m", 1),), 0.0)
     assert c.job_lost("lost", 1.0).state is JobState.QUEUED
     assert [j.id for j in c.queue] == ["lost"]
     cancelled = c.cancel("cancelled", 2.0)
@@ -149,7 +149,7 @@ def test_a_pending_job_can_be_lost_cancelled_or_finished() -> None:
 
 def test_restoring_on_a_machine_too_small_is_refused_and_takes_nothing() -> None:
     c = SchedulerCore(policy=Fcfs(), machines=[Machine(id="a", cpus=4), Machine(id="m", cpus=2)])
-    c.restore_pending(job("run", 8, 10), (Part("a", 4), Part("m", 4)), 0.0)
+    c.restore_pending(job("run", 8, runtime=10), (Part("a", 4), Part("m", 4)), 0.0)
     with pytest.raises(ValueError, match="cannot restore job 'run'"):
         c.restore_running("run", 1.0)
     assert list(c.pending) == ["run"]
@@ -159,4 +159,4 @@ def test_restoring_on_a_machine_too_small_is_refused_and_takes_nothing() -> None
     assert c.snapshot(1.0).queue == []
     assert c.schedule(1.0).starts == []
     with pytest.raises(ValueError, match="already known"):
-        c.restore_queued(job("run", 4, 10))
+        c.restore_queued(job("run", 4, runtime=10))

@@ -22,6 +22,7 @@ from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fifo_backfill import FifoBackfill
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.multifactor import MultiFactor
+from tests.builders import job
 from tests.scheduler.policies.properties import clusters
 from twin.simulate import simulate
 
@@ -60,8 +61,8 @@ def workloads(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
         t += draw(st.sampled_from([0.0, 1.0, 5.0, 40.0]))
         walltime = draw(st.sampled_from([2.0, 10.0, 30.0]))
         jobs.append(
-            Job(
-                id=f"j{i}",
+            job(
+                f"j{i}",
                 submit=t,
                 procs=draw(st.integers(1, widest)),
                 walltime=walltime,
@@ -91,7 +92,7 @@ def test_an_idle_policy_decides_nothing_on_an_empty_queue(
 def test_the_promise_is_checked_on_empty_queues_at_all() -> None:
     # The property above is hollow unless replays do reach empty queues.
     machines = [Machine(id="m0", cpus=4)]
-    jobs = [Job(id=f"j{i}", submit=10.0 * i, procs=2, walltime=5.0, runtime=5.0) for i in range(3)]
+    jobs = [job(f"j{i}", 2, walltime=5.0, submit=10.0 * i) for i in range(3)]
     checked = Checked(EasyBackfill())
     simulate(jobs, machines=machines, policy=checked)
     assert checked.empty_seen >= 3
@@ -115,8 +116,8 @@ def test_the_core_does_not_call_an_idle_policy_on_an_empty_queue() -> None:
     core = SchedulerCore(policy=policy, machines=[Machine(id="m0", cpus=4)])
     core.schedule(0.0)
     assert policy.calls == 0
-    core.submit(Job(id="a", submit=0.0, procs=8 // 2, walltime=5.0))
-    core.submit(Job(id="b", submit=0.0, procs=4, walltime=5.0))
+    core.submit(job("a", 8 // 2, walltime=5.0))
+    core.submit(job("b", 4, walltime=5.0))
     decisions = core.schedule(1.0)
     assert policy.calls == 1
     assert [s.job.id for s in decisions.starts] == ["a"]

@@ -1,6 +1,6 @@
 """The twin's lean bookkeeping gives what the eager bookkeeping gave.
 
-Each speed-up of issue 7 that defers or remembers work is checked here against
+Each speed-up of the twin that defers or remembers work is checked here against
 the straightforward computation it replaced: a dormant queue index woken late
 against one kept up to date from the start; the deferred usage ledger against
 charges folded at once; remembered allocations and rates against computing
@@ -22,7 +22,7 @@ from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.queue_index import KINDS, QueueIndex
 from scheduler.core.running_set import RunningSet
-from scheduler.core.snapshot import Reservation, RunningJob, Snapshot, Start
+from scheduler.core.snapshot import RunningJob, Start
 from scheduler.core.usage import _FOLD_AT, UsageLedger, decayed_sum, split_periods
 from scheduler.planning.easy_shadow import (
     _one_machine,
@@ -31,25 +31,10 @@ from scheduler.planning.easy_shadow import (
     shadow_for,
 )
 from scheduler.planning.placement import Placement
+from tests.builders import job, reservation, running, snapshot
 
 USERS = st.sampled_from(["ann", "bob", "cid"])
 GROUPS = st.sampled_from(["g1", "g2"])
-
-
-def job(i: int, user: str = "ann", group: str = "g1") -> Job:
-    return Job(id=f"j{i}", submit=float(i), procs=1, walltime=100.0, user=user, group=group)
-
-
-def run_of(j: Job, start: float, est_end: float) -> RunningJob:
-    return RunningJob(
-        job=j,
-        parts=(Part("m", j.procs),),
-        start=start,
-        est_end=est_end,
-        cpus=j.procs,
-        changed=start,
-        charged_from=start,
-    )
 
 
 # -- the queue index --------------------------------------------------------------
@@ -65,9 +50,9 @@ def test_a_dormant_index_woken_late_holds_what_an_eager_one_holds(
 ) -> None:
     order: dict[str, int] = {}
     queue: list[Job] = []
-    running: dict[str, RunningJob] = {}
+    runs: dict[str, RunningJob] = {}
     eager = QueueIndex(order)
-    lazy = QueueIndex(order, source=lambda: (queue, running.values()))
+    lazy = QueueIndex(order, source=lambda: (queue, runs.values()))
     assert not lazy.awake
 
     def both(method: str, arg: object) -> None:
@@ -80,18 +65,18 @@ def test_a_dormant_index_woken_late_holds_what_an_eager_one_holds(
             lazy.names("user")  # the first read wakes it
             assert lazy.awake
         if op == "add":
-            j = job(len(order), user, group)
+            j = job(f"j{len(order)}", submit=float(len(order)), user=user, group=group)
             order[j.id] = len(order)
             queue.append(j)
             both("add", j)
         elif op == "start" and queue:
             j = queue.pop(0)
             both("remove", j)
-            r = run_of(j, 0.0, 10.0)
-            running[j.id] = r
+            r = running(j, est_end=10.0)
+            runs[j.id] = r
             both("add_running", r)
-        elif op == "end" and running:
-            r = running.pop(next(iter(running)))
+        elif op == "end" and runs:
+            r = runs.pop(next(iter(runs)))
             both("remove_running", r)
     for kind in KINDS:
         assert lazy.submit_sorted(kind) == eager.submit_sorted(kind)
@@ -225,10 +210,7 @@ def test_the_inline_merge_of_starts_is_the_generators_merge(
 ) -> None:
     # Equal instants on purpose (sampled times): ties are where a merge can go wrong.
     runs = sorted(
-        (
-            run_of(Job(id=f"r{k}", submit=0.0, procs=c, walltime=100.0), 0.0, end)
-            for k, (c, end) in enumerate(ends)
-        ),
+        (running(job(f"r{k}", c, walltime=100.0), est_end=end) for k, (c, end) in enumerate(ends)),
         key=lambda r: r.est_end,
     )
     started = [(now + t, c) for t, c in started]
@@ -258,10 +240,9 @@ def test_remembered_rates_are_the_computed_ones(kind: ModelKind, overhead: float
         for procs in range(cpus, 2 * cpus + 1):  # every MPL from 1 to 2
             for util in (1.0, 0.5, 0.25):
                 for app in (None, "cg", "halo"):
-                    j = Job(
-                        id=f"j{procs}-{util}-{app}",
-                        submit=0.0,
-                        procs=procs,
+                    j = job(
+                        f"j{procs}-{util}-{app}",
+                        procs,
                         walltime=10.0,
                         cpu_util=util,
                         ref_speed=1.5,
@@ -300,36 +281,31 @@ def test_the_one_machine_reservation_is_shadow_for_in_integers(  # noqa: PLR0917
     promise: float | None,
     now: float,
 ) -> None:
-    head = Job(id="head", submit=0.0, procs=min(need, cpus), walltime=50.0)
+    head = job("head", min(need, cpus), walltime=50.0)
     runs = []
     used = 0
     for k, (c, end) in enumerate(ends):
         if used + c > cpus:
             break
         used += c
-        runs.append(run_of(Job(id=f"r{k}", submit=0.0, procs=c, walltime=100.0), 0.0, end))
+        runs.append(running(job(f"r{k}", c, walltime=100.0), est_end=end))
     runs.sort(key=lambda r: r.est_end)
     starts = []
     for k, (c, wall) in enumerate(started):
         if used + c > cpus:
             break
         used += c
-        starts.append(Start(Job(id=f"s{k}", submit=0.0, procs=c, walltime=wall), (Part("m", c),)))
+        starts.append(Start(job(f"s{k}", c, walltime=wall), (Part("m", c),)))
     free = cpus - used
     machine = Machine(id="m", cpus=cpus)
-    previous = (
-        {} if promise is None else {"head": Reservation(head, promise, (Part("m", head.procs),))}
-    )
-    snap = Snapshot(
+    previous = None if promise is None else reservation(head, start=promise)
+    snap = snapshot(
         now=now,
-        machines=[machine],
+        total_cpus=cpus,
         free={"m": free},
         running=runs,
         queue=[head],
-        usage=UsageLedger(),
-        total_cpus=cpus,
-        speeds={"m": 1.0},
-        reservations=previous,
+        reservations=[] if previous is None else [previous],
     )
     general = shadow_for(
         head,
@@ -339,15 +315,15 @@ def test_the_one_machine_reservation_is_shadow_for_in_integers(  # noqa: PLR0917
         started=[(now + s.job.walltime, s.parts) for s in starts],
         machines=[machine],
         placement=Placement(),
-        previous=previous.get("head"),
+        previous=previous,
     )
-    reservation, extra = one_machine_shadow(snap, head, free=free, starts=starts)
+    promised, extra = one_machine_shadow(snap, head, free=free, starts=starts)
     if general is None:
-        assert reservation is None
+        assert promised is None
     else:
-        assert reservation == general.reservation
+        assert promised == general.reservation
         assert extra == general.extra["m"]
-        assert not math.isnan(reservation.start)
+        assert not math.isnan(promised.start)
 
 
 # -- the running set ----------------------------------------------------------------------
@@ -362,7 +338,7 @@ def test_the_running_set_stays_sorted_by_end_with_ties_in_start_order(
     started: list[RunningJob] = []
     for n, (start, wall, pick) in enumerate(ops):
         if start or not started:
-            j = Job(id=f"j{n}", submit=0.0, procs=1, walltime=max(wall, 1.0))
+            j = job(f"j{n}", walltime=max(wall, 1.0))
             started.append(rs.start(j, (Part("m", 1),), 1, rate=1.0, start=0.0, now=0.0))
         else:
             gone = started.pop(pick % len(started))

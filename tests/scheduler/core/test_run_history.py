@@ -11,13 +11,13 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.core.run_history import Predictor, RunHistory
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.registry import build_policy_with
-from tests.helpers import job
+from tests.builders import job
 from twin.simulate import simulate
 
 
 def test_the_prediction_is_the_average_of_the_last_two_capped_by_the_request() -> None:
     history = RunHistory()
-    j = job("x", 1, 50.0, walltime=1000.0, user="ann")
+    j = job("x", 1, runtime=50.0, walltime=1000.0, user="ann")
     assert history.prediction(j) == 1000.0  # no history: the request
     history.record("ann", 10.0, 100.0)
     assert history.prediction(j) == 100.0  # one job: its run time
@@ -26,8 +26,8 @@ def test_the_prediction_is_the_average_of_the_last_two_capped_by_the_request() -
     history.record("ann", 30.0, 500.0)  # the oldest drops out
     assert history.last("ann") == (500.0, 300.0)
     assert history.prediction(j) == 400.0
-    assert history.prediction(job("y", 1, 5.0, walltime=250.0, user="ann")) == 250.0
-    assert history.prediction(job("z", 1, 5.0, walltime=250.0, user="bob")) == 250.0
+    assert history.prediction(job("y", 1, runtime=5.0, walltime=250.0, user="ann")) == 250.0
+    assert history.prediction(job("z", 1, runtime=5.0, walltime=250.0, user="bob")) == 250.0
 
 
 def test_last_is_by_end_time_whatever_the_order_reported() -> None:
@@ -42,7 +42,7 @@ def test_a_run_of_nothing_plans_one_second() -> None:
     history = RunHistory()
     history.record("ann", 1.0, 0.0)
     history.record("ann", 2.0, 0.0)
-    assert history.prediction(job("x", 1, 5.0, walltime=60.0, user="ann")) == 1.0
+    assert history.prediction(job("x", 1, runtime=5.0, walltime=60.0, user="ann")) == 1.0
 
 
 def test_the_policy_option_switches_the_core_to_predictions() -> None:
@@ -62,10 +62,10 @@ def test_the_queue_plans_with_the_prediction_and_the_book_keeps_the_request() ->
         policy=EasyBackfill(predictor=Predictor.LAST_TWO), machines=[Machine(id="m", cpus=4)]
     )
     for i, run in enumerate((100.0, 300.0)):
-        core.submit(job(f"old{i}", 4, run, submit=0.0, walltime=1000.0, user="ann"))
+        core.submit(job(f"old{i}", 4, runtime=run, submit=0.0, walltime=1000.0, user="ann"))
         core.schedule(i * 1000.0)
         core.finished(f"old{i}", i * 1000.0 + run)
-    new = job("new", 4, 50.0, submit=2000.0, walltime=1000.0, user="ann")
+    new = job("new", 4, runtime=50.0, submit=2000.0, walltime=1000.0, user="ann")
     core.submit(new)
     assert core.job("new") is new
     (queued,) = core.queue
@@ -81,14 +81,14 @@ def test_a_run_past_its_prediction_is_expected_to_end_with_its_request() -> None
     core = SchedulerCore(
         policy=EasyBackfill(predictor=Predictor.LAST_TWO), machines=[Machine(id="m", cpus=4)]
     )
-    core.submit(job("old", 4, 100.0, walltime=500.0, user="ann"))
+    core.submit(job("old", 4, runtime=100.0, walltime=500.0, user="ann"))
     core.schedule(0.0)
     core.finished("old", 100.0)
-    core.submit(job("long", 4, 900.0, submit=100.0, walltime=1000.0, user="ann"))
+    core.submit(job("long", 4, runtime=900.0, submit=100.0, walltime=1000.0, user="ann"))
     core.schedule(100.0)
     (run,) = core.running
     assert run.est_end == 200.0  # predicted: 100 s, like the last one
-    core.submit(job("next", 4, 10.0, submit=300.0, walltime=50.0, user="bob"))
+    core.submit(job("next", 4, runtime=10.0, submit=300.0, walltime=50.0, user="bob"))
     core.schedule(300.0)
     # Outlived: corrected to the end of its request (started at 100, asked 1000).
     assert run.est_end == pytest.approx(1100.0)
@@ -114,8 +114,8 @@ def test_a_restart_rebuilds_the_history_from_finished_jobs() -> None:
     core = SchedulerCore(
         policy=EasyBackfill(predictor=Predictor.LAST_TWO), machines=[Machine(id="m", cpus=4)]
     )
-    done = job("done", 1, 40.0, walltime=100.0, user="ann")
+    done = job("done", 1, runtime=40.0, walltime=100.0, user="ann")
     core.restore_final(done, JobState.FINISHED, start=10.0, end=50.0, parts=())
-    core.restore_queued(job("q", 1, 5.0, submit=60.0, walltime=100.0, user="ann"))
+    core.restore_queued(job("q", 1, runtime=5.0, submit=60.0, walltime=100.0, user="ann"))
     (queued,) = core.queue
     assert queued.walltime == 40.0

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.messages import WaitReason
-from broker.vocabulary import BadMessage, JobEventKind, Rejection
+from broker.vocabulary import BadMessage, JobEventKind, Rejection, WaitReason
 from broker.vocabulary import JobState as WireState
 from scheduler.core.answers import RejectCode
 from scheduler.core.job_lifecycle import JobState, is_final

@@ -18,7 +18,7 @@ from scheduler.policies.conservative import ConservativeBackfill
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.registry import POLICIES, build_policy
-from tests.helpers import job
+from tests.builders import job
 from tests.scheduler.policies.properties import clusters
 from twin.simulate import simulate
 
@@ -42,7 +42,12 @@ def test_every_registered_policy_states_its_rule() -> None:
 
 def test_conservative_prediction_is_its_reservations() -> None:
     machines = [Machine(id="m", cpus=4)]
-    jobs = [job("a", 4, 10.0), job("b", 2, 5.0), job("c", 3, 8.0), job("d", 1, 2.0)]
+    jobs = [
+        job("a", 4, runtime=10.0),
+        job("b", 2, runtime=5.0),
+        job("c", 3, runtime=8.0),
+        job("d", 1, runtime=2.0),
+    ]
     policy = ConservativeBackfill()
     core = core_with(policy, machines, jobs)
     plan = predict(core.snapshot(0.0), policy)
@@ -58,7 +63,12 @@ def test_easy_reserves_the_head_and_lays_the_rest_around_it() -> None:
     # 4 CPUs: a runs 10 s on 3; b (4 CPUs) is the head, reserved at 10; c (2 CPUs, 20 s)
     # cannot backfill (it would delay b) and is laid after b; d (1 CPU, 5 s) backfills.
     machines = [Machine(id="m", cpus=4)]
-    jobs = [job("a", 3, 10.0), job("b", 4, 5.0), job("c", 2, 20.0), job("d", 1, 5.0)]
+    jobs = [
+        job("a", 3, runtime=10.0),
+        job("b", 4, runtime=5.0),
+        job("c", 2, runtime=20.0),
+        job("d", 1, runtime=5.0),
+    ]
     policy = EasyBackfill()
     core = core_with(policy, machines, jobs)
     assert [r.job.id for r in core.running] == ["d", "a"]
@@ -73,7 +83,7 @@ def test_easy_reserves_the_head_and_lays_the_rest_around_it() -> None:
 def test_in_order_no_job_is_planned_before_the_one_ahead() -> None:
     # FCFS: c fits the hole beside a at once, but waits behind b.
     machines = [Machine(id="m", cpus=4)]
-    jobs = [job("a", 3, 10.0), job("b", 4, 5.0), job("c", 1, 1.0)]
+    jobs = [job("a", 3, runtime=10.0), job("b", 4, runtime=5.0), job("c", 1, runtime=1.0)]
     policy = Fcfs()
     core = core_with(policy, machines, jobs)
     plan = predict(core.snapshot(0.0), policy)
@@ -87,7 +97,7 @@ def test_a_running_job_past_its_estimate_is_planned_by_the_overdue_rule() -> Non
     machines = [Machine(id="m", cpus=4)]
     late = Job(id="late", submit=0.0, procs=4, walltime=10.0, runtime=100.0)
     run = RunningJob(job=late, parts=(Part("m", 4),), start=0.0, est_end=10.0, cpus=4)
-    waiting = job("w", 2, 5.0)
+    waiting = job("w", 2, runtime=5.0)
     snap = Snapshot(
         now=40.0,
         machines=machines,
@@ -107,7 +117,7 @@ def test_a_running_job_past_its_estimate_is_planned_by_the_overdue_rule() -> Non
 
 def test_cordoned_machines_take_no_part_in_the_plan() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
-    jobs = [job("x", 4, 10.0), job("y", 2, 5.0), job("wide", 6, 5.0)]
+    jobs = [job("x", 4, runtime=10.0), job("y", 2, runtime=5.0), job("wide", 6, runtime=5.0)]
     policy = EasyBackfill()
     core = SchedulerCore(policy=policy, machines=machines, cordoned={"b"})
     for j in jobs:

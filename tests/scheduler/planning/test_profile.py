@@ -10,15 +10,14 @@ from hypothesis import strategies as st
 
 from model.job import Job
 from model.machine import Machine, Part
+from scheduler.core.snapshot import RunningJob
+from scheduler.planning.overdue import planned_releases
 from scheduler.planning.placement import Placement, PlacementRule, sort_machines
 from scheduler.planning.profile import Profile
+from tests.builders import job
 
 ONE = [Machine(id="m", cpus=10)]
 FAST_SLOW = sort_machines([Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4)])
-
-
-def job(procs: int, walltime: float) -> Job:
-    return Job(id=f"j{procs}x{walltime}", submit=0.0, procs=procs, walltime=walltime)
 
 
 def fit_of(
@@ -60,14 +59,27 @@ def test_built_from_running_ends_in_time_order() -> None:
     assert steps(one_machine_profile()) == [(0.0, 4), (10.0, 7), (20.0, 10)]
 
 
-def test_overdue_end_counts_as_now_and_equal_ends_merge() -> None:
+def test_equal_ends_merge_and_an_end_at_now_lands_on_now() -> None:
     p = Profile(
         now=50.0,
         machines=ONE,
         free={"m": 2},
-        ends=[(40.0, (Part("m", 3),)), (60.0, (Part("m", 2),)), (60.0, (Part("m", 3),))],
+        ends=[(50.0, (Part("m", 3),)), (60.0, (Part("m", 2),)), (60.0, (Part("m", 3),))],
     )
     assert steps(p) == [(50.0, 5), (60.0, 10)]
+
+
+def test_an_overdue_end_is_planned_by_the_overdue_rule_not_by_the_profile() -> None:
+    ends = [(40.0, (Part("m", 3),)), (60.0, (Part("m", 5),))]
+    with pytest.raises(ValueError, match=r"before the profile's start"):
+        Profile(now=50.0, machines=ONE, free={"m": 2}, ends=ends)
+    # 10 s over at 50: planned at 40 + 16 = 56 (scheduler.planning.overdue).
+    runs = [
+        RunningJob(job=job(c, 10.0), parts=parts, start=0.0, est_end=t, cpus=c)
+        for c, (t, parts) in zip((3, 5), ends, strict=True)
+    ]
+    p = Profile(now=50.0, machines=ONE, free={"m": 2}, ends=planned_releases(50.0, runs))
+    assert steps(p) == [(50.0, 2), (56.0, 5), (60.0, 10)]
 
 
 def test_reserve_release_round_trip_merges_breakpoints() -> None:
@@ -98,7 +110,9 @@ def test_earliest_fit_one_machine(
     procs: int, walltime: float, not_before: float, before: float, expected: float | None
 ) -> None:
     p = one_machine_profile()
-    fit = fit_of(p, job(procs, walltime), ONE, {"m": 1.0}, not_before=not_before, before=before)
+    fit = fit_of(
+        p, job("j", procs, walltime=walltime), ONE, {"m": 1.0}, not_before=not_before, before=before
+    )
     if expected is None:
         assert fit is None
     else:
@@ -108,11 +122,11 @@ def test_earliest_fit_one_machine(
 def test_earliest_fit_skips_a_hole_too_short_for_the_job() -> None:
     p = one_machine_profile()
     p.reserve(10.0, 20.0, (Part("m", 7),))  # a hole of 4 CPUs on [0, 10) only
-    assert fit_of(p, job(4, 10.0), ONE, {"m": 1.0}) == (
+    assert fit_of(p, job("j", 4, walltime=10.0), ONE, {"m": 1.0}) == (
         0.0,
         (Part("m", 4),),
     )
-    assert fit_of(p, job(4, 11.0), ONE, {"m": 1.0}) == (
+    assert fit_of(p, job("j", 4, walltime=11.0), ONE, {"m": 1.0}) == (
         20.0,
         (Part("m", 4),),
     )
@@ -127,23 +141,23 @@ def test_earliest_fit_heterogeneous_uses_the_pace_of_the_parts() -> None:
     p.reserve(8.0, 100.0, (Part("slow", 4),))
     # 4 CPUs for wall 10: slow now would need [0, 10) and collides with the booking
     # at 8; at 5 the fast machine runs it in 5 s.
-    assert fit_of(p, job(4, 10.0), FAST_SLOW, speeds) == (
+    assert fit_of(p, job("j", 4, walltime=10.0), FAST_SLOW, speeds) == (
         5.0,
         (Part("fast", 4),),
     )
     # Wall 6 fits on slow now, [0, 6) ends before the booking.
-    assert fit_of(p, job(4, 6.0), FAST_SLOW, speeds) == (
+    assert fit_of(p, job("j", 4, walltime=6.0), FAST_SLOW, speeds) == (
         0.0,
         (Part("slow", 4),),
     )
     single = Placement(rule=PlacementRule.SINGLE)
-    assert fit_of(p, job(6, 1.0), FAST_SLOW, speeds, placement=single) is None
+    assert fit_of(p, job("j", 6, walltime=1.0), FAST_SLOW, speeds, placement=single) is None
     # Spanning goes at the slow pace: [5, 6) fits before the booking, [5, 9) does not.
-    assert fit_of(p, job(6, 1.0), FAST_SLOW, speeds) == (
+    assert fit_of(p, job("j", 6, walltime=1.0), FAST_SLOW, speeds) == (
         5.0,
         (Part("fast", 4), Part("slow", 2)),
     )
-    assert fit_of(p, job(6, 4.0), FAST_SLOW, speeds) == (
+    assert fit_of(p, job("j", 6, walltime=4.0), FAST_SLOW, speeds) == (
         100.0,
         (Part("fast", 4), Part("slow", 2)),
     )
@@ -175,7 +189,7 @@ def test_earliest_fit_is_the_earliest_feasible_breakpoint(
     parts = (Part("m", procs),)
     times = [t for t, _ in p.breakpoints()]
     feasible = [t for t in times if p.fits(t, t + walltime, parts)]
-    fit = fit_of(p, job(procs, float(walltime)), ONE, {"m": 1.0})
+    fit = fit_of(p, job("j", procs, walltime=float(walltime)), ONE, {"m": 1.0})
     assert fit == (feasible[0], parts)
     # Breakpoints stay sorted, distinct and merged.
     values = [free["m"] for _, free in p.breakpoints()]
@@ -243,7 +257,7 @@ def test_move_earlier_one_machine_matches_release_and_search(
         b = (float(s), float(s + n), (Part("m", c),))
         if p.fits(*b):
             p.reserve(*b)
-    j = job(procs, float(walltime))
+    j = job("j", procs, walltime=float(walltime))
     own = (float(start), float(start + walltime), (Part("m", procs),))
     if not p.fits(*own):
         return
@@ -329,7 +343,7 @@ def test_earliest_fit_several_machines_matches_the_plain_search(
     rule: PlacementRule,
 ) -> None:
     machines, by_id, p = booked_machines(speeds, bookings)
-    j = job(procs, float(walltime))
+    j = job("j", procs, walltime=float(walltime))
     placement = Placement(rule=rule)
     fit = fit_of(p, j, machines, by_id, placement=placement)
     assert fit == reference_fit(p, j, machines, by_id, placement)
@@ -356,7 +370,7 @@ def test_move_earlier_several_machines_matches_release_and_search(
     """The totals shortcut only skips what the full search would reject."""
     machines, by_id, p = booked_machines(speeds, bookings)
     placement = Placement(rule=rule)
-    j = job(procs, float(walltime))
+    j = job("j", procs, walltime=float(walltime))
     # The job's own booking: its latest possible slot, after everything else.
     last = max([0.0, *(float(s + n) for _, s, n, _ in bookings)])
     parts = placement.place(procs, {m.id: 4 for m in machines}, machines)

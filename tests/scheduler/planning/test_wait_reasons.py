@@ -11,7 +11,7 @@ from scheduler.planning.wait_reasons import Wait, WaitWhy, wait_reasons
 from scheduler.policies.conservative import ConservativeBackfill
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
-from tests.helpers import job
+from tests.builders import job
 
 
 def reasons_of(
@@ -34,7 +34,12 @@ def reasons_of(
 def test_easy_the_head_waits_for_cpus_and_the_rest_for_it() -> None:
     # 4 CPUs; a holds 2 for 10 s. b (4) is the head, reserved at 10. c (2 CPUs, 20 s)
     # fits now but would run past b's reservation; d (4) waits behind b and c.
-    jobs = [job("a", 2, 10.0), job("b", 4, 5.0), job("c", 2, 20.0), job("d", 4, 5.0)]
+    jobs = [
+        job("a", 2, runtime=10.0),
+        job("b", 4, runtime=5.0),
+        job("c", 2, runtime=20.0),
+        job("d", 4, runtime=5.0),
+    ]
     reasons = reasons_of(EasyBackfill(), [Machine(id="m", cpus=4)], jobs)
     assert reasons["b"] == Wait(WaitWhy.RESOURCES, "its reservation at t=10 s")
     assert reasons["c"] == Wait(
@@ -50,11 +55,11 @@ def test_conservative_priority_or_cpus_by_when_it_would_start_alone() -> None:
     # reservation puts it at 15: it waits behind b. f (1 CPU, 5 s) alone would start
     # at 5 too, and is planned there: it waits for CPUs.
     jobs = [
-        job("a", 3, 10.0),
-        job("b", 4, 5.0),
-        job("c", 1, 30.0),
-        job("e", 1, 5.0),
-        job("f", 1, 5.0),
+        job("a", 3, runtime=10.0),
+        job("b", 4, runtime=5.0),
+        job("c", 1, runtime=30.0),
+        job("e", 1, runtime=5.0),
+        job("f", 1, runtime=5.0),
     ]
     reasons = reasons_of(ConservativeBackfill(), [Machine(id="m", cpus=4)], jobs)
     assert "e" not in reasons
@@ -64,14 +69,14 @@ def test_conservative_priority_or_cpus_by_when_it_would_start_alone() -> None:
 
 
 def test_fcfs_a_job_that_fits_waits_behind_the_head() -> None:
-    jobs = [job("a", 3, 10.0), job("b", 4, 5.0), job("c", 1, 1.0)]
+    jobs = [job("a", 3, runtime=10.0), job("b", 4, runtime=5.0), job("c", 1, runtime=1.0)]
     reasons = reasons_of(Fcfs(), [Machine(id="m", cpus=4)], jobs)
     assert reasons["b"].why is WaitWhy.RESOURCES
     assert reasons["c"] == Wait(WaitWhy.PRIORITY, "behind 1 higher-priority job")
 
 
 def test_held_overrides_everything() -> None:
-    jobs = [job("a", 4, 10.0), job("b", 4, 5.0), job("c", 1, 1.0)]
+    jobs = [job("a", 4, runtime=10.0), job("b", 4, runtime=5.0), job("c", 1, runtime=1.0)]
     reasons = reasons_of(EasyBackfill(), [Machine(id="m", cpus=4)], jobs, held="reconciling")
     assert reasons == {
         "b": Wait(WaitWhy.HELD, "reconciling"),
@@ -83,8 +88,8 @@ def test_a_job_wider_than_the_machines_online_says_so() -> None:
     machines = [Machine(id="m", cpus=4)]
     policy = EasyBackfill()
     core = SchedulerCore(policy=policy, machines=machines)
-    core.submit(job("a", 2, 10.0))
-    core.submit(job("wide", 8, 10.0), capacity=8)  # the cluster as configured is wider
+    core.submit(job("a", 2, runtime=10.0))
+    core.submit(job("wide", 8, runtime=10.0), capacity=8)  # the cluster as configured is wider
     core.schedule(0.0)
     snap = core.snapshot(0.0)
     assert [j.id for j in snap.queue] == []
@@ -96,7 +101,7 @@ def test_a_job_wider_than_the_machines_online_says_so() -> None:
 
 def test_a_job_that_fits_only_on_cordoned_machines() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
-    jobs = [job("x", 2, 10.0), job("wide", 6, 5.0), job("now", 3, 5.0)]
+    jobs = [job("x", 2, runtime=10.0), job("wide", 6, runtime=5.0), job("now", 3, runtime=5.0)]
     reasons = reasons_of(EasyBackfill(), machines, jobs, cordoned=frozenset({"b"}))
     assert reasons["wide"] == Wait(WaitWhy.CORDONED, "fits only with cordoned machines: b")
     assert reasons["now"] == Wait(WaitWhy.CORDONED, "would start now on cordoned machines: b")

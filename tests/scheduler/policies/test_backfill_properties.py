@@ -21,6 +21,7 @@ from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fifo_backfill import FifoBackfill
+from tests.builders import job
 from tests.scheduler.policies.properties import (
     Recorder,
     assert_promises_kept,
@@ -40,13 +41,7 @@ def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
     for i, submit in enumerate(submits):
         runtime = float(draw(st.integers(1, 30)))
         jobs.append(
-            Job(
-                id=f"j{i}",
-                submit=float(submit),
-                procs=draw(st.integers(1, total)),
-                runtime=runtime,
-                walltime=runtime,
-            )
+            job(f"j{i}", submit=float(submit), procs=draw(st.integers(1, total)), walltime=runtime)
         )
     return cluster, jobs
 

@@ -12,7 +12,7 @@ from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fifo_backfill import FifoBackfill
-from tests.helpers import job
+from tests.builders import job
 from twin.simulate import simulate
 
 HOUR = 3600.0
@@ -27,7 +27,9 @@ def fig2_jobs() -> list[Job]:
     """FCFS-malleable paper, Fig. 2: six jobs at 0, in order, on 10 CPUs."""
     procs = [8, 4, 2, 8, 4, 10]
     times = [2, 1, 1, 2, 2, 1]
-    return [job(f"J{i + 1}", p, t) for i, (p, t) in enumerate(zip(procs, times, strict=True))]
+    return [
+        job(f"J{i + 1}", p, runtime=t) for i, (p, t) in enumerate(zip(procs, times, strict=True))
+    ]
 
 
 TEN = [Machine(id="m", cpus=10)]
@@ -59,10 +61,10 @@ def test_easy_fig2b() -> None:
 def mix() -> list[Job]:
     """The scheduling-algorithms text's "typical" job mix on four nodes."""
     return [
-        job("123", 2, 2 * HOUR),
-        job("124", 2, 2 * HOUR),
-        job("125", 1, 1 * HOUR),
-        job("126", 4, 4 * HOUR),
+        job("123", 2, runtime=2 * HOUR),
+        job("124", 2, runtime=2 * HOUR),
+        job("125", runtime=1 * HOUR),
+        job("126", 4, runtime=4 * HOUR),
     ]
 
 
@@ -78,9 +80,9 @@ def test_fifo_backfill_has_no_reservation_easy_does() -> None:
     # A wide job at the head: FIFO-backfill lets a long narrow job overtake it for
     # good, EASY does not start the narrow job because it would delay the head.
     jobs = [
-        job("run", 2, 10),
-        job("wide", 4, 5, submit=1),
-        job("narrow", 1, 100, submit=2),
+        job("run", 2, runtime=10),
+        job("wide", 4, runtime=5, submit=1),
+        job("narrow", runtime=100, submit=2),
     ]
     four = [Machine(id="n", cpus=4)]
     assert starts(FifoBackfill(), jobs, four)["narrow"] == 2
@@ -90,7 +92,11 @@ def test_fifo_backfill_has_no_reservation_easy_does() -> None:
 
 def test_easy_backfills_into_extra_cpus_past_the_shadow() -> None:
     # Head needs 3 of 4 CPUs at t=10; one CPU is extra, so a long 1-CPU job may run.
-    jobs = [job("a", 3, 10), job("head", 3, 5, submit=1), job("long", 1, 100, submit=2)]
+    jobs = [
+        job("a", 3, runtime=10),
+        job("head", 3, runtime=5, submit=1),
+        job("long", runtime=100, submit=2),
+    ]
     got = starts(EasyBackfill(), jobs, [Machine(id="n", cpus=4)])
     assert got == {"a": 0, "head": 10, "long": 2}
 
@@ -100,12 +106,12 @@ def test_dpsa_fig1_easy_starts_j2_first() -> None:
     # J2 because it is the highest-priority job that fits (DPSA would pick J3+J4).
     machines = [Machine(id="n", cpus=10)]
     jobs = [
-        job("R1", 6, 7),  # running until 7
-        job("R2", 4, 2),  # ends at 2 and triggers the decision
-        job("J1", 10, 3, submit=1),
-        job("J2", 2, 4, submit=1),
-        job("J3", 2, 5, submit=1),
-        job("J4", 2, 5, submit=1),
+        job("R1", 6, runtime=7),  # running until 7
+        job("R2", 4, runtime=2),  # ends at 2 and triggers the decision
+        job("J1", 10, runtime=3, submit=1),
+        job("J2", 2, runtime=4, submit=1),
+        job("J3", 2, runtime=5, submit=1),
+        job("J4", 2, runtime=5, submit=1),
     ]
     got = starts(EasyBackfill(), jobs, machines)
     assert got["J2"] == 2
@@ -114,7 +120,7 @@ def test_dpsa_fig1_easy_starts_j2_first() -> None:
 
 def test_heterogeneous_job_runs_at_its_slowest_parts_pace() -> None:
     machines = [Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4, speed=1.0)]
-    result = simulate([job("wide", 6, 100)], machines=machines, policy=Fcfs())
+    result = simulate([job("wide", 6, runtime=100)], machines=machines, policy=Fcfs())
     (o,) = result.outcomes
     assert {p.machine for p in o.parts} == {"fast", "slow"}
     assert o.run == 100.0  # speed 1 of the slow part, not 2
@@ -122,7 +128,7 @@ def test_heterogeneous_job_runs_at_its_slowest_parts_pace() -> None:
 
 def test_fastest_placement_prefers_a_single_fast_machine() -> None:
     machines = [Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=8, speed=1.0)]
-    result = simulate([job("j", 4, 100)], machines=machines, policy=Fcfs())
+    result = simulate([job("j", 4, runtime=100)], machines=machines, policy=Fcfs())
     (o,) = result.outcomes
     assert [p.machine for p in o.parts] == ["fast"]
     assert o.run == 50.0
@@ -133,7 +139,7 @@ def test_single_placement_never_spans_and_wide_jobs_do_not_block() -> None:
     single = Placement(rule=PlacementRule.SINGLE)
     # "wide" needs 6 CPUs: the cluster has 8, so it is accepted, but no single
     # machine has 6, so under this rule it can never start. The jobs behind it must.
-    jobs = [job("wide", 6, 10), job("long", 4, 1000), job("small", 2, 10)]
+    jobs = [job("wide", 6, runtime=10), job("long", 4, runtime=1000), job("small", 2, runtime=10)]
 
     def decide(policy: Policy) -> tuple[dict[str, tuple[str, ...]], list[str]]:
         core = SchedulerCore(policy=policy, machines=machines)

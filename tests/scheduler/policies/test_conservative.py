@@ -9,7 +9,7 @@ estimates (run time == wall time).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -20,49 +20,14 @@ from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.core import SchedulerCore
-from scheduler.core.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
-from scheduler.core.usage import UsageLedger
+from scheduler.core.snapshot import Decisions, Policy, RunningJob
 from scheduler.planning.placement import Placement, PlacementRule, sort_machines
 from scheduler.policies.conservative import ConservativeBackfill
 from scheduler.policies.easy import EasyBackfill
+from tests.builders import job, reservation, running, snapshot
 
 ONE = [Machine(id="m", cpus=10)]
 FAST_SLOW = sort_machines([Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4)])
-
-
-def job(jid: str, procs: int, walltime: float, submit: float = 0.0) -> Job:
-    return Job(id=jid, submit=submit, procs=procs, walltime=walltime)
-
-
-def running(j: Job, parts: tuple[Part, ...], est_end: float, start: float = 0.0) -> RunningJob:
-    return RunningJob(
-        job=j, parts=parts, start=start, est_end=est_end, cpus=sum(p.cpus for p in parts)
-    )
-
-
-def snapshot(
-    *,
-    now: float,
-    machines: Sequence[Machine],
-    queue: Sequence[Job],
-    running_jobs: Sequence[RunningJob] = (),
-    reservations: Mapping[str, Reservation] | None = None,
-) -> Snapshot:
-    free = {m.id: m.cpus for m in machines}
-    for r in running_jobs:
-        for p in r.parts:
-            free[p.machine] -= p.cpus
-    return Snapshot(
-        now=now,
-        machines=machines,
-        free=free,
-        running=list(running_jobs),
-        queue=list(queue),
-        usage=UsageLedger(),
-        total_cpus=sum(m.cpus for m in machines),
-        speeds={m.id: m.speed for m in machines},
-        reservations=reservations or {},
-    )
 
 
 def summary(d: Decisions) -> tuple[list[str], dict[str, float]]:
@@ -71,7 +36,7 @@ def summary(d: Decisions) -> tuple[list[str], dict[str, float]]:
 
 # -- table-driven cases -------------------------------------------------------
 
-R8 = running(job("r", 8, 10.0), (Part("m", 8),), est_end=10.0)  # 2 CPUs free until 10
+R8 = running(job("r", 8, walltime=10.0), est_end=10.0)  # 2 CPUs free until 10
 
 
 @dataclass(frozen=True)
@@ -93,38 +58,38 @@ CASES = [
     ),
     Case(
         "narrow short job fills the hole before the wide job's reservation",
-        queue=[job("wide", 10, 10.0), job("narrow", 2, 5.0)],
+        queue=[job("wide", 10, walltime=10.0), job("narrow", 2, walltime=5.0)],
         starts=["narrow"],
         reservations={"wide": 10.0},
     ),
     Case(
         "narrow job ending exactly at the reservation still fits the hole",
-        queue=[job("wide", 10, 10.0), job("narrow", 2, 10.0)],
+        queue=[job("wide", 10, walltime=10.0), job("narrow", 2, walltime=10.0)],
         starts=["narrow"],
         reservations={"wide": 10.0},
     ),
     Case(
         "narrow long job would delay the reservation: it waits for after it",
-        queue=[job("wide", 10, 10.0), job("narrow", 2, 15.0)],
+        queue=[job("wide", 10, walltime=10.0), job("narrow", 2, walltime=15.0)],
         starts=[],
         reservations={"wide": 10.0, "narrow": 20.0},
     ),
     Case(
         "every job gets a reservation, later ones around earlier ones",
-        queue=[job("a", 6, 10.0), job("b", 9, 10.0), job("c", 4, 5.0)],
+        queue=[job("a", 6, walltime=10.0), job("b", 9, walltime=10.0), job("c", 4, walltime=5.0)],
         starts=[],
         # a on [10, 20) leaves 4 CPUs, enough for c there; b waits for a.
         reservations={"a": 10.0, "b": 20.0, "c": 10.0},
     ),
     Case(
         "jobs that fit now start in priority order",
-        queue=[job("a", 1, 50.0), job("b", 1, 50.0), job("c", 1, 50.0)],
+        queue=[job("a", walltime=50.0), job("b", walltime=50.0), job("c", walltime=50.0)],
         starts=["a", "b"],
         reservations={"c": 10.0},
     ),
     Case(
         "idle machine: everything that fits starts, the rest is planned",
-        queue=[job("a", 6, 10.0), job("b", 6, 10.0), job("c", 4, 30.0)],
+        queue=[job("a", 6, walltime=10.0), job("b", 6, walltime=10.0), job("c", 4, walltime=30.0)],
         running_jobs=[],
         starts=["a", "c"],
         reservations={"b": 10.0},
@@ -134,9 +99,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_table(case: Case) -> None:
-    snap = snapshot(
-        now=0.0, machines=case.machines, queue=case.queue, running_jobs=case.running_jobs
-    )
+    snap = snapshot(machines=case.machines, queue=case.queue, running=case.running_jobs)
     starts, reservations = summary(ConservativeBackfill().decide(snap))
     assert starts == case.starts
     assert reservations == case.reservations
@@ -151,19 +114,22 @@ def test_easy_starts_a_job_that_conservative_holds_back() -> None:
     until C ends at 25. Conservative sees that [20, 25) has 1 free CPU after
     B's reservation, so C waits until B is done.
     """
-    queue = [job("a", 6, 10.0), job("b", 9, 10.0), job("c", 2, 25.0)]
-    snap = snapshot(now=0.0, machines=ONE, queue=queue, running_jobs=[R8])
+    queue = [job("a", 6, walltime=10.0), job("b", 9, walltime=10.0), job("c", 2, walltime=25.0)]
+    snap = snapshot(machines=ONE, queue=queue, running=[R8])
     assert summary(EasyBackfill().decide(snap)) == (["c"], {"a": 10.0})
     assert summary(ConservativeBackfill().decide(snap)) == ([], {"a": 10.0, "b": 20.0, "c": 30.0})
 
 
 def test_heterogeneous_machines_use_the_pace_of_the_parts() -> None:
     """Fast (2x, 4 CPUs) busy until 5; slow (1x, 4 CPUs) idle."""
-    busy = running(job("r", 4, 10.0), (Part("fast", 4),), est_end=5.0)
-    queue = [job("a", 4, 10.0), job("b", 4, 10.0), job("c", 8, 4.0), job("d", 2, 2.0)]
-    d = ConservativeBackfill().decide(
-        snapshot(now=0.0, machines=FAST_SLOW, queue=queue, running_jobs=[busy])
-    )
+    busy = running(job("r", 4, walltime=10.0), machine="fast", est_end=5.0)
+    queue = [
+        job("a", 4, walltime=10.0),
+        job("b", 4, walltime=10.0),
+        job("c", 8, walltime=4.0),
+        job("d", 2, walltime=2.0),
+    ]
+    d = ConservativeBackfill().decide(snapshot(machines=FAST_SLOW, queue=queue, running=[busy]))
     assert [(s.job.id, s.parts) for s in d.starts] == [("a", (Part("slow", 4),))]
     # a takes slow now rather than wait for fast (same end, 10). b gets fast at 5
     # (5 s at 2x); c needs both machines, at the slow pace, on [10, 14); d finds no
@@ -177,26 +143,28 @@ def test_heterogeneous_machines_use_the_pace_of_the_parts() -> None:
 
 def test_a_job_that_can_never_fit_blocks_nothing() -> None:
     machines = sort_machines([Machine(id="a", cpus=4), Machine(id="b", cpus=4)])
-    queue = [job("huge", 6, 10.0), job("small", 2, 10.0)]
+    queue = [job("huge", 6, walltime=10.0), job("small", 2, walltime=10.0)]
     policy = ConservativeBackfill(placement=Placement(rule=PlacementRule.SINGLE))
-    d = policy.decide(snapshot(now=0.0, machines=machines, queue=queue))
+    d = policy.decide(snapshot(machines=machines, queue=queue))
     assert summary(d) == (["small"], {})
 
 
 def test_a_reservation_is_kept_as_a_promise_and_only_moves_earlier() -> None:
-    queue = [job("wide", 10, 10.0), job("late", 2, 15.0)]
-    first = ConservativeBackfill().decide(
-        snapshot(now=0.0, machines=ONE, queue=queue, running_jobs=[R8])
-    )
+    queue = [job("wide", 10, walltime=10.0), job("late", 2, walltime=15.0)]
+    first = ConservativeBackfill().decide(snapshot(machines=ONE, queue=queue, running=[R8]))
     promised = {r.job.id: r for r in first.reservations}
     assert {k: r.start for k, r in promised.items()} == {"wide": 10.0, "late": 20.0}
 
     # A newcomer of higher priority in queue order cannot take a promised slot:
     # ``early`` (arrived at 1, but placed first in the queue) goes after late's [20, 35).
-    early = job("early", 10, 5.0, submit=1.0)
+    early = job("early", 10, walltime=5.0, submit=1.0)
     again = ConservativeBackfill().decide(
         snapshot(
-            now=1.0, machines=ONE, queue=[early, *queue], running_jobs=[R8], reservations=promised
+            now=1.0,
+            machines=ONE,
+            queue=[early, *queue],
+            running=[R8],
+            reservations=promised.values(),
         )
     )
     assert summary(again) == ([], {"early": 35.0, "wide": 10.0, "late": 20.0})
@@ -206,23 +174,23 @@ def test_a_reservation_is_kept_as_a_promise_and_only_moves_earlier() -> None:
 
     # The running job ends early at 4: both promises compress to now.
     early_end = ConservativeBackfill().decide(
-        snapshot(now=4.0, machines=ONE, queue=queue, reservations=promised)
+        snapshot(now=4.0, machines=ONE, queue=queue, reservations=promised.values())
     )
     assert summary(early_end) == (["wide"], {"late": 14.0})
 
 
 def test_a_broken_promise_is_replaced_at_the_earliest_fit() -> None:
     """The running job outlives its estimate: the promise cannot be kept."""
-    queue = [job("wide", 10, 10.0), job("narrow", 2, 5.0)]
-    promised = {"wide": Reservation(queue[0], 10.0, (Part("m", 10),))}
-    overdue = running(job("r", 8, 10.0), (Part("m", 8),), est_end=10.0)
+    queue = [job("wide", 10, walltime=10.0), job("narrow", 2, walltime=5.0)]
+    promised = [reservation(queue[0], start=10.0)]
+    overdue = running(job("r", 8, walltime=10.0), est_end=10.0)
     d = ConservativeBackfill().decide(
-        snapshot(now=12.0, machines=ONE, queue=queue, running_jobs=[overdue], reservations=promised)
+        snapshot(now=12.0, machines=ONE, queue=queue, running=[overdue], reservations=promised)
     )
-    # The overdue job counts as ending now, so wide is planned at 12 (later than
-    # promised, the only way a reservation moves later) but cannot start while
-    # the job really holds its CPUs; narrow is planned after it.
-    assert summary(d) == ([], {"wide": 12.0, "narrow": 22.0})
+    # The overdue job, 2 s over, is planned to end at 10 + 4 (scheduler.planning.overdue),
+    # so wide is planned at 14 (later than promised, the only way a reservation
+    # moves later); narrow, which would run into it, is planned after it.
+    assert summary(d) == ([], {"wide": 14.0, "narrow": 24.0})
 
 
 # -- properties over a tiny discrete-event loop ---------------------------------
@@ -308,8 +276,8 @@ def workloads(draw: st.DrawFn, *, several: bool) -> tuple[list[Machine], list[Jo
     total = sum(m.cpus for m in machines)
     n_jobs = draw(st.integers(1, 12))
     jobs = [
-        Job(
-            id=f"j{i:02d}",
+        job(
+            f"j{i:02d}",
             submit=float(draw(st.integers(0, 30))),
             procs=draw(st.integers(1, total)),
             walltime=float(draw(st.integers(1, 20))),

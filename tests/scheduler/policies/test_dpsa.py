@@ -21,11 +21,10 @@ from hypothesis import strategies as st
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.snapshot import Decisions, Policy, RunningJob, Snapshot
-from scheduler.core.usage import UsageLedger
 from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.dpsa import DEFAULT_BUDGET, Dpsa, Variant, _search_many, _search_one
 from scheduler.policies.easy import EasyBackfill
-from tests.helpers import job
+from tests.builders import job, running, snapshot
 from tests.scheduler.policies.properties import (
     Recorder,
     assert_promises_kept,
@@ -40,40 +39,6 @@ VARIANTS: tuple[Variant, ...] = ("p", "n", "w")
 def starts(policy: Policy, jobs: list[Job], machines: list[Machine]) -> dict[str, float]:
     result = simulate(jobs, machines=machines, policy=policy)
     return {o.job.id: o.start for o in result.outcomes}
-
-
-def snapshot(
-    *,
-    cpus: int,
-    running: Sequence[tuple[int, float]],
-    queue: Sequence[Job],
-    now: float = 0.0,
-) -> Snapshot:
-    """One machine ``m`` of ``cpus`` CPUs; ``running`` is ``(cpus, expected end)`` pairs."""
-    runs = sorted(
-        (
-            RunningJob(
-                job=Job(id=f"run{i}", submit=0.0, procs=c, walltime=max(end, 1.0)),
-                parts=(Part("m", c),),
-                start=0.0,
-                est_end=end,
-                cpus=c,
-            )
-            for i, (c, end) in enumerate(running)
-        ),
-        key=lambda r: r.est_end,
-    )
-    return Snapshot(
-        now=now,
-        machines=[Machine(id="m", cpus=cpus)],
-        free={"m": cpus - sum(c for c, _ in running)},
-        running=runs,
-        queue=list(queue),
-        usage=UsageLedger(),
-        total_cpus=cpus,
-        speeds={"m": 1.0},
-        reservations={},
-    )
 
 
 def started(decisions: Decisions) -> set[str]:
@@ -91,12 +56,12 @@ def fig1_jobs() -> list[Job]:
     all 4. Every waiting job ends by 7, so none delays J1.
     """
     return [
-        job("R1", 6, 7),  # runs until 7
-        job("R2", 4, 2),  # ends at 2: the decision of the figure
-        job("J1", 10, 2, submit=1),
-        job("J2", 3, 4, submit=1),
-        job("J3", 2, 5, submit=1),
-        job("J4", 2, 5, submit=1),
+        job("R1", 6, runtime=7),  # runs until 7
+        job("R2", 4, runtime=2),  # ends at 2: the decision of the figure
+        job("J1", 10, runtime=2, submit=1),
+        job("J2", 3, runtime=4, submit=1),
+        job("J3", 2, runtime=5, submit=1),
+        job("J4", 2, runtime=5, submit=1),
     ]
 
 
@@ -168,24 +133,20 @@ def reference(snap: Snapshot, variant: Variant) -> set[str]:
 def one_machine_snapshots(draw: st.DrawFn) -> Snapshot:
     cpus = draw(st.integers(1, 16))
     now = float(draw(st.integers(0, 5)))
-    running: list[tuple[int, float]] = []
+    runs: list[RunningJob] = []
     left = cpus
-    for _ in range(draw(st.integers(0, 4))):
+    for i in range(draw(st.integers(0, 4))):
         if left == 0:
             break
         c = draw(st.integers(1, left))
-        running.append((c, now + draw(st.integers(0, 30))))
+        end = now + draw(st.integers(0, 30))
+        runs.append(running(job(f"run{i}", c, walltime=max(end, 1.0)), est_end=end))
         left -= c
     queue = [
-        Job(
-            id=f"q{k}",
-            submit=0.0,
-            procs=draw(st.integers(1, cpus)),
-            walltime=float(draw(st.integers(1, 40))),
-        )
+        job(f"q{k}", procs=draw(st.integers(1, cpus)), walltime=float(draw(st.integers(1, 40))))
         for k in range(draw(st.integers(1, 11)))
     ]
-    return snapshot(cpus=cpus, running=running, queue=queue, now=now)
+    return snapshot(now=now, total_cpus=cpus, running=runs, queue=queue)
 
 
 @settings(max_examples=400, deadline=None)
@@ -237,7 +198,7 @@ def test_both_search_paths_equal_brute_force(
     fast = _search_one(procs, long, free, extra, budget=10**9, out_of_time=None)
     assert fast.chosen == want
     jobs = [
-        Job(id=f"j{k}", submit=0.0, procs=p, walltime=20.0 if lg else 5.0)
+        job(f"j{k}", p, walltime=20.0 if lg else 5.0)
         for k, (p, lg) in enumerate(zip(procs, long, strict=True))
     ]
     slow = _search_many(
@@ -261,11 +222,18 @@ def test_both_search_paths_equal_brute_force(
 
 def tie_queue() -> list[Job]:
     # 4 CPUs free until 100, when the head needs all 8: nothing may run past 100.
-    return [job("head", 8, 10), job("A", 4, 10), job("B", 2, 10), job("C", 2, 10)]
+    return [
+        job("head", 8, runtime=10),
+        job("A", 4, runtime=10),
+        job("B", 2, runtime=10),
+        job("C", 2, runtime=10),
+    ]
 
 
 def test_n_prefers_more_small_jobs_w_fewer_wide_ones() -> None:
-    snap = snapshot(cpus=8, running=[(4, 100.0)], queue=tie_queue())
+    snap = snapshot(
+        total_cpus=8, running=[running(job("run0", 4, walltime=100.0))], queue=tie_queue()
+    )
     # Equal utilisation (4 CPUs) either way: n starts B and C, w starts A.
     assert started(Dpsa(variant="n").decide(snap)) == {"B", "C"}
     assert started(Dpsa(variant="w").decide(snap)) == {"A"}
@@ -275,10 +243,7 @@ def test_n_prefers_more_small_jobs_w_fewer_wide_ones() -> None:
 
 def p_queue(qos: Sequence[int] = (9, 0, 0, 0, 0)) -> list[Job]:
     sizes = [("head", 8), ("A", 2), ("B", 3), ("C", 1), ("D", 2)]
-    return [
-        Job(id=name, submit=0.0, procs=p, walltime=10.0, qos=q)
-        for (name, p), q in zip(sizes, qos, strict=True)
-    ]
+    return [job(name, p, walltime=10.0, qos=q) for (name, p), q in zip(sizes, qos, strict=True)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -294,10 +259,16 @@ class ByQos:
 def test_p_prefers_the_subset_with_the_higher_priority_jobs() -> None:
     # Both {A, D} and {B, C} use the 4 free CPUs. In arrival order A ranks first,
     # so DPSAp picks {A, D}.
-    snap = snapshot(cpus=8, running=[(4, 100.0)], queue=p_queue())
+    snap = snapshot(
+        total_cpus=8, running=[running(job("run0", 4, walltime=100.0))], queue=p_queue()
+    )
     assert started(Dpsa(variant="p").decide(snap)) == {"A", "D"}
     # Ranks come from the priority source: with B and C on top, {B, C} wins.
-    snap = snapshot(cpus=8, running=[(4, 100.0)], queue=p_queue(qos=(9, 0, 5, 4, 0)))
+    snap = snapshot(
+        total_cpus=8,
+        running=[running(job("run0", 4, walltime=100.0))],
+        queue=p_queue(qos=(9, 0, 5, 4, 0)),
+    )
     assert started(Dpsa(variant="p", priority=ByQos()).decide(snap)) == {"B", "C"}
 
 
@@ -305,12 +276,12 @@ def test_long_jobs_only_use_the_cpus_left_over_at_the_shadow_time() -> None:
     # 6 free now; the head needs 8 at 50, when 10 are free: 2 extra. A long
     # 4-CPU job would delay the head; a long 2-CPU job and a short 4-CPU one fit.
     queue = [
-        job("head", 8, 10),
-        job("long4", 4, 100),
-        job("long2", 2, 100),
-        job("short4", 4, 50),
+        job("head", 8, runtime=10),
+        job("long4", 4, runtime=100),
+        job("long2", 2, runtime=100),
+        job("short4", 4, runtime=50),
     ]
-    snap = snapshot(cpus=10, running=[(4, 50.0)], queue=queue)
+    snap = snapshot(total_cpus=10, running=[running(job("run0", 4, walltime=50.0))], queue=queue)
     decisions = Dpsa().decide(snap)
     assert started(decisions) == {"long2", "short4"}
     (reservation,) = decisions.reservations
@@ -318,8 +289,10 @@ def test_long_jobs_only_use_the_cpus_left_over_at_the_shadow_time() -> None:
 
 
 def test_jobs_that_fit_start_first_and_counters_report_one_search() -> None:
-    queue = [job("a", 3, 10), job("head", 8, 10), job("b", 1, 10)]
-    decisions = Dpsa().decide(snapshot(cpus=8, running=[(4, 20.0)], queue=queue))
+    queue = [job("a", 3, runtime=10), job("head", 8, runtime=10), job("b", runtime=10)]
+    decisions = Dpsa().decide(
+        snapshot(total_cpus=8, running=[running(job("run0", 4, walltime=20.0))], queue=queue)
+    )
     assert started(decisions) == {"a", "b"}
     assert decisions.counters == {
         "dpsa_budget_hits": 0,
@@ -331,9 +304,14 @@ def test_jobs_that_fit_start_first_and_counters_report_one_search() -> None:
 def test_a_later_subset_of_equal_utilisation_does_not_replace_the_first() -> None:
     # Nothing fills the 6 free CPUs; 5 is the best, first as {X}, later as {Y, Z}
     # and {Z, W}. Line 16 replaces the best only with a strictly better subset.
-    queue = [job("head", 12, 10), job("X", 5, 10), job("Y", 2, 10), job("Z", 3, 10)]
-    queue.append(job("W", 2, 10))
-    snap = snapshot(cpus=12, running=[(6, 100.0)], queue=queue)
+    queue = [
+        job("head", 12, runtime=10),
+        job("X", 5, runtime=10),
+        job("Y", 2, runtime=10),
+        job("Z", 3, runtime=10),
+    ]
+    queue.append(job("W", 2, runtime=10))
+    snap = snapshot(total_cpus=12, running=[running(job("run0", 6, walltime=100.0))], queue=queue)
     assert started(Dpsa(variant="p").decide(snap)) == {"X"}
 
 
@@ -342,8 +320,8 @@ def test_a_later_subset_of_equal_utilisation_does_not_replace_the_first() -> Non
 
 def wide_search() -> Snapshot:
     """No subset fills the 10 free CPUs (9 is the best), so the search has to go on."""
-    queue = [job("head", 20, 10), *(job(f"j{p}", p, 10) for p in (3, 5, 6, 9))]
-    return snapshot(cpus=20, running=[(10, 100.0)], queue=queue)
+    queue = [job("head", 20, runtime=10), *(job(f"j{p}", p, runtime=10) for p in (3, 5, 6, 9))]
+    return snapshot(total_cpus=20, running=[running(job("run0", 10, walltime=100.0))], queue=queue)
 
 
 def test_budget_of_one_expansion_is_hit_and_returns_the_empty_subset() -> None:

@@ -11,15 +11,8 @@ import pytest
 
 from model.machine import Machine, Part
 from scheduler.policies.eg_edf import MIN_MAKESPAN, EgEdf, edf_key, weight
-from tests.scheduler.policies.grid_plans import (
-    GRID,
-    job,
-    order_on,
-    plan_of,
-    planned,
-    running,
-    snapshot,
-)
+from tests.builders import job, reservation, running, snapshot
+from tests.scheduler.policies.grid_plans import GRID, order_on, plan_of
 
 # -- equation (1) and the EDF key ------------------------------------------------
 
@@ -56,10 +49,10 @@ def test_weight_is_equation_1(
 
 def test_edf_key_puts_jobs_without_deadline_last_in_arrival_order() -> None:
     jobs = [
-        job("late-no-deadline", 1, 1.0, submit=5.0),
-        job("d300", 1, 1.0, deadline=300.0),
-        job("early-no-deadline", 1, 1.0, submit=1.0),
-        job("d100", 1, 1.0, submit=9.0, deadline=100.0),
+        job("late-no-deadline", walltime=1.0, submit=5.0),
+        job("d300", walltime=1.0, deadline=300.0),
+        job("early-no-deadline", walltime=1.0, submit=1.0),
+        job("d100", walltime=1.0, submit=9.0, deadline=100.0),
     ]
     assert [j.id for j in sorted(jobs, key=edf_key)] == [
         "d100",
@@ -82,18 +75,21 @@ def test_a_new_job_fills_the_earliest_gap_instead_of_being_appended() -> None:
     So S = 1 and J goes to big at 20, not at the end of any plan (60 on big,
     100 on fast, 200 on small), and nothing planned moves.
     """
-    p1, p2 = job("P1", 8, 10.0), job("P2", 6, 40.0)
-    j = job("J", 2, 30.0, submit=1.0)
+    p1, p2 = job("P1", 8, walltime=10.0), job("P2", 6, walltime=40.0)
+    j = job("J", 2, walltime=30.0, submit=1.0)
     snap = snapshot(
         now=1.0,
         machines=GRID,
         queue=[p1, p2, j],
-        running_jobs=[
-            running(job("r-fast", 4, 100.0), "fast", 100.0),
-            running(job("r-big", 6, 10.0), "big", 10.0),
-            running(job("r-small", 2, 200.0), "small", 200.0),
+        running=[
+            running(job("r-fast", 4, walltime=100.0), machine="fast", est_end=100.0),
+            running(job("r-big", 6, walltime=10.0), machine="big", est_end=10.0),
+            running(job("r-small", 2, walltime=200.0), machine="small", est_end=200.0),
         ],
-        reservations=[planned(p1, "big", 10.0), planned(p2, "big", 20.0)],
+        reservations=[
+            reservation(p1, start=10.0, machine="big"),
+            reservation(p2, start=20.0, machine="big"),
+        ],
     )
     d = EgEdf().decide(snap)
     assert d.starts == []
@@ -104,16 +100,19 @@ def test_a_new_job_fills_the_earliest_gap_instead_of_being_appended() -> None:
 
 def test_idle_cpus_now_are_a_gap_and_the_job_starts() -> None:
     """An idle machine counts as a gap at now (S = 2 here: small now, big at 20)."""
-    p1, p2 = job("P1", 8, 10.0), job("P2", 6, 40.0)
-    j = job("J", 2, 30.0)
+    p1, p2 = job("P1", 8, walltime=10.0), job("P2", 6, walltime=40.0)
+    j = job("J", 2, walltime=30.0)
     snap = snapshot(
         machines=GRID,
         queue=[p1, p2, j],
-        running_jobs=[
-            running(job("r-fast", 4, 100.0), "fast", 100.0),
-            running(job("r-big", 6, 10.0), "big", 10.0),
+        running=[
+            running(job("r-fast", 4, walltime=100.0), machine="fast", est_end=100.0),
+            running(job("r-big", 6, walltime=10.0), machine="big", est_end=10.0),
         ],
-        reservations=[planned(p1, "big", 10.0), planned(p2, "big", 20.0)],
+        reservations=[
+            reservation(p1, start=10.0, machine="big"),
+            reservation(p2, start=20.0, machine="big"),
+        ],
     )
     d = EgEdf().decide(snap)
     # Equation (1): both gaps leave the makespan (60) alone; small ends J first.
@@ -130,27 +129,30 @@ def test_equation_1_picks_the_gap_where_the_deadline_is_met() -> None:
     decided by its deadline term: 1 on fast against 0 on slow.
     """
     machines = [Machine(id="slow", cpus=4), Machine(id="fast", cpus=4, speed=2.0)]
-    q, p = job("Q", 2, 40.0), job("P", 4, 100.0)
-    j = job("J", 2, 40.0, deadline=30.0)
+    q, p = job("Q", 2, walltime=40.0), job("P", 4, walltime=100.0)
+    j = job("J", 2, walltime=40.0, deadline=30.0)
     snap = snapshot(
         machines=machines,
         queue=[q, p, j],
-        running_jobs=[
-            running(job("r-slow", 2, 100.0), "slow", 100.0),
-            running(job("r-fast", 4, 10.0), "fast", 10.0),
+        running=[
+            running(job("r-slow", 2, walltime=100.0), machine="slow", est_end=100.0),
+            running(job("r-fast", 4, walltime=10.0), machine="fast", est_end=10.0),
         ],
-        reservations=[planned(q, "fast", 10.0), planned(p, "fast", 30.0)],
+        reservations=[
+            reservation(q, start=10.0, machine="fast"),
+            reservation(p, start=30.0, machine="fast"),
+        ],
     )
     d = EgEdf().decide(snap)
     assert plan_of(d) == {"Q": ("fast", 10.0), "J": ("fast", 10.0), "P": ("fast", 30.0)}
     # Without a deadline both weights are 0 and the tie goes to the earlier end:
     # fast again (30 against 40).
-    free_j = job("J", 2, 40.0)
+    free_j = job("J", 2, walltime=40.0)
     d = EgEdf().decide(
         snapshot(
             machines=machines,
             queue=[q, p, free_j],
-            running_jobs=snap.running,
+            running=snap.running,
             reservations=list(snap.reservations.values()),
         )
     )
@@ -168,18 +170,22 @@ def test_no_gap_inserts_by_edf_in_deadline_order() -> None:
     insertion re-plans the jobs after it, which move later.
     """
     m = [Machine(id="m", cpus=4)]
-    a = job("A", 4, 10.0, deadline=100.0)
-    b = job("B", 4, 10.0, deadline=300.0)
-    c = job("C", 4, 10.0)
-    x = job("X", 4, 10.0, submit=1.0, deadline=200.0)
-    y = job("Y", 4, 10.0, submit=2.0)
-    z = job("Z", 4, 10.0, submit=3.0, deadline=50.0)
+    a = job("A", 4, walltime=10.0, deadline=100.0)
+    b = job("B", 4, walltime=10.0, deadline=300.0)
+    c = job("C", 4, walltime=10.0)
+    x = job("X", 4, walltime=10.0, submit=1.0, deadline=200.0)
+    y = job("Y", 4, walltime=10.0, submit=2.0)
+    z = job("Z", 4, walltime=10.0, submit=3.0, deadline=50.0)
     snap = snapshot(
         now=3.0,
         machines=m,
         queue=[a, b, c, x, y, z],
-        running_jobs=[running(job("r", 4, 10.0), "m", 10.0)],
-        reservations=[planned(a, "m", 10.0), planned(b, "m", 20.0), planned(c, "m", 30.0)],
+        running=[running(job("r", 4, walltime=10.0), est_end=10.0)],
+        reservations=[
+            reservation(a, start=10.0),
+            reservation(b, start=20.0),
+            reservation(c, start=30.0),
+        ],
     )
     d = EgEdf().decide(snap)
     assert order_on(d, "m") == [
@@ -204,18 +210,21 @@ def test_no_gap_keeps_the_machine_of_highest_weight() -> None:
     slow -0.5 + 1 = 0.5.
     """
     machines = [Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4)]
-    dj = job("D", 4, 20.0, deadline=20.0)
-    e = job("E", 4, 10.0)
-    j = job("J", 4, 10.0, submit=1.0, deadline=21.0)
+    dj = job("D", 4, walltime=20.0, deadline=20.0)
+    e = job("E", 4, walltime=10.0)
+    j = job("J", 4, walltime=10.0, submit=1.0, deadline=21.0)
     snap = snapshot(
         now=1.0,
         machines=machines,
         queue=[dj, e, j],
-        running_jobs=[
-            running(job("r-fast", 4, 10.0), "fast", 10.0),
-            running(job("r-slow", 4, 10.0), "slow", 10.0),
+        running=[
+            running(job("r-fast", 4, walltime=10.0), machine="fast", est_end=10.0),
+            running(job("r-slow", 4, walltime=10.0), machine="slow", est_end=10.0),
         ],
-        reservations=[planned(dj, "fast", 10.0), planned(e, "slow", 10.0)],
+        reservations=[
+            reservation(dj, start=10.0, machine="fast"),
+            reservation(e, start=10.0, machine="slow"),
+        ],
     )
     d = EgEdf().decide(snap)
     assert plan_of(d) == {"D": ("fast", 10.0), "J": ("slow", 10.0), "E": ("slow", 20.0)}
@@ -223,7 +232,7 @@ def test_no_gap_keeps_the_machine_of_highest_weight() -> None:
 
 def test_a_job_wider_than_every_machine_is_skipped() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
-    huge, small = job("huge", 6, 10.0), job("small", 2, 10.0)
+    huge, small = job("huge", 6, walltime=10.0), job("small", 2, walltime=10.0)
     d = EgEdf().decide(snapshot(machines=machines, queue=[huge, small]))
     # It gets no reservation and holds nothing back; it simply stays queued.
     assert [s.job.id for s in d.starts] == ["small"]

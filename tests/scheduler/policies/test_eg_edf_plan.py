@@ -7,15 +7,8 @@ from __future__ import annotations
 from model.machine import Machine, Part
 from scheduler.policies.eg_edf import EgEdf
 from scheduler.policies.eg_edf_plan import Plan
-from tests.scheduler.policies.grid_plans import (
-    GRID,
-    job,
-    order_on,
-    plan_of,
-    planned,
-    running,
-    snapshot,
-)
+from tests.builders import job, reservation, running, snapshot
+from tests.scheduler.policies.grid_plans import GRID, order_on, plan_of
 
 
 def test_the_plan_is_compacted_when_a_job_ends_early_keeping_its_order() -> None:
@@ -26,8 +19,8 @@ def test_the_plan_is_compacted_when_a_job_ends_early_keeping_its_order() -> None
     place (compaction keeps each machine's order).
     """
     m = [Machine(id="m", cpus=4)]
-    a, b, c = job("A", 2, 20.0), job("B", 4, 10.0), job("C", 1, 5.0)
-    previous = [planned(a, "m", 10.0), planned(b, "m", 30.0), planned(c, "m", 40.0)]
+    a, b, c = job("A", 2, walltime=20.0), job("B", 4, walltime=10.0), job("C", walltime=5.0)
+    previous = [reservation(a, start=10.0), reservation(b, start=30.0), reservation(c, start=40.0)]
     d = EgEdf().decide(snapshot(now=2.0, machines=m, queue=[a, b, c], reservations=previous))
     assert [s.job.id for s in d.starts] == ["A"]
     assert order_on(d, "m") == [("B", 22.0), ("C", 32.0)]
@@ -35,8 +28,8 @@ def test_the_plan_is_compacted_when_a_job_ends_early_keeping_its_order() -> None
 
 def test_without_keep_order_compaction_lets_a_job_use_an_earlier_hole() -> None:
     m = [Machine(id="m", cpus=4)]
-    a, b, c = job("A", 2, 20.0), job("B", 4, 10.0), job("C", 1, 5.0)
-    previous = [planned(a, "m", 10.0), planned(b, "m", 30.0), planned(c, "m", 40.0)]
+    a, b, c = job("A", 2, walltime=20.0), job("B", 4, walltime=10.0), job("C", walltime=5.0)
+    previous = [reservation(a, start=10.0), reservation(b, start=30.0), reservation(c, start=40.0)]
     d = EgEdf(keep_order=False).decide(
         snapshot(now=2.0, machines=m, queue=[a, b, c], reservations=previous)
     )
@@ -45,13 +38,16 @@ def test_without_keep_order_compaction_lets_a_job_use_an_earlier_hole() -> None:
 
 
 def test_unchanged_reservations_are_handed_back_as_the_same_objects() -> None:
-    p1, p2 = job("P1", 8, 10.0), job("P2", 6, 40.0)
-    previous = [planned(p1, "big", 10.0), planned(p2, "big", 20.0)]
+    p1, p2 = job("P1", 8, walltime=10.0), job("P2", 6, walltime=40.0)
+    previous = [
+        reservation(p1, start=10.0, machine="big"),
+        reservation(p2, start=20.0, machine="big"),
+    ]
     d = EgEdf().decide(
         snapshot(
             machines=GRID,
             queue=[p1, p2],
-            running_jobs=[running(job("r-big", 6, 10.0), "big", 10.0)],
+            running=[running(job("r-big", 6, walltime=10.0), machine="big", est_end=10.0)],
             reservations=previous,
         )
     )
@@ -59,66 +55,70 @@ def test_unchanged_reservations_are_handed_back_as_the_same_objects() -> None:
     assert d.reservations[1] is previous[1]
 
 
-def test_an_overdue_job_keeps_a_planned_job_waiting_at_now() -> None:
-    """r outlived its estimate (10) and still holds its CPUs at 12."""
+def test_an_overdue_job_keeps_a_planned_job_waiting_until_its_planned_end() -> None:
+    """r outlived its estimate (10) and still holds its CPUs at 12: 2 s over, it is
+    planned to end at 10 + 4 (``scheduler.planning.overdue``)."""
     m = [Machine(id="m", cpus=4)]
-    a = job("A", 4, 10.0)
+    a = job("A", 4, walltime=10.0)
     d = EgEdf().decide(
         snapshot(
             now=12.0,
             machines=m,
             queue=[a],
-            running_jobs=[running(job("r", 2, 10.0), "m", 10.0)],
-            reservations=[planned(a, "m", 10.0)],
+            running=[running(job("r", 2, walltime=10.0), est_end=10.0)],
+            reservations=[reservation(a, start=10.0)],
         )
     )
     assert d.starts == []
-    assert plan_of(d) == {"A": ("m", 12.0)}
+    assert plan_of(d) == {"A": ("m", 14.0)}
 
 
 def test_slots_that_no_longer_fit_together_are_replanned_in_order() -> None:
     """A was planned on [10, 20) and B on [20, 30); r overran and holds the CPUs at 15.
 
-    A, whose start has passed, is planned from now and would run into B: the
+    r, 5 s over, is planned to end at 10 + 8 (``scheduler.planning.overdue``). A,
+    whose start has passed, is planned from then and would run into B: the
     machine is list-scheduled again in the same order, which moves B later.
     """
     m = [Machine(id="m", cpus=4)]
-    a, b = job("A", 4, 10.0), job("B", 4, 10.0)
+    a, b = job("A", 4, walltime=10.0), job("B", 4, walltime=10.0)
     d = EgEdf().decide(
         snapshot(
             now=15.0,
             machines=m,
             queue=[a, b],
-            running_jobs=[running(job("r", 4, 10.0), "m", 10.0)],
-            reservations=[planned(a, "m", 10.0), planned(b, "m", 20.0)],
+            running=[running(job("r", 4, walltime=10.0), est_end=10.0)],
+            reservations=[reservation(a, start=10.0), reservation(b, start=20.0)],
         )
     )
     assert d.starts == []
-    assert order_on(d, "m") == [("A", 15.0), ("B", 25.0)]
+    assert order_on(d, "m") == [("A", 18.0), ("B", 28.0)]
 
 
 def test_a_reservation_on_a_machine_that_left_is_placed_again() -> None:
     machines = [Machine(id="a", cpus=4)]
-    j = job("J", 2, 10.0)
+    j = job("J", 2, walltime=10.0)
     d = EgEdf().decide(
-        snapshot(machines=machines, queue=[j], reservations=[planned(j, "gone", 5.0)])
+        snapshot(
+            machines=machines, queue=[j], reservations=[reservation(j, start=5.0, machine="gone")]
+        )
     )
     assert [(s.job.id, s.parts) for s in d.starts] == [("J", (Part("a", 2),))]
 
 
 def test_plan_counts_nondelayed_planned_jobs_only() -> None:
     m = [Machine(id="m", cpus=2)]
-    on_time = job("on-time", 2, 10.0, deadline=100.0)
-    late = job("late", 2, 10.0, deadline=15.0)
-    free_job = job("no-deadline", 2, 10.0)
+    on_time = job("on-time", 2, walltime=10.0, deadline=100.0)
+    late = job("late", 2, walltime=10.0, deadline=15.0)
+    free_job = job("no-deadline", 2, walltime=10.0)
     snap = snapshot(
         machines=m,
         queue=[on_time, late, free_job],
-        running_jobs=[running(job("r", 2, 10.0), "m", 10.0)],
+        running=[running(job("r", 2, walltime=10.0), est_end=10.0)],
         reservations=[
-            planned(on_time, "m", 10.0),
-            planned(late, "m", 20.0),
-            planned(free_job, "m", 30.0),
+            reservation(on_time, start=10.0),
+            reservation(late, start=20.0),
+            reservation(free_job, start=30.0),
         ],
     )
     plan, fresh = Plan.from_snapshot(snap)

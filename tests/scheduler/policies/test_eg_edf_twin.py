@@ -20,7 +20,8 @@ from scheduler.core.snapshot import Decisions, Policy, Reservation, Snapshot, St
 from scheduler.planning.placement import sort_machines
 from scheduler.policies.eg_edf import EgEdf
 from scheduler.policies.tabu import EgEdfTabu
-from tests.scheduler.policies.grid_plans import job, plan_of
+from tests.builders import job
+from tests.scheduler.policies.grid_plans import plan_of
 from twin.simulate import simulate
 
 # -- properties through the twin ---------------------------------------------------
@@ -86,12 +87,12 @@ def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
         runtime = draw(st.sampled_from([walltime, walltime // 2, walltime + 3]))
         deadline = draw(st.none() | st.integers(submit + 1, submit + 80))
         jobs.append(
-            Job(
-                id=f"j{i:02d}",
-                submit=float(submit),
-                procs=draw(st.integers(1, widest)),
+            job(
+                f"j{i:02d}",
+                draw(st.integers(1, widest)),
                 walltime=float(walltime),
                 runtime=float(runtime),
+                submit=float(submit),
                 deadline=None if deadline is None else float(deadline),
             )
         )
@@ -156,14 +157,14 @@ def test_property_eg_edf_tabu_through_the_twin(instance: tuple[list[Machine], li
 def test_a_job_fitting_no_machine_is_reported_stuck_by_the_twin() -> None:
     machines = [Machine(id="a", cpus=2), Machine(id="b", cpus=2)]
     with pytest.raises(RuntimeError, match="waiting forever"):
-        simulate([job("wide", 3, 5.0)], machines=machines, policy=EgEdf())
+        simulate([job("wide", 3, walltime=5.0)], machines=machines, policy=EgEdf())
 
 
 def test_core_replay_with_exact_estimates_starts_jobs_when_planned() -> None:
     """Drive the real core by hand: exact estimates, so every job starts at its plan."""
     machines = sort_machines([Machine(id="a", cpus=4, speed=2.0), Machine(id="b", cpus=2)])
     core = SchedulerCore(policy=EgEdf(), machines=machines)
-    for j in [job("x", 4, 20.0), job("y", 4, 10.0), job("z", 2, 6.0)]:
+    for j in [job("x", 4, walltime=20.0), job("y", 4, walltime=10.0), job("z", 2, walltime=6.0)]:
         core.submit(j)
     d = core.schedule(0.0)
     # x starts on a (10 s at speed 2); z in b's idle CPUs; y waits for a.

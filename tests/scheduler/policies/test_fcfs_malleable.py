@@ -25,6 +25,7 @@ from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.fcfs import Fcfs
 from scheduler.policies.fcfs_malleable import FcfsMalleable
+from tests.builders import job, on
 from tests.scheduler.policies.properties import assert_books_balance, clusters
 from twin.simulate import simulate
 
@@ -34,31 +35,6 @@ SHRUNK_ONE = {"shrinks": 1}
 EXPANDED_ONE = {"expands": 1}
 
 
-def job(jid: str, procs: int, runtime: float, *, malleable: bool) -> Job:
-    """Submitted at 0 with an exact estimate; CPU utilisation 1, as the paper's example assumes."""
-    return Job(
-        id=jid,
-        submit=0.0,
-        procs=procs,
-        runtime=runtime,
-        walltime=runtime,
-        malleable=malleable,
-        cpu_util=1.0,
-    )
-
-
-def mjob(jid: str, procs: int, runtime: float) -> Job:
-    return job(jid, procs, runtime, malleable=True)
-
-
-def rjob(jid: str, procs: int, runtime: float) -> Job:
-    return job(jid, procs, runtime, malleable=False)
-
-
-def on(machine: str, cpus: int) -> tuple[Part, ...]:
-    return (Part(machine, cpus),)
-
-
 # --- the paper's Fig. 2: 10 CPUs, six jobs arriving at 0 in this order -------
 
 PROCS = (8, 4, 2, 8, 4, 10)
@@ -66,7 +42,10 @@ EXEC = (2, 1, 1, 2, 2, 1)
 
 
 def fig2_jobs() -> list[Job]:
-    return [mjob(f"J{i + 1}", p, t) for i, (p, t) in enumerate(zip(PROCS, EXEC, strict=True))]
+    """Submitted at 0, exact estimates, CPU utilisation 1: as the paper's example assumes."""
+    return [
+        job(f"J{i + 1}", p, runtime=t) for i, (p, t) in enumerate(zip(PROCS, EXEC, strict=True))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -160,22 +139,23 @@ def test_fig2c_arrival_by_arrival() -> None:
 
 def test_rigid_jobs_are_never_resized() -> None:
     core = SchedulerCore(policy=FcfsMalleable(), machines=TEN)
-    r = rjob("R", 6, 100)  # the oldest, so first in line to shrink if it could
-    m = mjob("M", 4, 100)
+    # R is the oldest, so first in line to shrink if it could.
+    r = job("R", 6, runtime=100, malleable=False)
+    m = job("M", 4, runtime=100)
     core.submit(r)
     core.submit(m)
     assert core.schedule(0) == Decisions(starts=[Start(r, on("m", 6)), Start(m, on("m", 4))])
     # A malleable newcomer: R is skipped, M (the oldest malleable job) gives 2.
-    n = mjob("N", 2, 100)
+    n = job("N", 2, runtime=100)
     core.submit(n)
     assert core.schedule(1) == Decisions(
         starts=[Start(n, on("m", 2))], resizes=[Resize(m, on("m", 2))], counters=SHRUNK_ONE
     )
     # A rigid newcomer starts only expanded: nothing can give it 4 CPUs, so it
     # waits, and the small job behind it waits too (no backfilling).
-    q = rjob("Q", 4, 100)
+    q = job("Q", 4, runtime=100, malleable=False)
     core.submit(q)
-    core.submit(mjob("behind", 1, 100))
+    core.submit(job("behind", runtime=100))
     assert core.schedule(2) == Decisions()
     # N ends: 2 free and M at its floor. A malleable Q would start shrunk on
     # those 2 CPUs; the rigid one keeps waiting.
@@ -185,8 +165,8 @@ def test_rigid_jobs_are_never_resized() -> None:
 
 def test_a_rigid_head_may_shrink_malleable_jobs() -> None:
     core = SchedulerCore(policy=FcfsMalleable(), machines=TEN)
-    m = mjob("M", 10, 100)
-    q = rjob("Q", 4, 100)
+    m = job("M", 10, runtime=100)
+    q = job("Q", 4, runtime=100, malleable=False)
     core.submit(m)
     assert core.schedule(0) == Decisions(starts=[Start(m, on("m", 10))])
     core.submit(q)
@@ -200,7 +180,7 @@ def test_a_rigid_head_may_shrink_malleable_jobs() -> None:
 
 def test_expands_oldest_first_when_the_queue_empties() -> None:
     core = SchedulerCore(policy=FcfsMalleable(), machines=TEN)
-    a, b, c = mjob("A", 8, 100), mjob("B", 6, 100), mjob("C", 4, 10)
+    a, b, c = job("A", 8, runtime=100), job("B", 6, runtime=100), job("C", 4, runtime=10)
     for j in (a, b, c):
         core.submit(j)
     # A starts on 8, gives 4 to B (expanded on 6); C fits only shrunk and takes
@@ -219,7 +199,11 @@ def test_expands_oldest_first_when_the_queue_empties() -> None:
 
 def test_no_expansion_while_a_job_waits() -> None:
     core = SchedulerCore(policy=FcfsMalleable(), machines=TEN)
-    a, b, wide = mjob("A", 8, 100), mjob("B", 4, 10), rjob("W", 10, 5)
+    a, b, wide = (
+        job("A", 8, runtime=100),
+        job("B", 4, runtime=10),
+        job("W", 10, runtime=5, malleable=False),
+    )
     for j in (a, b, wide):
         core.submit(j)
     assert core.schedule(0) == Decisions(starts=[Start(a, on("m", 6)), Start(b, on("m", 4))])
@@ -229,7 +213,7 @@ def test_no_expansion_while_a_job_waits() -> None:
 
 
 def test_expansion_through_the_twin() -> None:
-    jobs = [mjob("A", 8, 100), mjob("B", 6, 100), mjob("C", 4, 10)]
+    jobs = [job("A", 8, runtime=100), job("B", 6, runtime=100), job("C", 4, runtime=10)]
     result = simulate(jobs, machines=TEN, policy=FcfsMalleable())
     seg = {o.job.id: o.segments for o in result.outcomes}
     # C: 10 units at MPL 2 -> ends at 20. A: 10 done by 20 at pace 1/2, then
@@ -254,11 +238,11 @@ def test_expansion_through_the_twin() -> None:
 def test_a_job_keeps_its_machines() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
     core = SchedulerCore(policy=FcfsMalleable(), machines=machines)
-    w = mjob("W", 8, 100)
+    w = job("W", 8, runtime=100)
     core.submit(w)
     assert core.schedule(0) == Decisions(starts=[Start(w, (Part("a", 4), Part("b", 4)))])
     # Shrinking takes CPUs from W's parts, never drops a machine.
-    q = mjob("Q", 2, 10)
+    q = job("Q", 2, runtime=10)
     core.submit(q)
     assert core.schedule(1) == Decisions(
         starts=[Start(q, on("a", 2))],
@@ -274,7 +258,11 @@ def test_a_job_keeps_its_machines() -> None:
 def test_expansion_never_adds_a_machine() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=2)]
     core = SchedulerCore(policy=FcfsMalleable(), machines=machines)
-    w, r, q = mjob("W", 4, 100), rjob("R", 2, 5), mjob("Q", 4, 50)
+    w, r, q = (
+        job("W", 4, runtime=100),
+        job("R", 2, runtime=5, malleable=False),
+        job("Q", 4, runtime=50),
+    )
     for j in (w, r, q):
         core.submit(j)
     # Q finds no free CPU and can have 2 of W's on a: both run at MPL 2.
@@ -305,8 +293,8 @@ def instances(draw: st.DrawFn, *, malleable: bool) -> tuple[list[Machine], list[
         procs = draw(st.integers(1, 2 * total if is_malleable else total))
         runtime = float(draw(st.integers(0, 30)))
         jobs.append(
-            Job(
-                id=f"j{i}",
+            job(
+                f"j{i}",
                 submit=float(submit),
                 procs=procs,
                 runtime=runtime,

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from model.job import Job
 from model.machine import Machine
 from model.metrics import compute_metrics
-from scheduler.core.snapshot import Decisions, Policy, Reservation, Snapshot
-from scheduler.core.usage import UsageLedger
+from scheduler.core.snapshot import Decisions, Policy, Snapshot
 from scheduler.planning.placement import Placement, PlacementRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.policies.flexible import FlexibleBackfill
@@ -28,6 +27,7 @@ from scheduler.priority.flexible_score import (
     K,
     deadline_score,
 )
+from tests.builders import job, reservation, snapshot
 from tests.scheduler.policies.properties import (
     Recorder,
     assert_promises_kept,
@@ -37,46 +37,6 @@ from tests.scheduler.policies.properties import (
 from twin.simulate import simulate
 
 FAST_SLOW = [Machine(id="fast", cpus=4, speed=2.0), Machine(id="slow", cpus=4, speed=1.0)]
-
-
-def job(
-    job_id: str,
-    *,
-    walltime: float = 100.0,
-    submit: float = 0.0,
-    deadline: float | None = None,
-    procs: int = 1,
-    ref_speed: float = 1.0,
-) -> Job:
-    return Job(
-        id=job_id,
-        submit=submit,
-        procs=procs,
-        walltime=walltime,
-        runtime=walltime,
-        deadline=deadline,
-        ref_speed=ref_speed,
-    )
-
-
-def snapshot(
-    *,
-    now: float,
-    queue: Sequence[Job],
-    machines: Sequence[Machine] = FAST_SLOW,
-    reservations: dict[str, Reservation] | None = None,
-) -> Snapshot:
-    return Snapshot(
-        now=now,
-        machines=list(machines),
-        free={m.id: m.cpus for m in machines},
-        running=[],
-        queue=list(queue),
-        usage=UsageLedger(86400.0),
-        total_cpus=sum(m.cpus for m in machines),
-        speeds={m.id: m.speed for m in machines},
-        reservations=reservations or {},
-    )
 
 
 def ids(jobs: Sequence[Job]) -> list[str]:
@@ -124,7 +84,9 @@ def test_bad_constants_are_refused(field_name: str, value: float) -> None:
 
 
 def test_aging_is_agefactor_times_time_in_queue() -> None:
-    snap = snapshot(now=1100.0, queue=[job("a", submit=100.0), job("b", submit=1100.0)])
+    snap = snapshot(
+        now=1100.0, queue=[job("a", submit=100.0), job("b", submit=1100.0)], machines=FAST_SLOW
+    )
     scores = FlexiblePriority().scores(snap)
     assert scores["a"].aging == pytest.approx(10.0)  # 0.01 * 1000 s
     assert scores["b"].aging == 0.0
@@ -144,7 +106,9 @@ def test_aging_is_agefactor_times_time_in_queue() -> None:
     ],
 )
 def test_deadline_heuristic_three_cases(deadline: float, expected: float, case: str) -> None:
-    snap = snapshot(now=0.0, queue=[job("j", walltime=100.0, deadline=deadline)])
+    snap = snapshot(
+        now=0.0, queue=[job("j", walltime=100.0, deadline=deadline)], machines=FAST_SLOW
+    )
     got = FlexiblePriority().scores(snap)["j"].deadline
     assert got == pytest.approx(expected), case
     assert deadline_score(now=0.0, nxtime=50.0, deadline=deadline) == pytest.approx(expected)
@@ -155,7 +119,10 @@ def test_deadline_slope_is_the_line_through_t_j_min_and_deadline_max() -> None:
     # i.e. now in (850, 950]. The score rises by a = 19.9 / 100 per second of now.
     src = FlexiblePriority()
     queue = [job("j", walltime=100.0, deadline=1000.0)]
-    at = {now: src.scores(snapshot(now=now, queue=queue))["j"].deadline for now in (860, 900, 950)}
+    at = {
+        now: src.scores(snapshot(now=now, queue=queue, machines=FAST_SLOW))["j"].deadline
+        for now in (860, 900, 950)
+    }
     assert at[900] - at[860] == pytest.approx(0.199 * 40)
     assert at[950] - at[900] == pytest.approx(0.199 * 50)
     assert at[950] == pytest.approx(20.0)
@@ -167,22 +134,20 @@ def test_nxtime_uses_the_fastest_machine_and_the_jobs_reference_speed() -> None:
     # Nxtime = 100 * 2 / 4 = 50, so the same deadlines as above give the same scores.
     machines = [Machine(id="quick", cpus=2, speed=4.0), Machine(id="slow", cpus=8, speed=1.0)]
     snap = snapshot(
-        now=0.0,
-        queue=[job("j", walltime=100.0, deadline=120.0, ref_speed=2.0)],
-        machines=machines,
+        now=0.0, queue=[job("j", walltime=100.0, deadline=120.0, ref_speed=2.0)], machines=machines
     )
     assert FlexiblePriority().scores(snap)["j"].deadline == pytest.approx(6.07)
 
 
 def test_a_job_without_deadline_scores_min() -> None:
-    snap = snapshot(now=0.0, queue=[job("free")])
+    snap = snapshot(now=0.0, queue=[job("free")], machines=FAST_SLOW)
     assert FlexiblePriority().scores(snap)["free"].deadline == 0.1
     assert deadline_score(now=0.0, nxtime=50.0, deadline=None) == 0.1
 
 
 def test_wait_minimisation_is_boost_times_minext_over_estimate() -> None:
     queue = [job("mid", walltime=100.0), job("long", walltime=400.0), job("short", walltime=50.0)]
-    scores = FlexiblePriority().scores(snapshot(now=0.0, queue=queue))
+    scores = FlexiblePriority().scores(snapshot(now=0.0, queue=queue, machines=FAST_SLOW))
     assert scores["short"].wait == pytest.approx(2.0)  # 2 * 50 / 50
     assert scores["mid"].wait == pytest.approx(1.0)  # 2 * 50 / 100
     assert scores["long"].wait == pytest.approx(0.25)  # 2 * 50 / 400
@@ -193,10 +158,10 @@ def test_priority_is_the_sum_of_the_three_heuristics() -> None:
     # -> 0.199 * 30 + 0.1 = 6.07; wait: minext 50 (the other job) -> 2 * 50 / 50 = 2.
     queue = [job("d", walltime=100.0, deadline=220.0), job("other", walltime=100.0, submit=50.0)]
     src = FlexiblePriority()
-    scores = src.scores(snapshot(now=100.0, queue=queue))
+    scores = src.scores(snapshot(now=100.0, queue=queue, machines=FAST_SLOW))
     assert scores["d"] == pytest.approx(FlexibleScore(1.0, 6.07, 2.0, 9.07))
     assert scores["other"] == pytest.approx(FlexibleScore(0.5, 0.1, 2.0, 2.6))
-    assert src.priorities(snapshot(now=100.0, queue=queue)) == {
+    assert src.priorities(snapshot(now=100.0, queue=queue, machines=FAST_SLOW)) == {
         "d": pytest.approx(9.07),
         "other": pytest.approx(2.6),
     }
@@ -205,7 +170,9 @@ def test_priority_is_the_sum_of_the_three_heuristics() -> None:
 def test_other_constants_are_used() -> None:
     src = FlexiblePriority(age_factor=1.0, k=1.0, max_score=10.0, min_score=0.0, boost_value=0.0)
     # Nxtime 50, D 80, k 1: t_J = 30 < Extime 50 <= 80 -> 10 * 20 / 50 = 4.
-    scores = src.scores(snapshot(now=0.0, queue=[job("j", walltime=100.0, deadline=80.0)]))
+    scores = src.scores(
+        snapshot(now=0.0, queue=[job("j", walltime=100.0, deadline=80.0)], machines=FAST_SLOW)
+    )
     assert scores["j"] == pytest.approx(FlexibleScore(0.0, 4.0, 0.0, 4.0))
 
 
@@ -215,8 +182,8 @@ def test_other_constants_are_used() -> None:
 def test_priority_grows_with_age_between_events() -> None:
     src = FlexiblePriority()
     queue = [job("j", submit=0.0)]
-    early = src.scores(snapshot(now=10.0, queue=queue))["j"]
-    late = src.scores(snapshot(now=610.0, queue=queue))["j"]
+    early = src.scores(snapshot(now=10.0, queue=queue, machines=FAST_SLOW))["j"]
+    late = src.scores(snapshot(now=610.0, queue=queue, machines=FAST_SLOW))["j"]
     assert late.aging - early.aging == pytest.approx(6.0)
     assert late.priority > early.priority
 
@@ -226,9 +193,9 @@ def test_order_changes_when_a_job_enters_then_leaves_its_deadline_window() -> No
     # deadline 1000: window for now in (850, 950], Min again after 950.
     queue = [job("old", submit=0.0), job("dl", submit=300.0, deadline=1000.0)]
     src = FlexiblePriority()
-    assert ids(src.order(snapshot(now=800.0, queue=queue))) == ["old", "dl"]
-    assert ids(src.order(snapshot(now=940.0, queue=queue))) == ["dl", "old"]
-    assert ids(src.order(snapshot(now=960.0, queue=queue))) == ["old", "dl"]
+    assert ids(src.order(snapshot(now=800.0, queue=queue, machines=FAST_SLOW))) == ["old", "dl"]
+    assert ids(src.order(snapshot(now=940.0, queue=queue, machines=FAST_SLOW))) == ["dl", "old"]
+    assert ids(src.order(snapshot(now=960.0, queue=queue, machines=FAST_SLOW))) == ["old", "dl"]
 
 
 @dataclass
@@ -247,7 +214,7 @@ class ScoreRecorder:
 
 def test_twin_recomputes_priorities_at_every_submission_and_completion() -> None:
     machines = [Machine(id="m", cpus=2)]
-    jobs = [job(f"j{i}", submit=float(10 * i), walltime=100.0, procs=2) for i in range(4)]
+    jobs = [job(f"j{i}", 2, walltime=100.0, submit=float(10 * i)) for i in range(4)]
     recorder = ScoreRecorder(FlexibleBackfill())
     simulate(jobs, machines=machines, policy=recorder)
     # j3 waits from 30 until 300 through events at 30, 100 and 200.
@@ -268,7 +235,7 @@ def test_order_is_by_decreasing_priority() -> None:
         job("short", walltime=50.0),  # 0.1 + 2
         job("urgent", walltime=100.0, deadline=120.0),  # 6.07 + 1
     ]
-    assert ids(FlexiblePriority().order(snapshot(now=0.0, queue=queue))) == [
+    assert ids(FlexiblePriority().order(snapshot(now=0.0, queue=queue, machines=FAST_SLOW))) == [
         "urgent",
         "short",
         "long",
@@ -277,14 +244,14 @@ def test_order_is_by_decreasing_priority() -> None:
 
 def test_ties_go_to_the_earlier_submit_then_to_arrival_order() -> None:
     # At now 100: "early" = 1.0 aging + 0.1 + 2 * 100 / 200 = 2.1; "late" = 0 + 0.1 + 2 = 2.1.
-    queue = [job("late", submit=100.0, walltime=100.0), job("early", walltime=200.0)]
+    queue = [job("late", walltime=100.0, submit=100.0), job("early", walltime=200.0)]
     src = FlexiblePriority()
-    snap = snapshot(now=100.0, queue=queue)
+    snap = snapshot(now=100.0, queue=queue, machines=FAST_SLOW)
     pri = src.priorities(snap)
     assert pri["late"] == pytest.approx(pri["early"])
     assert ids(src.order(snap)) == ["early", "late"]
     twins = [job("x", submit=5.0), job("y", submit=5.0), job("w", submit=5.0)]
-    assert ids(src.order(snapshot(now=9.0, queue=twins))) == ["x", "y", "w"]
+    assert ids(src.order(snapshot(now=9.0, queue=twins, machines=FAST_SLOW))) == ["x", "y", "w"]
 
 
 # -- the policy --------------------------------------------------------------------------
@@ -299,11 +266,11 @@ def deadline_grid_jobs() -> list[Job]:
     the bulk jobs' 2.6) ahead of the bulk jobs.
     """
     return [
-        job("block", procs=8, walltime=200.0),  # spans both: pace of the slow one
-        job("bulk1", procs=4, walltime=400.0, submit=1.0),
-        job("bulk2", procs=4, walltime=400.0, submit=1.0),
-        job("urgent1", procs=4, walltime=100.0, submit=2.0, deadline=302.0),
-        job("urgent2", procs=4, walltime=100.0, submit=2.0, deadline=402.0),
+        job("block", 8, walltime=200.0),  # spans both: pace of the slow one
+        job("bulk1", 4, walltime=400.0, submit=1.0),
+        job("bulk2", 4, walltime=400.0, submit=1.0),
+        job("urgent1", 4, walltime=100.0, submit=2.0, deadline=302.0),
+        job("urgent2", 4, walltime=100.0, submit=2.0, deadline=402.0),
     ]
 
 
@@ -333,9 +300,9 @@ def test_the_reserved_job_keeps_its_reservation_through_events() -> None:
     # "wide" (22.68 against 2.09 at t=100).
     machines = [Machine(id="m", cpus=4)]
     jobs = [
-        job("busy", procs=4, walltime=100.0),
-        job("wide", procs=4, walltime=100.0, submit=1.0),
-        job("urgent", procs=4, walltime=50.0, submit=2.0, deadline=152.0),
+        job("busy", 4, walltime=100.0),
+        job("wide", 4, walltime=100.0, submit=1.0),
+        job("urgent", 4, walltime=50.0, submit=2.0, deadline=152.0),
     ]
 
     def starts(policy: Policy) -> dict[str, float]:
@@ -354,8 +321,13 @@ def test_the_reserved_job_keeps_its_reservation_through_events() -> None:
 
 
 def test_reserved_job_is_put_first_in_the_order() -> None:
-    queue = [job("wide", procs=6, walltime=400.0), job("short", procs=4, walltime=10.0)]
-    snap = snapshot(now=0.0, queue=queue, reservations={"wide": Reservation(queue[0], 50.0, ())})
+    queue = [job("wide", 6, walltime=400.0), job("short", 4, walltime=10.0)]
+    snap = snapshot(
+        now=0.0,
+        queue=queue,
+        reservations=[reservation(queue[0], start=50.0, parts=())],
+        machines=FAST_SLOW,
+    )
     # By priority alone the short job is first (wait minimisation: 2 against 0.05),
     # and the 8 CPUs hold only one of the two.
     assert ids(FlexiblePriority().order(snap)) == ["short", "wide"]
@@ -372,7 +344,7 @@ def test_single_placement_is_a_field_away() -> None:
         Machine(id="f2", cpus=2, speed=2.0),
         Machine(id="s", cpus=4, speed=1.0),
     ]
-    jobs = [job("j", procs=4, walltime=100.0)]
+    jobs = [job("j", 4, walltime=100.0)]
     spans = simulate(jobs, machines=machines, policy=FlexibleBackfill()).outcomes[0]
     assert {p.machine for p in spans.parts} == {"f1", "f2"}
     single = FlexibleBackfill(placement=Placement(rule=PlacementRule.SINGLE))
@@ -392,10 +364,9 @@ def queues(draw: st.DrawFn) -> Snapshot:
         walltime = float(draw(st.integers(1, 500)))
         deadline = draw(st.none() | st.integers(0, 3000).map(float))
         queue.append(
-            Job(
-                id=f"j{i}",
+            job(
+                f"j{i}",
                 submit=submit,
-                procs=1,
                 walltime=walltime,
                 deadline=deadline,
                 ref_speed=draw(st.sampled_from([0.5, 1.0, 2.0])),
@@ -440,11 +411,10 @@ def instances(draw: st.DrawFn) -> tuple[list[Machine], list[Job]]:
         run = float(draw(st.integers(1, 30)))
         slack = draw(st.none() | st.integers(1, 60))
         jobs.append(
-            Job(
-                id=f"j{i}",
+            job(
+                f"j{i}",
                 submit=float(submit),
                 procs=draw(st.integers(1, total)),
-                runtime=run,
                 walltime=run,
                 deadline=None if slack is None else float(submit + slack),
             )

@@ -1,5 +1,5 @@
-"""Every policy parameter is a field of the policy, with the paper's default, checked
-when the policy is built (STYLE.md rule 1; issue 7)."""
+"""Every policy parameter is a field of the policy (a frozen, keyword-only dataclass),
+with the paper's default, checked when the policy is built."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from scheduler.planning.placement import sort_machines
 from scheduler.policies.eg_edf import plan_for, weight
 from scheduler.policies.eg_edf_plan import Plan, Slot
 from scheduler.policies.tabu import EgEdfTabu, TabuResult, TabuSearch
-from tests.scheduler.policies.grid_plans import job, planned, running, snapshot
+from tests.builders import job, reservation, running, snapshot
 
 
 def placed(plan: Plan) -> dict[str, tuple[str, float]]:
@@ -33,16 +33,19 @@ def test_a_delayed_job_moves_to_another_machines_gap() -> None:
     one job on time: weight 0 + (1 - 0) / 1 = 1 > 0, so the move is kept.
     """
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
-    a1, late = job("A1", 4, 50.0), job("L", 2, 10.0, deadline=40.0)
+    a1, late = job("A1", 4, walltime=50.0), job("L", 2, walltime=10.0, deadline=40.0)
     plan, fresh = Plan.from_snapshot(
         snapshot(
             machines=machines,
             queue=[a1, late],
-            running_jobs=[
-                running(job("ra", 4, 10.0), "a", 10.0),
-                running(job("rb", 2, 100.0), "b", 100.0),
+            running=[
+                running(job("ra", 4, walltime=10.0), machine="a", est_end=10.0),
+                running(job("rb", 2, walltime=100.0), machine="b", est_end=100.0),
             ],
-            reservations=[planned(a1, "a", 10.0), planned(late, "a", 60.0)],
+            reservations=[
+                reservation(a1, start=10.0, machine="a"),
+                reservation(late, start=60.0, machine="a"),
+            ],
         )
     )
     assert fresh == []
@@ -60,12 +63,12 @@ def test_a_delayed_job_moves_to_an_earlier_gap_of_its_own_machine() -> None:
     it ends at 120, past its deadline 50, though 2 CPUs are idle on [0, 100).
     """
     machines = [Machine(id="m", cpus=4)]
-    w, late = job("W", 4, 10.0), job("L", 2, 10.0, deadline=50.0)
+    w, late = job("W", 4, walltime=10.0), job("L", 2, walltime=10.0, deadline=50.0)
     snap = snapshot(
         machines=machines,
         queue=[w, late],
-        running_jobs=[running(job("r", 2, 100.0), "m", 100.0)],
-        reservations=[planned(w, "m", 100.0), planned(late, "m", 110.0)],
+        running=[running(job("r", 2, walltime=100.0), est_end=100.0)],
+        reservations=[reservation(w, start=100.0), reservation(late, start=110.0)],
     )
     plan, _ = Plan.from_snapshot(snap)
     assert placed(plan) == {"W": ("m", 100.0), "L": ("m", 110.0)}
@@ -82,16 +85,16 @@ def test_the_tabu_list_is_bounded_and_the_iterations_too() -> None:
     of 1 the oldest leaves, the two alternate, and the iteration bound ends it.
     """
     machines = [Machine(id="m", cpus=2)]
-    x = job("X", 2, 10.0, deadline=5.0)
-    y = job("Y", 2, 10.0, deadline=5.0)
+    x = job("X", 2, walltime=10.0, deadline=5.0)
+    y = job("Y", 2, walltime=10.0, deadline=5.0)
 
     def fresh_plan() -> Plan:
         return Plan.from_snapshot(
             snapshot(
                 machines=machines,
                 queue=[x, y],
-                running_jobs=[running(job("r", 2, 10.0), "m", 10.0)],
-                reservations=[planned(x, "m", 10.0), planned(y, "m", 20.0)],
+                running=[running(job("r", 2, walltime=10.0), est_end=10.0)],
+                reservations=[reservation(x, start=10.0), reservation(y, start=20.0)],
             )
         )[0]
 
@@ -109,7 +112,7 @@ def test_parameters_are_validated() -> None:
 
 def test_the_policy_reports_its_counters() -> None:
     machines = [Machine(id="a", cpus=4), Machine(id="b", cpus=4)]
-    d = EgEdfTabu().decide(snapshot(machines=machines, queue=[job("j", 2, 5.0)]))
+    d = EgEdfTabu().decide(snapshot(machines=machines, queue=[job("j", 2, walltime=5.0)]))
     assert d.counters == {
         "eg_edf_gap_insertions": 1,
         "eg_edf_edf_insertions": 0,
@@ -140,19 +143,19 @@ def plans(draw: st.DrawFn) -> tuple[Snapshot, bool]:
     for m in machines:
         used = draw(st.integers(0, m.cpus))
         if used:
-            j = job(f"r-{m.id}", used, 50.0)
-            runs.append(running(j, m.id, float(draw(st.integers(1, 50)))))
+            j = job(f"r-{m.id}", used, walltime=50.0)
+            runs.append(running(j, machine=m.id, est_end=float(draw(st.integers(1, 50)))))
     widest = max(m.cpus for m in machines)
     queue = [
         job(
             f"j{i:02d}",
             draw(st.integers(1, widest)),
-            float(draw(st.integers(1, 30))),
+            walltime=float(draw(st.integers(1, 30))),
             deadline=draw(st.none() | st.floats(5.0, 150.0)),
         )
         for i in range(draw(st.integers(1, 14)))
     ]
-    snap = snapshot(machines=machines, queue=queue, running_jobs=runs)
+    snap = snapshot(machines=machines, queue=queue, running=runs)
     return snap, draw(st.booleans())
 
 
@@ -285,7 +288,11 @@ def tied_plans(draw: st.DrawFn) -> tuple[Snapshot, bool]:
         ]
     )
     runs = [
-        running(job(f"r-{m.id}", m.cpus, 50.0), m.id, draw(st.sampled_from([10.0, 20.0])))
+        running(
+            job(f"r-{m.id}", m.cpus, walltime=50.0),
+            machine=m.id,
+            est_end=draw(st.sampled_from([10.0, 20.0])),
+        )
         for m in machines
         if draw(st.booleans())
     ]
@@ -293,12 +300,12 @@ def tied_plans(draw: st.DrawFn) -> tuple[Snapshot, bool]:
         job(
             f"j{i:02d}",
             draw(st.integers(1, 2)),
-            draw(st.sampled_from([10.0, 20.0])),
+            walltime=draw(st.sampled_from([10.0, 20.0])),
             deadline=draw(st.none() | st.sampled_from([15.0, 25.0, 40.0])),
         )
         for i in range(draw(st.integers(2, 14)))
     ]
-    return snapshot(machines=machines, queue=queue, running_jobs=runs), draw(st.booleans())
+    return snapshot(machines=machines, queue=queue, running=runs), draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,18 +1,17 @@
-"""Shared by the fair-share tests: a head-first policy, job and snapshot builders, and
-the scheduling-algorithms text's jack/jill cluster driven through the real core."""
+"""Shared by the fair-share tests: a head-first policy and the scheduling-algorithms
+text's jack/jill cluster driven through the real core (jobs and snapshots come from
+``tests.builders``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Machine
 from scheduler.core.core import SchedulerCore
-from scheduler.core.snapshot import Decisions, RunningJob, Snapshot, Start
-from scheduler.core.usage import UsageLedger
+from scheduler.core.snapshot import Decisions, Snapshot, Start
 from scheduler.planning.placement import Placement
 from scheduler.priority.fairshare import FairShare
+from tests.builders import job
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -37,52 +36,6 @@ class HeadFirst:
         return Decisions(starts=[Start(head, parts)] if parts is not None else [])
 
 
-def job(
-    job_id: str,
-    *,
-    user: str = "u",
-    group: str = "g",
-    procs: int = 1,
-    submit: float = 0.0,
-    walltime: float = HOUR,
-) -> Job:
-    return Job(id=job_id, submit=submit, procs=procs, walltime=walltime, user=user, group=group)
-
-
-def snapshot(
-    *,
-    now: float,
-    queue: Sequence[Job] = (),
-    running: Sequence[RunningJob] = (),
-    usage: UsageLedger | None = None,
-    total_cpus: int = 4,
-) -> Snapshot:
-    machine = Machine(id="m", cpus=max(total_cpus, 1))
-    return Snapshot(
-        now=now,
-        machines=[machine],
-        free={"m": machine.cpus},
-        running=list(running),
-        queue=list(queue),
-        usage=usage if usage is not None else UsageLedger(DAY),
-        total_cpus=total_cpus,
-        speeds={"m": 1.0},
-        reservations={},
-    )
-
-
-def running(j: Job, *, start: float, cpus: int, charged_from: float | None = None) -> RunningJob:
-    return RunningJob(
-        job=j,
-        parts=(Part("m", cpus),),
-        start=start,
-        est_end=start + j.walltime,
-        cpus=cpus,
-        changed=start,
-        charged_from=start if charged_from is None else charged_from,
-    )
-
-
 JACK_JILL = FairShare(shares=(("jack", 0.25), ("jill", 0.75)), decay=0.7)
 
 
@@ -98,5 +51,5 @@ def jack_jill_core() -> SchedulerCore:
     )
     for user in ("jack", "jill"):
         for n in range(6):
-            core.submit(job(f"{user}-{n}", user=user, procs=4, walltime=6 * HOUR))
+            core.submit(job(f"{user}-{n}", 4, user=user, walltime=6 * HOUR))
     return core

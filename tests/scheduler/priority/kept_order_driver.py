@@ -23,6 +23,7 @@ from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Snapshot
 from scheduler.core.usage import UsageLedger
 from scheduler.policies.easy import EasyBackfill
+from tests.builders import job
 
 DAY = 86400.0
 
@@ -86,8 +87,8 @@ events = st.lists(
 )
 
 
-def machines() -> list[Machine]:
-    return [Machine(id="m1", cpus=4), Machine(id="m2", cpus=4)]
+#: Two machines of 4 CPUs; "lose" and "join" events take ``m2`` away and back.
+MACHINES = (Machine(id="m1", cpus=4), Machine(id="m2", cpus=4))
 
 
 def drive(
@@ -99,9 +100,7 @@ def drive(
 ) -> int:
     """Apply ``events`` to two cores sharing ``policy``; ``check`` every snapshot with
     a job in the queue. Returns how many snapshots were checked."""
-    cores = [
-        SchedulerCore(policy=policy, machines=machines(), usage_period=period) for _ in range(2)
-    ]
+    cores = [SchedulerCore(policy=policy, machines=MACHINES, usage_period=period) for _ in range(2)]
     nows = [0.0, 0.0]
     serial = 0
     checked = 0
@@ -111,16 +110,16 @@ def drive(
         if kind == "submit":
             serial += 1
             # Submit times in the past (old jobs), now, or just ahead of the clock.
-            job = Job(
-                id=f"j{serial}",
-                submit=max(0.0, now - x),
-                procs=b + 2 if c == 3 else b,
+            j = job(
+                f"j{serial}",
+                b + 2 if c == 3 else b,
                 walltime=3600.0 * (1 + c),
+                submit=max(0.0, now - x),
                 user=USERS[a],
                 group=GROUPS[a % 2],
                 qos=c if a == 3 else 0,
             )
-            core.submit(job, capacity=8)
+            core.submit(j, capacity=8)
         elif kind == "schedule":
             core.schedule(now)
         elif kind == "end":

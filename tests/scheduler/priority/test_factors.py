@@ -16,7 +16,7 @@ from scheduler.priority.fairshare import FairShare
 from scheduler.priority.fifo import Fifo
 from scheduler.priority.flexible_score import FlexiblePriority
 from scheduler.priority.multifactor import MultiFactor
-from tests.helpers import job
+from tests.builders import job
 from tests.scheduler.planning.test_prediction import _random_jobs
 from twin.simulate import simulate
 
@@ -24,13 +24,13 @@ from twin.simulate import simulate
 def busy_core(source: PrioritySource) -> SchedulerCore:
     """A core whose cluster is full, with a queue of four users' jobs and some usage."""
     core = SchedulerCore(policy=build_policy("easy"), machines=[Machine(id="m", cpus=4)])
-    core.submit(job("past", 4, 100.0, user="ann"))
+    core.submit(job("past", 4, runtime=100.0, user="ann"))
     core.schedule(0.0)
     core.finished("past", 100.0)
-    core.submit(job("hog", 4, 1000.0, submit=100.0, user="bob"))
+    core.submit(job("hog", 4, runtime=1000.0, submit=100.0, user="bob"))
     core.schedule(100.0)
     for i, user in enumerate(["ann", "bob", "cid", "ann", "dee"]):
-        core.submit(job(f"q{i}", 1 + i % 3, 50.0, submit=200.0 + i, user=user))
+        core.submit(job(f"q{i}", 1 + i % 3, runtime=50.0, submit=200.0 + i, user=user))
     core.schedule(300.0)
     return core
 

@@ -14,18 +14,10 @@ from hypothesis import strategies as st
 from model.job import Job
 from model.machine import Machine
 from scheduler.core.core import SchedulerCore
-from scheduler.core.snapshot import Snapshot
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
-from tests.scheduler.priority.fairshare_fixtures import (
-    DAY,
-    HOUR,
-    JACK_JILL,
-    HeadFirst,
-    job,
-    running,
-    snapshot,
-)
+from tests.builders import job, running, snapshot
+from tests.scheduler.priority.fairshare_fixtures import DAY, HOUR, JACK_JILL, HeadFirst
 
 # -- order and tie-breaks -----------------------------------------------------------
 
@@ -110,17 +102,7 @@ def test_usage_is_looked_up_once_per_name_not_per_job() -> None:
     view = CountingUsage(ledger)
     # 3000 jobs of 300 users, only 20 of whom have any usage.
     queue = [job(f"j{i}", user=f"u{i % 300}", submit=float(i)) for i in range(3000)]
-    snap = Snapshot(
-        now=0.5 * DAY,
-        machines=[Machine(id="m", cpus=64)],
-        free={"m": 64},
-        running=[],
-        queue=queue,
-        usage=view,
-        total_cpus=64,
-        speeds={"m": 1.0},
-        reservations={},
-    )
+    snap = snapshot(now=0.5 * DAY, queue=queue, usage=view, total_cpus=64)
     order = FairShare().order(snap)
     assert view.lookups == 20 * 7
     # Ordering never lists every name ever charged: it counts them.
@@ -194,7 +176,9 @@ def test_the_cores_per_name_queue_gives_the_same_order_as_sorting_jobs(
     core = SchedulerCore(policy=HeadFirst(priority=fs), machines=[Machine(id="m", cpus=4)])
     for i, (user, procs, submit, odd) in enumerate(sorted(jobs, key=lambda j: j[2])):
         core.submit(
-            job(f"j{i}", user=user, group="g1" if odd else "g2", procs=procs, submit=submit)
+            job(
+                f"j{i}", procs, walltime=HOUR, user=user, group="g1" if odd else "g2", submit=submit
+            )
         )
     now = 2.0
     for step in sorted(steps):

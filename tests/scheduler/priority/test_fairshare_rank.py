@@ -9,19 +9,19 @@ from collections.abc import Callable
 
 from hypothesis import given, settings
 
-from model.job import Job
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Snapshot
 from scheduler.policies.easy import EasyBackfill
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.fairshare_rank import NameRanks
+from tests.builders import job
 from tests.scheduler.priority.kept_order_driver import (
+    MACHINES,
     USERS,
     Event,
     drive,
     events,
     ids,
-    machines,
     reference,
 )
 
@@ -62,10 +62,10 @@ def test_kept_standings_hold_over_short_periods(steps: list[Event]) -> None:
 def test_the_state_is_kept_on_each_core_not_on_the_source() -> None:
     fs = FairShare()
     policy = EasyBackfill(priority=fs)
-    cores = [SchedulerCore(policy=policy, machines=machines()) for _ in range(2)]
+    cores = [SchedulerCore(policy=policy, machines=MACHINES) for _ in range(2)]
     for n, core in enumerate(cores):
         for i, user in enumerate(USERS[: 2 + n]):
-            core.submit(Job(id=f"j{i}", submit=0.0, procs=8, walltime=60.0, user=user))
+            core.submit(job(f"j{i}", 8, walltime=60.0, user=user))
         core.schedule(0.0)
     snaps = [core.snapshot(10.0) for core in cores]
     for snap in snaps:

@@ -10,14 +10,8 @@ from model.machine import Machine
 from scheduler.core.core import SchedulerCore
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
-from tests.scheduler.priority.fairshare_fixtures import (
-    DAY,
-    HOUR,
-    HeadFirst,
-    job,
-    running,
-    snapshot,
-)
+from tests.builders import job, running, snapshot
+from tests.scheduler.priority.fairshare_fixtures import DAY, HOUR, HeadFirst
 
 # -- window and running jobs -----------------------------------------------------
 
@@ -35,14 +29,14 @@ def test_usage_older_than_the_window_is_ignored() -> None:
 
 
 def test_running_job_counts_before_it_finishes() -> None:
-    long = job("long", user="a", procs=4, walltime=2 * DAY)
+    long = job("long", 4, user="a", walltime=2 * DAY)
     fs = FairShare(shares=(("a", 0.5), ("b", 0.5)))
     snap = snapshot(now=6 * HOUR, running=[running(long, start=0.0, cpus=4)])
     assert fs.priorities(snap) == {"a": 0.25, "b": 0.5}
 
 
 def test_running_job_across_a_period_boundary_is_split_and_decayed() -> None:
-    long = job("long", user="a", procs=4, walltime=2 * DAY)
+    long = job("long", 4, user="a", walltime=2 * DAY)
     fs = FairShare(shares=(("a", 1.0),))
     # 20 h .. 28 h on the whole cluster: 4 h yesterday, 4 h today.
     snap = snapshot(now=28 * HOUR, running=[running(long, start=20 * HOUR, cpus=4)])
@@ -53,7 +47,7 @@ def test_resized_running_job_is_not_counted_twice() -> None:
     """After a resize the ledger holds [start, charged_from); the snapshot adds the rest."""
     ledger = UsageLedger(DAY)
     ledger.charge(user="a", group="g", start=0.0, end=3 * HOUR, cpus=4)
-    shrunk = job("m", user="a", procs=4, walltime=DAY)
+    shrunk = job("m", 4, user="a", walltime=DAY)
     run = running(shrunk, start=0.0, cpus=2, charged_from=3 * HOUR)
     fs = FairShare(shares=(("a", 1.0),))
     usage = fs.standings(snapshot(now=6 * HOUR, running=[run], usage=ledger))["a"].usage
@@ -64,8 +58,8 @@ def test_running_and_finished_usage_agree_through_the_core() -> None:
     """A job's usage is the same one second before it finishes (running) and at its end."""
     fs = FairShare(shares=(("a", 0.5), ("b", 0.5)))
     core = SchedulerCore(policy=HeadFirst(priority=fs), machines=[Machine(id="m", cpus=4)])
-    core.submit(job("x", user="a", procs=2, walltime=DAY))
-    core.submit(job("y", user="b", procs=1, walltime=HOUR))  # queued behind, keeps b seen
+    core.submit(job("x", 2, user="a", walltime=DAY))
+    core.submit(job("y", user="b", walltime=HOUR))  # queued behind, keeps b seen
     core.schedule(0.0)
     during = fs.standings(core.snapshot(10 * HOUR))["a"].usage
     core.finished("x", 10 * HOUR)

@@ -11,13 +11,8 @@ import pytest
 from scheduler.core.core import SchedulerCore
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
-from tests.scheduler.priority.fairshare_fixtures import (
-    DAY,
-    HOUR,
-    JACK_JILL,
-    jack_jill_core,
-    snapshot,
-)
+from tests.builders import snapshot
+from tests.scheduler.priority.fairshare_fixtures import DAY, HOUR, JACK_JILL, jack_jill_core
 
 # -- the text's worked example ---------------------------------------------------
 

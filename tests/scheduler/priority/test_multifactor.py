@@ -9,43 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.job import Job
-from model.machine import Machine
-from scheduler.core.snapshot import Snapshot
 from scheduler.core.usage import UsageLedger
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.multifactor import DEFAULT_MAX_AGE, MultiFactor
+from tests.builders import job, snapshot
 
 DAY = 86400.0
 HOUR = 3600.0
 CPUS = 16
-
-
-def job(
-    job_id: str,
-    *,
-    user: str = "u",
-    procs: int = 1,
-    submit: float = 0.0,
-    qos: int = 0,
-) -> Job:
-    return Job(id=job_id, submit=submit, procs=procs, walltime=HOUR, user=user, qos=qos)
-
-
-def snapshot(
-    *, now: float, queue: Sequence[Job], usage: UsageLedger | None = None, total_cpus: int = CPUS
-) -> Snapshot:
-    machine = Machine(id="m", cpus=max(total_cpus, 1))
-    return Snapshot(
-        now=now,
-        machines=[machine],
-        free={"m": machine.cpus},
-        running=[],
-        queue=list(queue),
-        usage=usage if usage is not None else UsageLedger(DAY),
-        total_cpus=total_cpus,
-        speeds={"m": 1.0},
-        reservations={},
-    )
 
 
 def only(
@@ -65,13 +36,13 @@ def ids(jobs: Sequence[Job]) -> list[str]:
 def test_age_alone_puts_older_jobs_first_and_is_capped() -> None:
     queue = [job("new", submit=3 * DAY), job("old", submit=1 * DAY)]
     src = only(age=1000.0)
-    snap = snapshot(now=4 * DAY, queue=queue)
+    snap = snapshot(now=4 * DAY, queue=queue, total_cpus=CPUS)
     assert ids(src.order(snap)) == ["old", "new"]
     f = src.factors(snap)
     assert f["old"].age == pytest.approx(3 / 7)
     assert f["new"].age == pytest.approx(1 / 7)
     # Past max_age every job has age 1: the order falls back to submit time.
-    late = snapshot(now=30 * DAY, queue=queue)
+    late = snapshot(now=30 * DAY, queue=queue, total_cpus=CPUS)
     assert src.priorities(late) == {"new": 1000.0, "old": 1000.0}
     assert ids(src.order(late)) == ["old", "new"]
 
@@ -81,7 +52,7 @@ def test_fairshare_alone_puts_the_lighter_user_first() -> None:
     ledger.charge(user="heavy", group="g", start=0.0, end=HOUR, cpus=CPUS)
     queue = [job("h", user="heavy"), job("l", user="light")]
     src = only(fairshare=10000.0)
-    snap = snapshot(now=2 * HOUR, queue=queue, usage=ledger)
+    snap = snapshot(now=2 * HOUR, queue=queue, usage=ledger, total_cpus=CPUS)
     assert ids(src.order(snap)) == ["l", "h"]
     f = src.factors(snap)
     assert f["l"].fairshare == 0.5
@@ -92,7 +63,7 @@ def test_fairshare_over_the_share_clips_to_zero() -> None:
     ledger = UsageLedger(DAY)
     ledger.charge(user="heavy", group="g", start=0.0, end=DAY, cpus=CPUS)  # U = 1 > S = 0.5
     queue = [job("h", user="heavy"), job("l", user="light")]
-    f = only(fairshare=1.0).factors(snapshot(now=DAY, queue=queue, usage=ledger))
+    f = only(fairshare=1.0).factors(snapshot(now=DAY, queue=queue, usage=ledger, total_cpus=CPUS))
     assert f["h"].fairshare == 0.0
 
 
@@ -104,14 +75,14 @@ def test_fairshare_source_parameters_are_used() -> None:
         weight_size=0.0,
         weight_qos=0.0,
     )
-    snap = snapshot(now=0.0, queue=queue)
+    snap = snapshot(now=0.0, queue=queue, total_cpus=CPUS)
     assert src.priorities(snap) == {"a": 2000.0, "b": 8000.0}
     assert ids(src.order(snap)) == ["b", "a"]
 
 
 def test_size_alone_favours_large_jobs_or_small_ones() -> None:
-    queue = [job("small", procs=1), job("big", procs=CPUS), job("mid", procs=4)]
-    snap = snapshot(now=0.0, queue=queue)
+    queue = [job("small"), job("big", CPUS), job("mid", 4)]
+    snap = snapshot(now=0.0, queue=queue, total_cpus=CPUS)
     big_first = only(size=1000.0)
     assert ids(big_first.order(snap)) == ["big", "mid", "small"]
     f = big_first.factors(snap)
@@ -126,17 +97,17 @@ def test_size_alone_favours_large_jobs_or_small_ones() -> None:
 
 def test_qos_alone_relative_to_the_queue_or_to_max_qos() -> None:
     queue = [job("lo", qos=1), job("hi", qos=4), job("none", qos=0)]
-    snap = snapshot(now=0.0, queue=queue)
+    snap = snapshot(now=0.0, queue=queue, total_cpus=CPUS)
     src = only(qos=10000.0)
     assert ids(src.order(snap)) == ["hi", "lo", "none"]
     assert src.priorities(snap) == {"lo": 2500.0, "hi": 10000.0, "none": 0.0}
     fixed = MultiFactor(weight_age=0.0, weight_fairshare=0.0, weight_size=0.0, max_qos=8)
     assert fixed.priorities(snap) == {"lo": 1250.0, "hi": 5000.0, "none": 0.0}
     # A QoS above max_qos counts 1, a negative one 0.
-    over = snapshot(now=0.0, queue=[job("x", qos=20), job("y", qos=-3)])
+    over = snapshot(now=0.0, queue=[job("x", qos=20), job("y", qos=-3)], total_cpus=CPUS)
     assert fixed.priorities(over) == {"x": 10000.0, "y": 0.0}
     # All QoS 0: the maximum is taken as 1, so nothing divides by zero.
-    assert src.priorities(snapshot(now=0.0, queue=[job("z")])) == {"z": 0.0}
+    assert src.priorities(snapshot(now=0.0, queue=[job("z")], total_cpus=CPUS)) == {"z": 0.0}
 
 
 # -- combined ---------------------------------------------------------------------------
@@ -146,11 +117,11 @@ def test_weights_combine_as_a_weighted_sum() -> None:
     ledger = UsageLedger(DAY)
     ledger.charge(user="b", group="g", start=0.0, end=6 * HOUR, cpus=CPUS)  # U(b) = 0.25
     queue = [
-        job("a", user="a", procs=8, submit=0.0, qos=1),
-        job("b", user="b", procs=4, submit=3.5 * DAY, qos=2),
+        job("a", 8, user="a", submit=0.0, qos=1),
+        job("b", 4, user="b", submit=3.5 * DAY, qos=2),
     ]
     src = MultiFactor()  # the defaults: 1000 / 10000 / 1000 / 10000
-    snap = snapshot(now=7 * DAY, queue=queue, usage=ledger)
+    snap = snapshot(now=7 * DAY, queue=queue, usage=ledger, total_cpus=CPUS)
     f = src.factors(snap)
     # a: age 1, fair-share 0.5, size 0.5, qos 0.5.
     assert f["a"].priority == pytest.approx(1000 * 1 + 10000 * 0.5 + 1000 * 0.5 + 10000 * 0.5)
@@ -183,13 +154,13 @@ def test_emergency_jobs_sort_first_whatever_their_priority() -> None:
     ledger = UsageLedger(DAY)
     ledger.charge(user="storm", group="g", start=0.0, end=DAY, cpus=CPUS)  # a heavy user
     queue = [
-        job("best", user="x", procs=CPUS, submit=0.0, qos=5),
-        job("tornado-2", user="storm", procs=1, submit=6 * DAY, qos=100),
-        job("tornado-1", user="storm", procs=1, submit=5 * DAY, qos=200),
+        job("best", CPUS, user="x", submit=0.0, qos=5),
+        job("tornado-2", user="storm", submit=6 * DAY, qos=100),
+        job("tornado-1", user="storm", submit=5 * DAY, qos=200),
         job("meh", user="y", submit=3 * DAY),
     ]
     src = MultiFactor(emergency_qos=100)
-    snap = snapshot(now=6 * DAY, queue=queue, usage=ledger)
+    snap = snapshot(now=6 * DAY, queue=queue, usage=ledger, total_cpus=CPUS)
     assert ids(src.order(snap)) == ["tornado-1", "tornado-2", "best", "meh"]
     f = src.factors(snap)
     assert f["tornado-1"].emergency
@@ -206,15 +177,15 @@ def test_emergency_jobs_sort_first_whatever_their_priority() -> None:
 def test_ties_go_to_submit_then_arrival() -> None:
     queue = [job("c", submit=2.0), job("a", submit=1.0), job("b", submit=1.0)]
     src = only()  # every weight 0: every priority 0
-    assert ids(src.order(snapshot(now=10.0, queue=queue))) == ["a", "b", "c"]
+    assert ids(src.order(snapshot(now=10.0, queue=queue, total_cpus=CPUS))) == ["a", "b", "c"]
 
 
 def test_short_queues_are_returned_as_they_are() -> None:
     src = MultiFactor()
-    assert list(src.order(snapshot(now=0.0, queue=[]))) == []
-    assert src.factors(snapshot(now=0.0, queue=[])) == {}
+    assert list(src.order(snapshot(now=0.0, queue=[], total_cpus=CPUS))) == []
+    assert src.factors(snapshot(now=0.0, queue=[], total_cpus=CPUS)) == {}
     one = [job("1")]
-    assert ids(src.order(snapshot(now=0.0, queue=one))) == ["1"]
+    assert ids(src.order(snapshot(now=0.0, queue=one, total_cpus=CPUS))) == ["1"]
 
 
 def test_empty_cluster_gives_size_zero() -> None:
@@ -281,7 +252,7 @@ def test_order_is_a_permutation_and_factors_are_in_range(
     for user, hours in usage_hours:
         ledger.charge(user=user, group="g", start=0.0, end=hours * HOUR, cpus=CPUS)
     src = MultiFactor(favor_small=favor_small, emergency_qos=emergency_qos)
-    snap = snapshot(now=now, queue=queue, usage=ledger)
+    snap = snapshot(now=now, queue=queue, usage=ledger, total_cpus=CPUS)
     order = src.order(snap)
     assert sorted(ids(order)) == sorted(ids(queue))
     table = src.factors(snap)

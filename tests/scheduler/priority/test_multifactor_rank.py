@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from hypothesis import given, settings
 
-from model.job import Job
 from model.machine import Machine
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Snapshot
@@ -20,6 +19,7 @@ from scheduler.policies.easy import EasyBackfill
 from scheduler.priority.fairshare import FairShare
 from scheduler.priority.multifactor import MultiFactor
 from scheduler.priority.multifactor_rank import ClockFreeOrder, clock_free_order
+from tests.builders import job
 from tests.scheduler.priority.kept_order_driver import DAY, Event, drive, events, ids, reference
 
 SOURCES = [
@@ -57,16 +57,16 @@ def test_near_ties_are_ranked_by_the_reference_key() -> None:
     # 6048 s / 7 days == 10 == 1000 * 1 / 100 CPUs.
     mf = MultiFactor()
     core = SchedulerCore(policy=EasyBackfill(priority=mf), machines=[Machine(id="m", cpus=100)])
-    core.submit(Job(id="block", submit=0.0, procs=100, walltime=DAY, user="x"))
+    core.submit(job("block", 100, walltime=DAY, user="x"))
     core.schedule(0.0)
     jobs = [
-        Job(id="a", submit=10.0, procs=2, walltime=60.0, user="ann"),
-        Job(id="b", submit=10.0, procs=2, walltime=60.0, user="bob"),
-        Job(id="c", submit=6058.0, procs=3, walltime=60.0, user="cid"),
-        Job(id="d", submit=6058.0, procs=3, walltime=60.0, user="cid"),
+        job("a", 2, submit=10.0, walltime=60.0, user="ann"),
+        job("b", 2, submit=10.0, walltime=60.0, user="bob"),
+        job("c", 3, submit=6058.0, walltime=60.0, user="cid"),
+        job("d", 3, submit=6058.0, walltime=60.0, user="cid"),
     ]
-    for job in jobs:
-        core.submit(job)
+    for j in jobs:
+        core.submit(j)
     for now in (6058.0, 7000.0, 12345.5, 80000.0):
         snap = core.snapshot(now)
         assert isinstance(snap.usage, UsageLedger)
@@ -85,10 +85,10 @@ def test_a_difference_below_a_rounding_bucket_is_a_tie() -> None:
     # the tie by submit time and "early" goes first.
     mf = MultiFactor(weight_age=0.0, weight_fairshare=0.0, weight_size=1e-8, weight_qos=0.0)
     core = SchedulerCore(policy=EasyBackfill(priority=mf), machines=[Machine(id="m", cpus=100)])
-    core.submit(Job(id="block", submit=0.0, procs=100, walltime=DAY, user="x"))
+    core.submit(job("block", 100, walltime=DAY, user="x"))
     core.schedule(0.0)
-    core.submit(Job(id="early", submit=0.0, procs=1, walltime=60.0, user="ann"))
-    core.submit(Job(id="late", submit=5.0, procs=2, walltime=60.0, user="ann"))
+    core.submit(job("early", walltime=60.0, user="ann"))
+    core.submit(job("late", 2, submit=5.0, walltime=60.0, user="ann"))
     snap = core.snapshot(10.0)
     assert ids(mf.order(reference(snap))) == ["early", "late"]
     assert ids(mf.order(snap)) == ["early", "late"]
@@ -97,10 +97,10 @@ def test_a_difference_below_a_rounding_bucket_is_a_tie() -> None:
 def test_an_aged_queue_takes_the_reference_path() -> None:
     mf = MultiFactor(max_age=DAY)
     core = SchedulerCore(policy=EasyBackfill(priority=mf), machines=[Machine(id="m", cpus=4)])
-    core.submit(Job(id="block", submit=0.0, procs=4, walltime=10 * DAY, user="x"))
+    core.submit(job("block", 4, walltime=10 * DAY, user="x"))
     core.schedule(0.0)
-    core.submit(Job(id="old", submit=0.0, procs=1, walltime=60.0, user="ann"))
-    core.submit(Job(id="new", submit=2 * DAY, procs=2, walltime=60.0, user="bob"))
+    core.submit(job("old", walltime=60.0, user="ann"))
+    core.submit(job("new", 2, submit=2 * DAY, walltime=60.0, user="bob"))
     snap = core.snapshot(2 * DAY)
     assert isinstance(snap.usage, UsageLedger)
     assert snap.by_account is not None

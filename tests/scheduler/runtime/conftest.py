@@ -1,22 +1,13 @@
-"""Fixtures of the scheduler actor tests: every async test runs on asyncio and on uvloop."""
+"""Fixtures of the scheduler actor tests (async tests run on both loops: ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import uvloop
 
 from tests.scheduler.runtime.harness import TOPICS, Cluster
-
-
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """pytest-asyncio's hook: parametrize every async test over these loops."""
-    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
 from scheduler.runtime.clock import ManualClock
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 
 M = TypeVar("M", bound=Message)
 
@@ -82,27 +83,6 @@ async def eventually(predicate: Callable[[], object], *, timeout: float = 5.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {predicate}")
         await asyncio.sleep(0.001)
-
-
-def spec(
-    job_id: str,
-    procs: int = 1,
-    *,
-    walltime: float = 100.0,
-    work: float = 50.0,
-    user: str = "ann",
-    malleable: bool = False,
-    deadline: float | None = None,
-) -> JobSpec:
-    return JobSpec(
-        id=job_id,
-        procs=procs,
-        walltime=walltime,
-        work=work,
-        user=user,
-        malleable=malleable,
-        deadline=deadline,
-    )
 
 
 @dataclass

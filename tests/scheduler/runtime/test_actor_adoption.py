@@ -15,7 +15,8 @@ import pytest
 from broker.messages import JobEvent, PartFinished, PartStarted, RunningPart
 from scheduler.live.settings import JobEvents
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import SETTINGS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, Cluster, FakeAgent, eventually
 
 LEASE = 8.0
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from broker.messages import AgentOffline
 from broker.vocabulary import Rejection
-from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 
 def rejections(cluster: Cluster, reason: str) -> float | None:

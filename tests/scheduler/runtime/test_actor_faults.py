@@ -8,7 +8,8 @@ from broker.codec import encode
 from broker.messages import AgentOffline, JobEvent, RunningPart, StatusReply, StatusRequest
 from scheduler.runtime.clock import ManualClock
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually
 
 
 def lost(cluster: Cluster, reason: str) -> float | None:

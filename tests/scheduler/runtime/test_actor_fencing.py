@@ -1,5 +1,5 @@
-"""Fencing and liveness (issue 9, item 3): attempts, stale reports, forged wills,
-progress that is not a heartbeat; the restart order (item 4); durable events (item 8)."""
+"""Fencing and liveness: attempts, stale reports, forged wills, progress that is not a
+heartbeat; the restart order; durable events."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from broker.messages import (
 from model.execution import ExecutionModel, ModelKind
 from scheduler.live.settings import ActorSettings
 from scheduler.runtime.clock import ManualClock
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, FakeAgent, eventually
 
 
 def stale(cluster: Cluster) -> float | None:

@@ -28,7 +28,8 @@ from broker.messages import (
 )
 from model.job import JobError
 from scheduler.runtime.actor import job_from_spec
-from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually
 
 
 def journal_rows(path: Path) -> dict[str, str]:

@@ -24,7 +24,8 @@ from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.actor import SchedulerActor
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import TOPICS, Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, FakeAgent, eventually
 
 RESIZES = "accordion_job_resizes_total"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from broker.messages import AnyMessage, JobSpec, ResizePart, RunningPart, StartPart
 from scheduler.runtime.journal import Journal
-from tests.scheduler.runtime.harness import Cluster, FakeAgent, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, FakeAgent, eventually
 
 
 async def started_cluster(path: Path) -> Cluster:
@@ -95,9 +96,10 @@ async def test_a_running_job_whose_agent_is_gone_is_requeued_after_the_grace(
 
 
 async def test_a_start_the_agent_never_ran_is_sent_again_at_no_requeue(tmp_path: Path) -> None:
-    """Issue 9: a start in flight when the scheduler died ("does not run it after the
-    restart; already requeued 2 times"). The requeue budget is for jobs lost while
-    running; a job its agent never started costs none: the same start goes again."""
+    """A start in flight when the scheduler died: it used to be refused after the
+    restart ("does not run it after the restart; already requeued 2 times"). The
+    requeue budget is for jobs lost while running; a job its agent never started
+    costs none: the same start goes again."""
     async with killed_while_running(tmp_path / "j.sqlite", spec("run", 2)) as (c, a1):
         a1.running.clear()  # the agent never had it (journalled, then the kill)
         actor = await c.start()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from broker.messages import PartFinished, PartStarted
 from scheduler.runtime.journal import JournalJob
-from tests.scheduler.runtime.harness import Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, eventually
 
 
 def row(cluster: Cluster, job_id: str) -> JournalJob:

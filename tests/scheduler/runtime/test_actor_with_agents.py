@@ -13,7 +13,8 @@ from model.machine import Machine
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent
 from nodeagent.launch.pipe import PipeSpawn
 from scheduler.runtime.clock import ManualClock
-from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
 # K = 100: a job of 20 cluster seconds of work runs 0.2 wall seconds.
 AGENT = AgentSettings(heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=1.0)

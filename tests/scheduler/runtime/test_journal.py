@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.messages import JobSpec
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal import Journal, JournalError
+from tests.builders import spec
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def spec(job_id: str, procs: int = 1) -> JobSpec:
-    return JobSpec(id=job_id, procs=procs, walltime=10.0, work=5.0, deadline=30.0)
 
 
 def test_wal_mode_and_full_sync(tmp_path: Path) -> None:
@@ -55,7 +51,9 @@ def test_meta_is_kept_and_a_new_time_scale_refused(tmp_path: Path) -> None:
 
 def test_submissions_are_idempotent_by_job_id(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.sqlite") as journal:
-        assert journal.record_submissions([(spec("a"), 1.0), (spec("b"), 2.0)]) == 2
+        # Not the builder's defaults, and a deadline: the round trip must keep them.
+        dated = spec("a", work=5.0, walltime=10.0, deadline=30.0)
+        assert journal.record_submissions([(dated, 1.0), (spec("b"), 2.0)]) == 2
         assert journal.record_submissions([(spec("b"), 9.0), (spec("c"), 3.0)]) == 1
         jobs = journal.load().jobs
         assert [(j.spec.id, j.submit, j.state) for j in jobs] == [
@@ -63,7 +61,7 @@ def test_submissions_are_idempotent_by_job_id(tmp_path: Path) -> None:
             ("b", 2.0, JobState.QUEUED),
             ("c", 3.0, JobState.QUEUED),
         ]
-        assert jobs[0].spec == spec("a")  # the whole spec round-trips
+        assert jobs[0].spec == dated  # the whole spec round-trips
 
 
 def test_a_job_life_round_trips(tmp_path: Path) -> None:

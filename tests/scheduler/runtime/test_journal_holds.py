@@ -6,10 +6,10 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from broker.messages import JobSpec
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
+from tests.builders import spec
 
 SCHEMA_4 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -42,10 +42,6 @@ INSERT INTO job_events(job_id, seq, at, state, detail) VALUES
     ('adopted', 3, 12.0, 'adopted', 'its part on a1 adopted by a new incarnation'),
     ('ended', 1, 10.0, 'held', 'agent a1 lost (will): held for adoption for 8.0 s');
 """
-
-
-def spec(job_id: str) -> JobSpec:
-    return JobSpec(id=job_id, procs=1, walltime=100.0, work=50.0)
 
 
 def held(journal: Journal, job_id: str) -> float | None:

@@ -6,10 +6,11 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from broker.messages import JobEvent, JobSpec
+from broker.messages import JobEvent, PartSpec
 from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
+from tests.builders import spec
 
 SCHEMA_2 = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -31,13 +32,9 @@ INSERT INTO job_events(job_id, seq, at, state, detail) VALUES ('old', 1, 1.0, 'r
 """
 
 
-def spec(job_id: str) -> JobSpec:
-    return JobSpec(id=job_id, procs=4, walltime=100.0, work=50.0)
-
-
 def test_a_resize_is_recorded_with_its_parts_before_and_after(tmp_path: Path) -> None:
     with Journal(tmp_path / "j.sqlite") as journal:
-        journal.record_submissions([(spec("a"), 0.0)])
+        journal.record_submissions([(spec("a", 4), 0.0)])
         journal.record_start("a", 1.0, [Part("m", 3), Part("n", 1)])
         journal.record_parts("a", 2.0, [Part("m", 1), Part("n", 1)], [Part("m", 3), Part("n", 1)])
         event = JobEvent(
@@ -65,9 +62,17 @@ def test_a_schema_2_journal_gains_the_resize_columns(tmp_path: Path) -> None:
             JobEvent(job_id="old", event=JobEventKind.RESIZED, at=1.0, seq=1, detail="2 CPUs")
         ]
         journal.record_event(
-            JobEvent(job_id="old", event=JobEventKind.RESIZED, seq=2, cpus_after=4, at=0.0)
+            JobEvent(
+                job_id="old",
+                event=JobEventKind.RESIZED,
+                seq=2,
+                cpus_after=4,
+                at=0.0,
+                parts=(PartSpec("m", 4),),
+            )
         )
         assert journal.job_events(["old"])[-1].cpus_after == 4
+        assert journal.job_events(["old"])[-1].parts == (PartSpec("m", 4),)
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT value FROM meta WHERE key='schema'").fetchone() == (
             str(SCHEMA_VERSION),

@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 from broker.codec import encode
 from broker.messages import StatusReply
 from scheduler.runtime.exporter import GaugeState, SchedulerMetrics, serve
-from tests.scheduler.runtime.harness import Cluster, eventually, served_totals, spec
+from tests.builders import spec
+from tests.scheduler.runtime.harness import Cluster, eventually, served_totals
 
 
 def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:

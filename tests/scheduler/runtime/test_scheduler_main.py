@@ -36,8 +36,9 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.runtime.journal import Journal
+from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
-from tests.scheduler.runtime.harness import served_totals, spec
+from tests.scheduler.runtime.harness import served_totals
 
 ROOT = Path(__file__).resolve().parents[3]
 TOPICS = Topics("itest/v1")
