@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import msgspec
 
-from broker.fields import Id, Message, PartSpec
+from broker.fields import Cpus, Id, Message, PartSpec
 
 
 class PriorityRequest(Message, tag="priority_request", frozen=True, kw_only=True):
@@ -119,7 +119,7 @@ class UserRuns(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 class SnapshotReply(Message, tag="snapshot_reply", frozen=True, kw_only=True):
     """The cluster at ``now``: its machines, running jobs, queue (in arrival order), the
-    policy's reservations and the users' run-time history."""
+    policy's reservations, the users' run-time history and the per-user CPU limit."""
 
     request_id: str
     now: float
@@ -129,3 +129,6 @@ class SnapshotReply(Message, tag="snapshot_reply", frozen=True, kw_only=True):
     queue: tuple[SnapshotJob, ...]
     reservations: tuple[SnapshotReservation, ...] = ()
     history: tuple[UserRuns, ...] = ()
+    #: The per-user CPU limit the scheduler applies (None: none), so that a replay
+    #: holds the same jobs back.
+    max_user_cpus: Cpus | None = None

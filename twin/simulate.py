@@ -16,6 +16,10 @@ time per event); that is the only clock it reads, and only for reporting.
 A replay can be cut (``stop_at``: it returns once every instant up to then is
 handled, with its state) and another resumed from such a state (``resume``,
 with the jobs submitted after it): ``twin.state`` says what the state holds.
+
+``max_user_cpus`` applies the live scheduler's per-user CPU limit, in the same
+core (``scheduler.core.user_limit``): a job that would take its user past it
+waits for that user's jobs to end, one wider than it is rejected (``cpu_limit``).
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ def simulate(
     execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
     progress_every: int = 5000,
+    max_user_cpus: int | None = None,
     predict: bool = False,
     resume: TwinState | None = None,
     stop_at: float | None = None,
@@ -93,7 +98,9 @@ def simulate(
             )
     if resume is not None:
         machines = resume.machines
-    core = SchedulerCore(policy=policy, machines=machines, execution=execution)
+    core = SchedulerCore(
+        policy=policy, machines=machines, execution=execution, max_user_cpus=max_user_cpus
+    )
     forecasts = Forecasts(core) if predict else None
     agents = ModelledAgents({m.id: m.speed for m in machines}, execution)
     # The core's allocation and rate of every start go to the agents (twin.agents).

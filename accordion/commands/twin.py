@@ -49,6 +49,7 @@ from accordion.experiments.runs import (
 from accordion.experiments.twin_options import (
     CalibrationOpt,
     CpusOpt,
+    MaxUserCpusOpt,
     MissingUtilOpt,
     ModelOpt,
     TauOpt,
@@ -141,6 +142,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
+    max_user_cpus: MaxUserCpusOpt = None,
     progress: ProgressOpt = True,
     predict: PredictOpt = False,
 ) -> None:
@@ -173,6 +175,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
                 progress=update,
                 options=options,
                 tau=tau,
+                max_user_cpus=max_user_cpus,
                 predict=predict,
             )
         print_metrics(
@@ -240,6 +243,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
+    max_user_cpus: MaxUserCpusOpt = None,
     progress: ProgressOpt = True,
     per_job: Annotated[
         bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
@@ -286,6 +290,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
                         progress=update,
                         options=options[spec],
                         tau=tau,
+                        max_user_cpus=max_user_cpus,
                         predict=predict,
                     )
                 )

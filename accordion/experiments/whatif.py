@@ -24,7 +24,8 @@ What the replays assume, since the real run times are not known yet
 The policies themselves plan with the users' estimates unless given
 ``--policy-opt predictor=last-two``. The live policy's reservations are kept
 when the same policy is replayed (its promises hold), and dropped for any
-other. Cordoned machines take part: they are expected back. The usage
+other. The scheduler's per-user CPU limit holds in every replay. Cordoned
+machines take part: they are expected back. The usage
 history fair-share reads is not in the snapshot: fair-share and multi-factor
 replay as if no one had used the cluster.
 
@@ -171,7 +172,12 @@ def what_if(
         policy = build_policy_with(spec, (options or {}).get(spec, {}), placement=placement)
         state = state_of(reply, runtimes, reservations=spec == reply.policy, execution=execution)
         result = simulate(
-            (), machines=state.machines, policy=policy, execution=execution, resume=state
+            (),
+            machines=state.machines,
+            policy=policy,
+            execution=execution,
+            resume=state,
+            max_user_cpus=reply.max_user_cpus,
         )
         outcomes = {o.job.id: o for o in result.outcomes}
         mine = [outcomes[j] for j in queued if j in outcomes]

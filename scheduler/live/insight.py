@@ -76,10 +76,24 @@ def forecast(ctx: Context, now: float, *, held: str | None = None) -> Forecast:
     visible = snapshot.queue
     queue = core.queue
     hidden: list[Job] = []
+    limited: list[Job] = []
     if len(visible) < len(queue):
         shown = {j.id for j in visible}
-        hidden = [j for j in queue if j.id not in shown]
-    reasons = wait_reasons(plan, snapshot, policy, cordoned=ctx.cordoned, hidden=hidden, held=held)
+        for j in queue:
+            if j.id not in shown:
+                (limited if core.held_by_limit(j) else hidden).append(j)
+    load = core.load
+    reasons = wait_reasons(
+        plan,
+        snapshot,
+        policy,
+        cordoned=ctx.cordoned,
+        hidden=hidden,
+        limited=limited,
+        user_cpus=None if load is None else load.cpus,
+        max_user_cpus=core.max_user_cpus,
+        held=held,
+    )
     result = Forecast(now, plan, reasons)
     ctx.forecast = result
     _tell_first(ctx, plan, reasons, now)
@@ -217,6 +231,7 @@ def snapshot_reply(ctx: Context, now: float, request_id: str = "-") -> SnapshotR
         history=()
         if history is None
         else tuple(UserRuns(user=u, runs=history.last(u)) for u in history.users()),
+        max_user_cpus=core.max_user_cpus,
     )
 
 

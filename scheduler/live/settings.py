@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from scheduler.live.associations import Associations
+from scheduler.live.limits import DEFAULTS, Limits
+
 JobEvents = Literal["all", "lifecycle", "none"]
 
 #: 365 days: a wall-time estimate (or work) beyond this is a client's mistake.
@@ -66,6 +69,11 @@ class ActorSettings:
     #: A pass also runs this often while jobs wait and nothing happens: a running job
     #: past its estimate moves its planned end as time goes by.
     predict_refresh: float = 30.0
+    #: Per-user and per-request limits (``scheduler.live.limits``).
+    limits: Limits = DEFAULTS
+    #: The accounts and QoS each user may use (``scheduler.live.associations``); None:
+    #: nothing is checked.
+    associations: Associations | None = None
 
     def __post_init__(self) -> None:
         for name in (

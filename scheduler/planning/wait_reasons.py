@@ -11,6 +11,12 @@ In the order below, the first that holds is the job's reason (Slurm's
 ``held``
     The scheduler starts nothing now (a restarted scheduler reconciling with
     its agents): every queued job waits, whatever else holds.
+``user_limit``
+    Its user's running jobs hold so many CPUs that it would take them past
+    the per-user CPU limit (``scheduler.core.user_limit``; Slurm's
+    ``AssocGrpCpuLimit``): the core offers it to no policy, so it has no
+    predicted start, until enough of its user's jobs end. Detail: the CPUs its
+    user runs, the limit and what it needs.
 ``wider_than_online``
     It needs more CPUs than the machines online can give (the core hides it
     from the policy until enough machines are back), or more than any place
@@ -79,6 +85,7 @@ class WaitWhy(StrEnum):
     WIDER_THAN_ONLINE = "wider_than_online"
     CORDONED = "cordoned"
     HELD = "held"
+    USER_LIMIT = "user_limit"
 
 
 class Wait(NamedTuple):
@@ -101,21 +108,33 @@ def wait_reasons(
     *,
     cordoned: Set[str] = frozenset(),
     hidden: Sequence[Job] = (),
+    limited: Sequence[Job] = (),
+    user_cpus: Mapping[str, int] | None = None,
+    max_user_cpus: int | None = None,
     held: str | None = None,
 ) -> dict[str, Wait]:
     """Every queued job's :class:`Wait`, by id (module docstring).
 
     ``plan`` is :func:`~scheduler.planning.prediction.predict`'s on ``snapshot``;
-    ``hidden`` the queued jobs the core hides from the policy (wider than the
-    CPUs online); ``held``, when the scheduler starts nothing now, says why.
+    ``hidden`` the queued jobs the core hides from the policy as wider than the
+    CPUs online, ``limited`` those it hides for the per-user CPU limit
+    (``max_user_cpus``; ``user_cpus``: the CPUs each user runs); ``held``, when
+    the scheduler starts nothing now, says why.
     """
     if held is not None:
-        return {j.id: Wait(WaitWhy.HELD, held) for j in (*plan.order, *hidden)}
+        return {j.id: Wait(WaitWhy.HELD, held) for j in (*plan.order, *hidden, *limited)}
     online = sum(m.cpus for m in snapshot.machines)
     reasons = {
         j.id: Wait(WaitWhy.WIDER_THAN_ONLINE, f"needs {j.procs} CPUs; {online} online")
         for j in hidden
     }
+    running = user_cpus or {}
+    for j in limited:
+        reasons[j.id] = Wait(
+            WaitWhy.USER_LIMIT,
+            f"{j.user} runs {running.get(j.user, 0)} CPUs of the {max_user_cpus} one user "
+            f"may hold; it needs {j.procs}",
+        )
     machines = list(plan.machines)
     free_now = {m.id: snapshot.free[m.id] for m in machines}
     steps: list[tuple[float, dict[str, int]]] = (

@@ -16,14 +16,14 @@ from broker.messages import PartSpec
 from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL
 from model.job import Job
-from model.machine import Machine
+from model.machine import Machine, Part
 from scheduler.policies.registry import build_policy
 from tests.scheduler.planning.test_prediction import _random_jobs
-from twin.simulate import simulate
+from twin.simulate import SimulationResult, simulate
 from twin.state import TwinState
 
 
-def snapshot_of(state: TwinState, policy: str) -> SnapshotReply:
+def snapshot_of(state: TwinState, policy: str, max_user_cpus: int | None = None) -> SnapshotReply:
     """What a live scheduler would answer in ``state`` (the twin's, at a cut)."""
     speeds = {m.id: m.speed for m in state.machines}
 
@@ -38,8 +38,8 @@ def snapshot_of(state: TwinState, policy: str) -> SnapshotReply:
             malleable=job.malleable,
         )
 
-    def parts(ps: tuple[object, ...]) -> tuple[PartSpec, ...]:
-        return tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in ps)  # type: ignore[attr-defined]
+    def parts(ps: tuple[Part, ...]) -> tuple[PartSpec, ...]:
+        return tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in ps)
 
     running = []
     for r in state.running:
@@ -64,6 +64,7 @@ def snapshot_of(state: TwinState, policy: str) -> SnapshotReply:
             SnapshotReservation(job_id, start, parts(ps))
             for job_id, start, ps in state.reservations
         ),
+        max_user_cpus=max_user_cpus,
     )
 
 
@@ -86,6 +87,44 @@ def test_with_exact_estimates_the_what_if_of_the_live_policy_is_what_happens(spe
     reply = snapshot_of(cut_run.state, spec)
     assert reply.queue, "the cut should leave jobs waiting"
     (answer,) = what_if(reply, [spec])
+    for job in reply.queue:
+        assert answer.starts[job.id] == pytest.approx(real[job.id]), job.id
+
+
+def test_the_per_user_cpu_limit_holds_in_the_replay() -> None:
+    # The live scheduler's limit is in its snapshot: the replay holds back the same
+    # jobs, so with exact estimates it still predicts what happens.
+    machines = [Machine(id="a", cpus=16, speed=1.0), Machine(id="b", cpus=8, speed=2.0)]
+    jobs = [
+        Job(
+            id=j.id,
+            submit=j.submit,
+            procs=j.procs,
+            runtime=j.walltime,
+            walltime=j.walltime,
+            user=j.user,
+        )
+        for j in _random_jobs(5, 120, 16)
+    ]
+    cut = jobs[60].submit
+    known = [j for j in jobs if j.submit <= cut]
+
+    def run(limit: int | None, stop_at: float | None = None) -> SimulationResult:
+        return simulate(
+            known,
+            machines=machines,
+            policy=build_policy("easy"),
+            max_user_cpus=limit,
+            stop_at=stop_at,
+        )
+
+    real = {o.job.id: o.start for o in run(16).outcomes}
+    unlimited = {o.job.id: o.start for o in run(None).outcomes}
+    assert real != unlimited, "the limit should hold some job back"
+    state = run(16, cut).state
+    assert state is not None
+    reply = snapshot_of(state, "easy", max_user_cpus=16)
+    (answer,) = what_if(reply, ["easy"])
     for job in reply.queue:
         assert answer.starts[job.id] == pytest.approx(real[job.id]), job.id
 

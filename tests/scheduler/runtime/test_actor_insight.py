@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from broker.insight import (
     PriorityReply,
@@ -24,7 +25,10 @@ from broker.messages import (
     StatusRequest,
     WaitReason,
 )
+from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import BadMessage, JobEventKind
+from scheduler.live import requests
+from scheduler.live.limits import Limits
 from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
 
 FAST = replace(SETTINGS, predict_interval=0.001)
@@ -152,6 +156,30 @@ async def test_a_job_wider_than_the_cpus_online_says_so(tmp_path: Path) -> None:
         await c.stop()
 
 
+async def test_a_job_held_by_the_per_user_cpu_limit_says_so(tmp_path: Path) -> None:
+    c = await started(tmp_path / "j.sqlite", limits=Limits(max_user_cpus=2))
+    try:
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(
+            spec("ann1", 2, user="ann"), spec("ann2", 1, user="ann"), spec("bob1", 1, user="bob")
+        )
+        await eventually(lambda: a1.started("ann1") and a1.started("bob1"))
+        rows: dict[str, JobStatus] = {}
+        while "ann2" not in rows or rows["ann2"].reason is None:
+            c.actor.tick()  # type: ignore[union-attr]
+            await c.settle()
+            rows = {j.id: j for j in (await status(c)).queue}
+        # The CPUs are free; the limit, not the cluster, holds it, and no policy sees it.
+        assert rows["ann2"].reason is WaitReason.USER_LIMIT
+        assert (
+            rows["ann2"].reason_detail == "ann runs 2 CPUs of the 2 one user may hold; it needs 1"
+        )
+        assert rows["ann2"].predicted_start is None
+        assert not a1.started("ann2")
+    finally:
+        await c.stop()
+
+
 async def test_priority_shows_each_factor(tmp_path: Path) -> None:
     c = await started(tmp_path / "j.sqlite", policy="easy:multifactor")
     try:
@@ -206,7 +234,14 @@ async def test_a_bad_request_is_answered_and_counted_and_the_rest_goes_on(tmp_pa
         await c.agent("a1", 2)
         # An unknown field, and a forged kind of reply sent as a request.
         await c.client.send_raw(
-            msgpack.packb({"kind": "priority_request", "v": 2, "reply_to": c.client.name, "bad": 1})
+            msgpack.packb(
+                {
+                    "kind": "priority_request",
+                    "v": PROTOCOL_VERSION,
+                    "reply_to": c.client.name,
+                    "bad": 1,
+                }
+            )
         )
         await c.client.send(
             PriorityReply(request_id="x", now=0.0, policy="easy", source="fifo", rows=())
@@ -225,6 +260,33 @@ async def test_a_bad_request_is_answered_and_counted_and_the_rest_goes_on(tmp_pa
         rid = c.client.request_id()
         await c.client.send(SnapshotRequest(request_id=rid, reply_to=c.client.name))
         await c.client.inbox.expect(SnapshotReply, lambda r: r.request_id == rid)
+    finally:
+        await c.stop()
+
+
+async def test_an_answer_over_the_message_limit_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A priority or snapshot reply covers the whole queue (it has no pages): past the
+    # message limit it is refused, not sent. The limit is lowered so that 40 jobs pass it.
+    monkeypatch.setattr(requests, "MAX_MESSAGE_BYTES", 500)
+    c = await started(tmp_path / "j.sqlite")
+    try:
+        a1 = await c.agent("a1", 1)
+        await c.client.submit(*(spec(f"j{i}", 1) for i in range(40)))
+        await eventually(lambda: a1.started("j0"))
+        for ask in (PriorityRequest, SnapshotRequest):
+            rid = c.client.request_id()
+            await c.client.send(ask(request_id=rid, reply_to=c.client.name))
+            error = await c.client.inbox.expect(ErrorReply, lambda r, rid=rid: r.request_id == rid)
+            assert error.code is BadMessage.TOO_LARGE
+            assert "over the message limit of 500" in error.error
+        assert c.actor is not None
+        sample = c.actor.metrics.registry.get_sample_value
+        assert sample("accordion_scheduler_bad_messages_total", {"reason": "too_large"}) == 2
+        # Nothing was lost: every job is still there, and a status still answers.
+        reply = await status(c)
+        assert len(reply.queue) + len(reply.running) == 40
     finally:
         await c.stop()
 
