@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,8 @@ def child(trace: str, variant: str) -> None:
     workload = load_workload(PWA / f"{trace}.swf.gz", cluster=None)
     run = run_policy(workload, "easy", options=VARIANTS[variant], predict=True)
     keep = {k: run.summary[k] for k in ("metrics", "prediction", "policy_options", "workload")}
+    # The trace's path as the repository sees it, not this machine's.
+    keep["workload"] = {**keep["workload"], "path": os.path.relpath(keep["workload"]["path"], ROOT)}
     print(json.dumps(keep))
 
 
