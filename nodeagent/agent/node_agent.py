@@ -75,7 +75,7 @@ killed outright (SIGKILL) cannot: its parts go on within their lease, and a
 next incarnation adopts them (``nodeagent.survival.adoption``; the scheduler holds
 them for the lease meanwhile, ``scheduler.live.agent_hold``).
 
-Stop rule (DESIGN.md, "Trust and faults": a stop an operator asks for never
+Stop rule (``docs/design/trust.md``: a stop an operator asks for never
 costs a job its requeue budget). SIGTERM or SIGINT (:meth:`NodeAgent.stop`):
 
 - *leave* (the default, for an agent whose parts outlive it: a state

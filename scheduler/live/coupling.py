@@ -21,7 +21,7 @@ input it took, the same keys as the agent's own table) does two things:
   ``max_requeues``, ``scheduler.core.recovery``; every part of those jobs told
   to stop, the lost agent's included).
 
-*A stop an operator asked for* (DESIGN.md, "Trust and faults": a stop never
+*A stop an operator asked for* (``docs/design/trust.md``: a stop never
 costs a job its requeue budget) has rows of its own: a stopped agent's hold
 (STOPPED) offers its parts as after a will, but what its next incarnation does
 not adopt, or what is left when its hold ends, is requeued uncharged, its

@@ -1,4 +1,5 @@
-"""A cluster many users share, for real: issue 19's findings 1, 4 and 7 as tests.
+"""A cluster many users share, for real: a flood of one user's jobs, oversized
+messages, accounts and QoS, as tests.
 
 One cluster for the module, as ``accordion up --user alice --user bob`` starts
 it: its own Mosquitto (the generated configuration, logins and ACLs), a real
