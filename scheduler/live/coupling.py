@@ -183,16 +183,17 @@ _STOPPED: Final = AgentRule(ToMachine.LEAVE, ToParts.LOSE_BY_STOP)
 _HELD: Final = AgentRule(ToMachine.CORDON, ToParts.HOLD)
 _BACK: Final = AgentRule(ToMachine.JOIN, ToParts.NOTHING)
 _CORDON: Final = AgentRule(ToMachine.CORDON, ToParts.NOTHING)
+_UNCORDON: Final = AgentRule(ToMachine.UNCORDON, ToParts.NOTHING)
 
 AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.ONLINE, _I.HEARTBEAT): _STAY,
-    (_A.ONLINE, _I.MISSED): AgentRule(ToMachine.CORDON, ToParts.NOTHING),
+    (_A.ONLINE, _I.MISSED): _CORDON,
     (_A.ONLINE, _I.SILENT): _LOST,
     (_A.ONLINE, _I.WILL): _LOST,
     (_A.ONLINE, _I.GOODBYE): _LOST,
     (_A.ONLINE, _I.REINCARNATED): _LOST,
     (_A.ONLINE, _I.WILL_HOLD): _HELD,
-    (_A.SUSPECT, _I.HEARTBEAT): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.SUSPECT, _I.HEARTBEAT): _UNCORDON,
     (_A.SUSPECT, _I.MISSED): _STAY,
     (_A.SUSPECT, _I.SILENT): _LOST,
     (_A.SUSPECT, _I.WILL): _LOST,
@@ -202,7 +203,7 @@ AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     # Drained: nothing new is placed there; its parts run to their end.
     (_A.ONLINE, _I.DRAIN): _CORDON,
     (_A.SUSPECT, _I.DRAIN): _CORDON,
-    (_A.DRAINING, _I.RESUME): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.DRAINING, _I.RESUME): _UNCORDON,
     (_A.DRAINING, _I.HEARTBEAT): _STAY,
     (_A.DRAINING, _I.SILENT): _LOST,
     (_A.DRAINING, _I.WILL): _LOST,
@@ -221,7 +222,7 @@ AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.STOPPED, _I.HOLD_ENDED): _STOPPED,
     (_A.STOPPED, _I.GOODBYE): _STOPPED,
     # The same process heard again: nothing was lost.
-    (_A.HELD, _I.HEARTBEAT): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.HELD, _I.HEARTBEAT): _UNCORDON,
     (_A.HELD, _I.REINCARNATED): AgentRule(ToMachine.UNCORDON, ToParts.OFFER),
     (_A.HELD, _I.HOLD_ENDED): _LOST,
     (_A.HELD, _I.GOODBYE): _LOST,

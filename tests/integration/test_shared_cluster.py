@@ -8,15 +8,15 @@ and an association file. An admin's long job fills the machine, so what the
 users submit stays queued for as long as a test needs. The CLI runs as child
 processes logged in as the user, as a user would run it.
 
-- *One user cannot deny status to everyone* (finding 1): alice queues 6,000
+- *One user cannot deny status to everyone*: alice queues 6,000
   jobs with 128-character ids, a queue whose status would be over the reply
   bound; bob's ``accordion status`` answers at once with a page, her 6,001st
   job is refused naming the limit, and one bulk cancel clears her queue.
-- *Nothing unbounded reaches the scheduler* (finding 4): twelve 200 MB
+- *Nothing unbounded reaches the scheduler*: twelve 200 MB
   publishes are cut off by the broker, no agent is marked suspect, and the
   scheduler still answers; a 16 MB request is answered (refused for having
   too many jobs), and one past 16 MiB is refused by the client in one line.
-- *Accounts and QoS are authorized* (finding 7): alice cannot charge bob's
+- *Accounts and QoS are authorized*: alice cannot charge bob's
   account or raise her QoS; the admin may.
 """
 
