@@ -18,14 +18,8 @@ wanted", ``attempt`` 0 for "not said", a ``pace`` of 1 (the reference speed,
 as a machine's ``speed``), None for a value an older sender did not send.
 States, event kinds and refusal codes are the enums of ``broker.vocabulary``.
 
-Protocol version 2 (``broker.topics.PROTOCOL_VERSION``): events carry an
-``event`` kind instead of a ``state`` that mixed states with what happened,
-refusals a ``code`` beside their text, a status its ``reconciling`` flag;
-required fields are required. A version-1 peer cannot read these messages
-(unknown fields), hence the new version and its own topic root.
-
-Protocol version 3: an agent says when its operator stops it
-(``AgentOffline(reason="stopping")``, parts it ends
+Protocol version 3 (``broker.topics.PROTOCOL_VERSION``): an agent says when
+its operator stops it (``AgentOffline(reason="stopping")``, parts it ends
 ``PartFinished(reason="stopped")``) and when it drains
 (``AgentOnline.draining``); an admin drains and resumes machines
 (``DrainMachine``); job events carry their number in the stream they are
@@ -36,13 +30,13 @@ and a cursor, and its reply totals and the cursor of the next page, never
 more than ``broker.limits``'s reply bound; ``CancelJobs`` cancels many jobs in
 one request and is answered with counts; refusals gained the codes of the
 scheduler's limits and associations and of a journal that cannot be written.
-A version-2 peer cannot read these messages (unknown fields and values),
-hence the new version (the rule above: a peer of the previous version could
-not read this one's messages).
-
-Room is left in :class:`JobStatus` for what a queued job's row will say next
-(its predicted start, its reason to wait): fields with defaults, added in a
-later version by the same rule.
+What the scheduler plans: a queued job's status row says its predicted start
+and why it waits (``JobStatus.predicted_start``, ``reason``), and the scheduler
+answers each queued job's priority by factor and a what-if snapshot
+(``broker.insight``). Version 2 gave events an ``event`` kind, refusals a
+``code`` and messages required fields. A peer of an older version cannot read
+these messages (unknown fields and values), hence each new version and its
+own topic root.
 """
 
 from __future__ import annotations
@@ -51,8 +45,31 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from broker.fields import (
+    Attempt,
+    Cpus,
+    Fraction,
+    Id,
+    JobId,
+    Name,
+    PositiveSeconds,
+    Seconds,
+    Seq,
+    Speed,
+)
+
+# Re-exported (the explicit alias is what a strict type checker reads as one): every
+# message is a ``broker.messages.Message``, as before the field types had a module.
+from broker.fields import Message as Message  # noqa: PLC0414
+from broker.fields import PartSpec as PartSpec  # noqa: PLC0414
+from broker.fields import Workload as Workload  # noqa: PLC0414
+from broker.insight import (
+    PriorityReply,
+    PriorityRequest,
+    SnapshotReply,
+    SnapshotRequest,
+)
 from broker.limits import MAX_MPI_MESSAGE_BYTES
-from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import (
     BadMessage,
     CancelRefusal,
@@ -61,27 +78,9 @@ from broker.vocabulary import (
     JobState,
     MachineState,
     Rejection,
+    WaitReason,
 )
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
-#: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
-#: topic name downstream) nor ``-`` (the protocol's "none" for request and reply ids).
-JobId = Annotated[
-    str,
-    msgspec.Meta(min_length=1, max_length=128, pattern=r"^(?!(?:\.|\.\.|-)$)[A-Za-z0-9_.:@-]+$"),
-]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-# Bounded above so inf and absurd values (a job of 30,000 years) fail on decode.
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=1e12)]
-PositiveSeconds = Annotated[float, msgspec.Meta(gt=0, le=1e12)]
-#: A part's attempt: 1 for a job's first start, n + 1 after its n-th requeue. 0 in a
-#: report or command means "not said" (any attempt), for commands sent before fencing.
-Attempt = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
-Seq = Annotated[int, msgspec.Meta(ge=0)]
-Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
-Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
-Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
-Workload = Literal["sleep", "mpi"]
 #: The most job ids a status or cancel request may name, and the most rows a status
 #: page may hold (``broker.limits.MAX_REPLY_BYTES`` bounds its bytes first).
 MAX_IDS = 10_000
@@ -93,18 +92,6 @@ Glob = Annotated[
 Ids = Annotated[tuple[Id, ...], msgspec.Meta(max_length=MAX_IDS)]
 States = Annotated[tuple[JobState, ...], msgspec.Meta(max_length=len(JobState))]
 Count = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class Message(
-    msgspec.Struct, tag_field="kind", forbid_unknown_fields=True, frozen=True, kw_only=True
-):
-    """Base of every message; ``v`` is the protocol version of the sender.
-
-    ``kw_only``: the kinds' fields may then go without defaults (required)
-    although ``v`` has one.
-    """
-
-    v: int = PROTOCOL_VERSION
 
 
 # -- jobs ---------------------------------------------------------------------
@@ -173,11 +160,6 @@ class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cpus: Cpus
     speed: Speed = 1.0
     labels: tuple[Name, ...] = ()
-
-
-class PartSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
-    machine: Id
-    cpus: Cpus
 
 
 # -- requests and replies (clients <-> scheduler) --------------------------------
@@ -331,6 +313,12 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     ``est_end``, a running job's end as the scheduler estimates it from that wall
     time (the end its plan counts on), None for a job not running yet;
     ``deadline``, absolute, None for a job without one.
+
+    A queued job carries the scheduler's prediction, once one was worked out
+    (they are worked out periodically, not at every message): ``predicted_start``
+    (cluster seconds, the base of ``submit``), the machines it is planned on in
+    ``parts``, and why it waits, ``reason`` with ``reason_detail`` in words.
+    None and empty before the first prediction.
     """
 
     id: str
@@ -344,6 +332,9 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
     est_end: float | None = None
     deadline: float | None = None
     reconciling: bool = False
+    predicted_start: float | None = None
+    reason: WaitReason | None = None
+    reason_detail: str = ""
 
 
 class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -686,6 +677,10 @@ AnyMessage = (
     | ErrorReply
     | HistoryRequest
     | HistoryReply
+    | PriorityRequest
+    | PriorityReply
+    | SnapshotRequest
+    | SnapshotReply
     | EventsRequest
     | EventsReply
     | DrainMachine

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec, in_stream
 from broker.topics import TopicError, Topics
@@ -44,6 +44,9 @@ from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
+
+if TYPE_CHECKING:  # scheduler.live.insight builds on this module
+    from scheduler.live.insight import Forecast
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +187,10 @@ class Context:
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")
+        #: The last prediction pass (``scheduler.live.insight``), None before the first.
+        self.forecast: Forecast | None = None
+        #: Queued jobs a pass has predicted already (their first prediction was told).
+        self.predicted: set[str] = set()
 
     # -- sending ----------------------------------------------------------------
 

@@ -28,6 +28,15 @@ instant first, then one decision):
    thousands of submissions a second share a handful of commits and decisions.
 4. Publish the retained ``ClusterSummary`` if it changed (at most every
    ``summary_interval`` wall seconds) and refresh the metrics' gauge state.
+5. Run a prediction pass (``scheduler.live.insight``: every queued job's
+   predicted start and reason, read by ``status``) if one is due: after a
+   batch that handled a message or a decision (or every ``predict_refresh``
+   seconds while jobs wait), and no sooner after the last pass than
+   ``predict_interval`` wall seconds or ten times that pass's own wall time,
+   whichever is longer, so passes take at most a tenth of the actor's time
+   however long the queue. In its own transaction; never inside a batch's
+   handling: a submission is answered before any prediction of it is worked
+   out.
 
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
@@ -88,8 +97,6 @@ from broker.messages import (
     ClusterSummary,
     DrainMachine,
     ErrorReply,
-    EventsRequest,
-    HistoryRequest,
     StatusReply,
     StatusRequest,
     SubmitJobs,
@@ -99,7 +106,7 @@ from broker.vocabulary import BadMessage
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
-from scheduler.live import agents, reconcile, requests
+from scheduler.live import agents, insight, reconcile, requests
 from scheduler.live.agent_lifecycle import AgentState
 from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
@@ -133,6 +140,9 @@ class _Wake:
     def __repr__(self) -> str:
         return f"<{self.name}>"
 
+
+#: The next prediction pass waits at least this many times the last one's wall time.
+_PASS_SHARE: Final = 10.0
 
 _TICK: Final = _Wake("tick")
 _STOP: Final = _Wake("stop")
@@ -183,6 +193,8 @@ class SchedulerActor:
             # The status's totals and the queued-jobs limit read the per-user tallies.
             track_users=True,
             max_user_cpus=self.settings.limits.max_user_cpus,
+            # The what-if snapshot carries each user's last run times (EASY++'s input).
+            keep_history=True,
         )
         self.metrics = metrics if metrics is not None else SchedulerMetrics(CollectorRegistry())
         self.metrics.policy = policy.name
@@ -214,6 +226,11 @@ class SchedulerActor:
         self._failures_counted = 0
         self.batches = 0
         self.decisions = 0
+        self.predictions = 0
+        # Loop time of the last prediction pass, and whether anything changed since.
+        self._predicted_at = -float("inf")
+        self._pass_seconds = 0.0
+        self._plan_stale = False
 
     @property
     def core(self) -> SchedulerCore:
@@ -317,6 +334,8 @@ class SchedulerActor:
         self.batches += 1
         if self._tick_due and self._journal.failure is not None and self._journal.retry():
             ctx.dirty = True  # decisions waited for the journal
+        if self._held or any(isinstance(item, Delivery) for item in batch):
+            self._plan_stale = True
         with self._journal.transaction():
             if self._held and now >= self._hold_until:
                 held, self._held = self._held, []
@@ -341,6 +360,33 @@ class SchedulerActor:
             await self._flush()
         await self._flush_summary()
         self.metrics.publish_state(self._gauges(now))
+        if self._prediction_due():
+            self._predict(now)
+
+    # -- predictions (``scheduler.live.insight``) ---------------------------------------
+
+    def _prediction_due(self) -> bool:
+        """Whether a pass runs now: the module docstring's step 5."""
+        interval = self.settings.predict_interval
+        if interval <= 0 or not (self.core.queue or self.ctx.forecast is not None):
+            return False
+        since = asyncio.get_running_loop().time() - self._predicted_at
+        if since < interval or since < _PASS_SHARE * self._pass_seconds:
+            return False
+        return self._plan_stale or (
+            bool(self.core.queue) and since >= self.settings.predict_refresh
+        )
+
+    def _predict(self, now: float) -> None:
+        self._plan_stale = False
+        self._predicted_at = asyncio.get_running_loop().time()
+        held = insight.RECONCILING if self._reconciliation.active else None
+        t0 = time.perf_counter()
+        with self._journal.transaction():
+            insight.forecast(self.ctx, now, held=held)
+        self._pass_seconds = time.perf_counter() - t0
+        self.metrics.prediction_seconds.observe(self._pass_seconds)
+        self.predictions += 1
 
     def _count_failures(self) -> None:
         failures = self._journal.failures
@@ -420,16 +466,7 @@ class SchedulerActor:
             self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
-        if not isinstance(
-            message,
-            SubmitJobs
-            | CancelJob
-            | CancelJobs
-            | StatusRequest
-            | HistoryRequest
-            | EventsRequest
-            | DrainMachine,
-        ):
+        if not isinstance(message, requests.Request):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return
