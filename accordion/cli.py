@@ -6,6 +6,10 @@ The app and its commands, registered from the modules that hold them:
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
+  and :mod:`accordion.commands.batch`: ``batch`` (a batch script as a job);
+- what the live scheduler plans and why, :mod:`accordion.commands.insight`:
+  ``priority`` (each queued job's priority by factor) and ``whatif`` (the queue
+  replayed in the twin under other policies);
 - an admin's operations, :mod:`accordion.commands.operate`: ``drain``, ``resume``;
 - a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, demo, gantt, live, operate, twin, ui, up
+from accordion.commands import auth, batch, demo, gantt, insight, live, operate, twin, ui, up
 
 app = typer.Typer(
     name="accordion",
@@ -37,6 +41,8 @@ app = typer.Typer(
 )
 twin.register(app)
 live.register(app)
+batch.register(app)
+insight.register(app)
 operate.register(app)
 up.register(app)
 auth.register(app)

@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from broker import insight as i
 from broker import messages as m
 from broker.auth import ROLES, Account, Role, grants
 from broker.codec import MAX_PAYLOAD, REASONS
@@ -58,13 +59,23 @@ PARAMETERS: Final[dict[str, str]] = {
 }
 
 #: Every message of one group of requests, and the replies they get.
-_REQUESTS: Final = (m.SubmitJobs, m.CancelJob, m.CancelJobs, m.StatusRequest, m.HistoryRequest)
+_REQUESTS: Final = (
+    m.SubmitJobs,
+    m.CancelJob,
+    m.CancelJobs,
+    m.StatusRequest,
+    m.HistoryRequest,
+    i.PriorityRequest,
+    i.SnapshotRequest,
+)
 _REPLIES: Final = (
     m.SubmitReply,
     m.CancelReply,
     m.CancelJobsReply,
     m.StatusReply,
     m.HistoryReply,
+    i.PriorityReply,
+    i.SnapshotReply,
     m.ErrorReply,
 )
 

@@ -72,7 +72,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -93,6 +93,8 @@ _MAX_PENDING = 1000  # publishes and subscribes awaiting their ack, per connecti
 _SESSION_NEVER_EXPIRES = 0xFFFFFFFF  # MQTT 5's Session Expiry Interval "never"
 
 log = logging.getLogger("broker.mqtt")
+
+_T = TypeVar("_T")
 
 
 def tls_parameters(settings: MqttSettings) -> aiomqtt.TLSParameters | None:
@@ -391,8 +393,10 @@ class MqttBus:
         while True:
             client = await self._linked(deadline, what)
             try:
-                await client.publish(
-                    topic, payload, qos=qos, retain=retain, timeout=self._settings.ack_timeout
+                await _acked(
+                    client.publish(
+                        topic, payload, qos=qos, retain=retain, timeout=self._settings.ack_timeout
+                    )
                 )
             except aiomqtt.MqttError as exc:
                 if client is self._client:
@@ -444,8 +448,8 @@ class MqttBus:
         attempts = self._settings.subscribe_attempts
         for attempt in range(1, attempts + 1):
             try:
-                granted = await client.subscribe(
-                    pattern, qos=qos, timeout=self._settings.ack_timeout
+                granted = await _acked(
+                    client.subscribe(pattern, qos=qos, timeout=self._settings.ack_timeout)
                 )
             except aiomqtt.MqttError as exc:
                 if attempt < attempts and "timed out" in str(exc):
@@ -475,6 +479,25 @@ class MqttBus:
             if isinstance(delivery, Exception):
                 raise delivery
             yield delivery
+
+
+async def _acked(call: Awaitable[_T]) -> _T:
+    """``call`` (an aiomqtt publish or subscribe, which awaits its ack with
+    ``asyncio.wait_for``), raising the cancellation it may have swallowed.
+
+    Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when
+    the task is cancelled in the same loop step as the awaited ack arrives (fixed in
+    3.12, whose ``wait_for`` is built on ``asyncio.timeout``). The caller would then
+    go on as if never cancelled: a task cancelled at shutdown while it published
+    waits on its next message for ever, and the ``TaskGroup`` that cancelled it with
+    it. The request shows in the task's ``cancelling()`` count, so it is honoured here.
+    """
+    task = asyncio.current_task()
+    asked = 0 if task is None else task.cancelling()
+    result = await call
+    if task is not None and task.cancelling() > asked:
+        raise asyncio.CancelledError
+    return result
 
 
 def _dropped(exc: aiomqtt.MqttError) -> bool:

@@ -1,4 +1,4 @@
-"""The wire's closed vocabularies: job states, job event kinds and refusal codes.
+"""The wire's closed vocabularies: job states, job event kinds, refusal codes, wait reasons.
 
 Each is a ``StrEnum``: msgspec encodes a member as its value, so a payload
 stays readable (``"event": "resized"``), and decodes only the listed values,
@@ -47,7 +47,10 @@ class JobEventKind(StrEnum):
     states); the others happen to a running or queued job without a change of
     state: ``resized`` (its CPUs changed, shrunk or expanded), ``requeued``
     (its machine was lost, it waits again), ``held`` (its agent died and its
-    parts are held for a new incarnation to adopt), ``adopted`` (one did).
+    parts are held for a new incarnation to adopt), ``adopted`` (one did),
+    ``planned`` (the scheduler's first predicted start for a queued job, in its
+    detail; journalled in the job's history, unnumbered (``seq`` 0), and not
+    published: a queue of thousands is predicted at once).
     """
 
     QUEUED = "queued"
@@ -56,6 +59,7 @@ class JobEventKind(StrEnum):
     REQUEUED = "requeued"
     HELD = "held"
     ADOPTED = "adopted"
+    PLANNED = "planned"
     FINISHED = "finished"
     FAILED = "failed"
     CANCELLED = "cancelled"
@@ -73,6 +77,7 @@ _STATE_AFTER: dict[JobEventKind, JobState] = {
     JobEventKind.REQUEUED: JobState.QUEUED,
     JobEventKind.HELD: JobState.RUNNING,
     JobEventKind.ADOPTED: JobState.RUNNING,
+    JobEventKind.PLANNED: JobState.QUEUED,
     JobEventKind.FINISHED: JobState.FINISHED,
     JobEventKind.FAILED: JobState.FAILED,
     JobEventKind.CANCELLED: JobState.CANCELLED,
@@ -169,3 +174,39 @@ class BadMessage(StrEnum):
     TOO_LARGE = "too_large"
     #: More jobs in one request than the scheduler takes (``max_jobs_per_request``).
     TOO_MANY = "too_many"
+
+
+class CommandUsers(StrEnum):
+    """Whom an agent runs users' commands as (``AgentOnline.commands``).
+
+    ``off``: it refuses command jobs (the default: an agent runs commands only when
+    started with ``--allow-commands``). ``agent``: as its own OS account, which it
+    names in ``AgentOnline.runs_as`` (an agent not running as root cannot be
+    anyone else). ``mapped``: as the OS account its admin's map gives the job's
+    authenticated owner (an agent running as root); an owner with no entry is
+    refused.
+    """
+
+    OFF = "off"
+    AGENT = "agent"
+    MAPPED = "mapped"
+
+
+class WaitReason(StrEnum):
+    """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
+    the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""
+
+    #: Jobs of higher priority are planned first and it waits behind them.
+    PRIORITY = "priority"
+    #: It waits for running jobs to end (its CPUs are planned free at its predicted start).
+    RESOURCES = "resources"
+    #: Its CPUs are free now, but starting it would delay a higher-priority reservation.
+    RESERVATION = "reservation"
+    #: It needs more CPUs than the machines online can give.
+    WIDER_THAN_ONLINE = "wider_than_online"
+    #: It fits only with the CPUs of cordoned machines (suspect or held agents).
+    CORDONED = "cordoned"
+    #: The scheduler starts nothing now (it is reconciling after a restart).
+    HELD = "held"
+    #: Its user's running jobs hold the per-user CPU limit: it waits for them to end.
+    USER_LIMIT = "user_limit"

@@ -151,6 +151,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="JobEvents for watchers: all, all but 'queued' (fast bulk submission), none",
     )
     p.add_argument(
+        "--predict-interval",
+        type=float,
+        default=1.0,
+        help="least wall s between two passes predicting every queued job's start and "
+        "reason (status shows the last); 0: no predictions",
+    )
+    p.add_argument(
         "--limits",
         type=Path,
         default=None,
@@ -227,6 +234,7 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             startup_grace=args.startup_grace,
             max_walltime=args.max_walltime,
             job_events=args.job_events,
+            predict_interval=args.predict_interval,
             # Logged in: the broker's ACLs let each user read only their own topics.
             owner_events=mqtt.username is not None,
             limits=read_limits(args.limits, **{k: getattr(args, k) for k in KEYS}),

@@ -27,6 +27,22 @@ class ModelError(ValueError):
     """A job the model cannot run (e.g. no run time known)."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A running job as the modelled agents see it: started at ``start`` on ``first``,
+    ``done`` of its run time done by ``since`` (its last start or resize), its CPU
+    segments before ``since`` and the parts of each, and ``version``, how many times
+    it was resized (its end events' version)."""
+
+    start: float
+    since: float
+    done: float
+    first: tuple[Part, ...]
+    segments: tuple[Segment, ...] = ()
+    segment_parts: tuple[tuple[Part, ...], ...] = ()
+    version: int = 0
+
+
 @dataclass(slots=True)
 class _Progress:
     job: Job
@@ -99,6 +115,37 @@ class ModelledAgents:
         prog.rate = rate
         prog.version += 1
         return now + (job.runtime - prog.done) / prog.rate, prog.version
+
+    def progress(self, job_id: str) -> Progress:
+        """Where running ``job_id`` stands (``twin.state`` keeps it in a checkpoint)."""
+        prog = self._jobs[job_id]
+        return Progress(
+            start=prog.start,
+            since=prog.since,
+            done=prog.done,
+            first=prog.first.parts,
+            segments=() if prog.segments is None else tuple(prog.segments),
+            segment_parts=() if prog.segment_parts is None else tuple(prog.segment_parts),
+            version=prog.version,
+        )
+
+    def resume(self, job: Job, parts: tuple[Part, ...], at: Progress) -> tuple[float, int]:
+        """Run ``job`` on ``parts`` from where ``at`` says it stands (a checkpoint's);
+        returns its ``(end time, version)``: the end :meth:`start` or :meth:`resize`
+        gave it, by the same formula."""
+        if job.runtime is None:
+            raise ModelError(f"job {job.id!r} has no run time; the twin needs one")
+        alloc = Allocation.of(parts, self._speeds)
+        rate = alloc.rate(job, self._execution)
+        first = alloc if at.first == parts else Allocation.of(at.first, self._speeds)
+        prog = _Progress(
+            job, alloc, first, at.start, at.since, done=at.done, rate=rate, version=at.version
+        )
+        if at.segments:
+            prog.segments = list(at.segments)
+            prog.segment_parts = list(at.segment_parts)
+        self._jobs[job.id] = prog
+        return at.since + (job.runtime - at.done) / rate, at.version
 
     def is_current(self, job_id: str, version: int) -> bool:
         prog = self._jobs.get(job_id)

@@ -11,6 +11,10 @@ The summary holds every schedule metric (``model.metrics``), the decision time
 per event (mean, p99, max, in milliseconds of wall time) and the events per
 second of the replay, and says which time base each number uses: schedule
 metrics are in virtual trace seconds, decision times in wall-clock time.
+
+When the replay predicted starts (``twin.forecasts``), the CSV has each job's
+prediction at its submission beside its real start (``predicted_start``,
+empty otherwise) and the summary its error (:func:`prediction_errors`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ CSV_COLUMNS = (
     "deadline_met",
     "segments",
     "deadline",
+    "predicted_start",
 )
 
 
@@ -92,6 +97,7 @@ def summary(
             "total_cpus": result.total_cpus,
         },
         "metrics": metrics.as_dict(),
+        **({} if result.forecasts is None else {"prediction": prediction_errors(result)}),
         "rejected": dict(result.rejected),
         "policy_counters": dict(result.counters),
         "performance": {
@@ -116,8 +122,58 @@ def write_summary(path: Path, data: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
+def prediction_errors(result: SimulationResult) -> dict[str, Any]:
+    """How far each job's predicted start at its submission was from its real start.
+
+    Over the jobs that waited (still queued after the decision at their
+    submission: a job started at once was predicted exactly, by construction)
+    and had a place in the plan: the median, 90th percentile and mean of
+    ``|predicted - real|``, the share within 10 % of the job's real wait and the
+    share within one hour, and the share that started later than predicted.
+    """
+    forecasts = result.forecasts
+    if forecasts is None:
+        raise ValueError("the replay made no predictions")
+    at_submit = forecasts.at_submit
+    waited = forecasts.waited
+    errors: list[float] = []
+    waits: list[float] = []
+    late = 0
+    unplaced = 0
+    for o in result.outcomes:
+        job_id = o.job.id
+        if job_id not in waited:
+            continue
+        predicted = at_submit.get(job_id)
+        if predicted is None:
+            unplaced += 1
+            continue
+        errors.append(abs(predicted - o.start))
+        waits.append(o.start - o.job.submit)
+        late += o.start > predicted
+    n = len(errors)
+    err = np.asarray(errors, dtype=np.float64)
+    wait = np.asarray(waits, dtype=np.float64)
+    return {
+        "time_base": TIME_BASE,
+        "rule": str(forecasts.rule),
+        "jobs_waited": n,
+        "jobs_unplaced": unplaced,
+        "jobs_started_at_submission": len(at_submit) - len(waited),
+        "median_abs_error": float(np.median(err)) if n else 0.0,
+        "p90_abs_error": float(np.percentile(err, 90)) if n else 0.0,
+        "mean_abs_error": float(err.mean()) if n else 0.0,
+        "within_10pct": float(np.mean(err <= 0.1 * wait)) if n else 0.0,
+        "within_1h": float(np.mean(err <= 3600.0)) if n else 0.0,
+        "started_later": late / n if n else 0.0,
+    }
+
+
 def write_jobs_csv(path: Path, result: SimulationResult, *, tau: float = DEFAULT_TAU) -> None:
     """One row per job, in order of job end (the order the twin finished them)."""
+    predicted: dict[str, float | None] = (
+        {} if result.forecasts is None else result.forecasts.at_submit
+    )
     with path.open("w", newline="", encoding="utf-8") as fh:
         out = csv.writer(fh)
         out.writerow(CSV_COLUMNS)
@@ -141,6 +197,7 @@ def write_jobs_csv(path: Path, result: SimulationResult, *, tau: float = DEFAULT
                     "" if met is None else str(met).lower(),
                     _placements(o),
                     "" if o.job.deadline is None else _num(o.job.deadline),
+                    _opt(predicted.get(o.job.id)),
                 )
             )
 
@@ -153,6 +210,10 @@ def _placements(o: JobOutcome) -> str:
         f"{_num(seg.start)}@" + ";".join(f"{p.machine}:{p.cpus}" for p in parts)
         for seg, parts in o.placements()
     )
+
+
+def _opt(x: float | None) -> str:
+    return "" if x is None else _num(x)
 
 
 def _num(x: float) -> str:

@@ -13,6 +13,10 @@ wall-clock time.
 The engine measures the wall time of every ``schedule`` call (the decision
 time per event); that is the only clock it reads, and only for reporting.
 
+A replay can be cut (``stop_at``: it returns once every instant up to then is
+handled, with its state) and another resumed from such a state (``resume``,
+with the jobs submitted after it): ``twin.state`` says what the state holds.
+
 ``max_user_cpus`` applies the live scheduler's per-user CPU limit, in the same
 core (``scheduler.core.user_limit``): a job that would take its user past it
 waits for that user's jobs to end, one wider than it is rejected (``cpu_limit``).
@@ -26,7 +30,7 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
@@ -35,6 +39,8 @@ from model.outcome import JobOutcome
 from scheduler.core.core import Rejected, SchedulerCore
 from scheduler.core.snapshot import Policy
 from twin.agents import ModelledAgents
+from twin.forecasts import Forecasts
+from twin.state import TwinState, capture, restore
 
 ProgressFn = Callable[[int, int], None]
 """Called with ``(jobs finished, jobs total)`` every few thousand events."""
@@ -53,6 +59,11 @@ class SimulationResult:
     events: int
     wall_seconds: float
     counters: dict[str, int]
+    #: Each job's predicted start at its submission, when the replay predicted them
+    #: (``twin.forecasts``); None otherwise.
+    forecasts: Forecasts | None = None
+    #: The state where a replay given ``stop_at`` stopped (``twin.state``); None otherwise.
+    state: TwinState | None = None
 
     @property
     def total_cpus(self) -> int:
@@ -68,17 +79,29 @@ def simulate(
     progress: ProgressFn | None = None,
     progress_every: int = 5000,
     max_user_cpus: int | None = None,
+    predict: bool = False,
+    resume: TwinState | None = None,
+    stop_at: float | None = None,
 ) -> SimulationResult:
-    """Replay ``jobs`` (sorted by submit time) on ``machines`` under ``policy``."""
+    """Replay ``jobs`` (sorted by submit time) on ``machines`` under ``policy``; with
+    ``predict``, keep each job's predicted start at its submission (``twin.forecasts``).
+
+    ``resume``: start from that state (on its machines; ``jobs`` are those submitted
+    after it). ``stop_at``: stop once every instant up to then is handled, and return
+    the state there (``result.state``) with the outcomes of the jobs ended by then.
+    """
     for a, b in itertools.pairwise(jobs):
         if b.submit < a.submit:
             raise ValueError(
                 f"jobs must be sorted by submit time: {b.id!r} at {b.submit} after "
                 f"{a.id!r} at {a.submit}"
             )
+    if resume is not None:
+        machines = resume.machines
     core = SchedulerCore(
         policy=policy, machines=machines, execution=execution, max_user_cpus=max_user_cpus
     )
+    forecasts = Forecasts(core) if predict else None
     agents = ModelledAgents({m.id: m.speed for m in machines}, execution)
     # The core's allocation and rate of every start go to the agents (twin.agents).
     running_job = core.running_job
@@ -99,12 +122,24 @@ def simulate(
     # Instants at which a reservation falls due without any job ending then (possible
     # when a placement rule spans machines): the policy must look again at them.
     wakes: list[float] = []
+    last = -inf
+    if resume is not None:
+        last = resume.now
+        for r, (end, version) in zip(resume.running, restore(resume, core, agents), strict=True):
+            heapq.heappush(ends, (end, seq, r.job.id, version))
+            seq += 1
+        wakes = sorted(resume.wakes)
+        total += len(resume.running) + len(resume.queue)
+    stop = inf if stop_at is None else stop_at
     while next_job < n or ends:
         t_arrival = jobs[next_job].submit if next_job < n else inf
         t_end = ends[0][0] if ends else inf
         now = t_arrival if t_arrival < t_end else t_end
         if wakes and wakes[0] < now:
             now = wakes[0]
+        if now > stop:
+            break
+        last = now
         while wakes and wakes[0] <= now:
             heapq.heappop(wakes)
         while ends and ends[0][0] <= now:
@@ -114,6 +149,7 @@ def simulate(
             core.ended(job_id, now)
             outcomes.append(agents.finish(job_id, now))
             events += 1
+        arrived = next_job
         while next_job < n and jobs[next_job].submit <= now:
             answer = core.submit(jobs[next_job])
             if isinstance(answer, Rejected):
@@ -138,6 +174,8 @@ def simulate(
             end, version = agents.start(start.job, start.parts, now, alloc=run.alloc, rate=run.rate)
             heapq.heappush(ends, (end, seq, start.job.id, version))
             seq += 1
+        if forecasts is not None and arrived < next_job:
+            forecasts.record(core, jobs[arrived:next_job], now)
         reservations = decisions.reservations
         if reservations:
             due = reservations[0].start
@@ -148,7 +186,8 @@ def simulate(
         if progress is not None and events >= next_report:
             progress(len(outcomes), total)
             next_report = events + progress_every
-    if core.queue:
+    state = None if stop_at is None else capture(core, agents, last, wakes)
+    if core.queue and state is None:
         # Nothing left to end and jobs still waiting: the policy can never start them.
         stuck = ", ".join(j.id for j in core.queue[:5])
         raise RuntimeError(
@@ -156,6 +195,11 @@ def simulate(
         )
     if progress is not None:
         progress(len(outcomes), total)
+    if core.predicts:
+        # The core queued each job with its predicted run time as its wall time: the
+        # outcomes carry the jobs as submitted.
+        job_of = core.job
+        outcomes = [replace(o, job=job_of(o.job.id) or o.job) for o in outcomes]
     return SimulationResult(
         policy=policy.name,
         machines=tuple(machines),
@@ -165,4 +209,6 @@ def simulate(
         events=events,
         wall_seconds=time.perf_counter() - started_wall,
         counters=dict(core.counters),
+        forecasts=forecasts,
+        state=state,
     )

@@ -62,6 +62,7 @@ from accordion.errors import LiveError, NoReplyError, RefusedError, parsed
 from broker.auth import identity_of
 from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode, encode
+from broker.insight import PriorityReply, PriorityRequest, SnapshotReply, SnapshotRequest
 from broker.messages import (
     MAX_IDS,
     AnyMessage,
@@ -313,6 +314,8 @@ class LiveClient:
         | CancelJobs
         | StatusRequest
         | HistoryRequest
+        | PriorityRequest
+        | SnapshotRequest
         | EventsRequest
         | DrainMachine,
         timeout: float | None,
@@ -442,6 +445,16 @@ class LiveClient:
                     break
                 cursor = page.next_cursor
         return live
+
+    async def priority(self, *, timeout: float | None = None) -> PriorityReply:
+        """Every queued job's priority, factor by factor (``accordion priority``)."""
+        request = PriorityRequest(request_id=new_request_id(), reply_to=self.client_id)
+        return _expect(await self._ask(request, timeout), PriorityReply)
+
+    async def snapshot(self, *, timeout: float | None = None) -> SnapshotReply:
+        """The cluster as the scheduler plans it (``accordion whatif``)."""
+        request = SnapshotRequest(request_id=new_request_id(), reply_to=self.client_id)
+        return _expect(await self._ask(request, timeout), SnapshotReply)
 
     async def history(
         self, job_ids: Sequence[str], *, timeout: float | None = None

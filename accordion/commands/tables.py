@@ -8,17 +8,19 @@ same wherever it is shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
+from accordion.client.command_jobs import describe_end
 from accordion.client.live_client import BROKER_ENV
 from accordion.cluster.local_cluster import LocalCluster
 from accordion.display import out_console
 from accordion.experiments.demo import DemoPlan, DemoReport, difference
 from accordion.experiments.runs import Run
 from broker.auth import PROBE_SUFFIX
-from broker.messages import StatusReply
+from broker.messages import JobEvent, StatusReply
 from broker.topics import DEFAULT_ROOT
 from scheduler.policies.registry import POLICIES, PRIORITIES, policy_options
 from workload.cluster import ClusterSpec
@@ -44,6 +46,20 @@ ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+#: Rows of the prediction error, shown when the runs predicted starts (``--predict``).
+PREDICTION_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("prediction.median_abs_error", "predicted start: median |error| (s)", "{:.0f}"),
+    ("prediction.p90_abs_error", "predicted start: p90 |error| (s)", "{:.0f}"),
+    ("prediction.within_10pct", "predicted start: within 10% of the wait", "{:.1%}"),
+    ("prediction.within_1h", "predicted start: within 1 h", "{:.1%}"),
+)
+
+
+def rows_of(summary: dict[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    """The rows a run's table shows: the prediction's too when it has one."""
+    return ROWS + PREDICTION_ROWS if "prediction" in summary else ROWS
+
+
 def metric(data: dict[str, Any], path: str) -> float:
     node: Any = data
     for key in path.split("."):
@@ -67,7 +83,7 @@ def print_metrics(title: str, column: str, summary: dict[str, Any]) -> None:
     table = Table(title=title)
     table.add_column("metric")
     table.add_column(column, justify="right")
-    for path, label, fmt in ROWS:
+    for path, label, fmt in rows_of(summary):
         table.add_row(row_label(label, summary), fmt.format(metric(summary, path)))
     out_console.print(table)
 
@@ -130,7 +146,7 @@ def print_compare(name: str, n_jobs: int, runs: list[Run], base: Run) -> None:
     table.add_column("metric")
     for run in runs:
         table.add_column(run.spec + (" (baseline)" if run is base else ""), justify="right")
-    for path, label, fmt in ROWS:
+    for path, label, fmt in rows_of(base.summary):
         b = metric(base.summary, path)
         cells = []
         for run in runs:
@@ -190,10 +206,19 @@ def print_status(reply: StatusReply, *, user: str | None = None) -> None:
         title=f"queue{whose}: {totals.queued:,} jobs; {len(reply.queue)} on this page "
         "(times in cluster seconds)"
     )
-    for name in ("job", "user", "procs", "submitted", "waiting (s)"):
-        queue.add_column(name, justify="left" if name in ("job", "user") else "right")
+    names = ("job", "user", "procs", "submitted", "waiting (s)", "predicted start", "why it waits")
+    for name in names:
+        queue.add_column(name, justify="right" if name in _NUMERIC else "left")
     for j in reply.queue:
-        queue.add_row(j.id, j.user, str(j.procs), f"{j.submit:,.1f}", f"{now - j.submit:,.1f}")
+        queue.add_row(
+            j.id,
+            j.user,
+            str(j.procs),
+            f"{j.submit:,.1f}",
+            f"{now - j.submit:,.1f}",
+            predicted_start(j.predicted_start, now),
+            "-" if j.reason is None else f"{j.reason}: {j.reason_detail}",
+        )
     out_console.print(queue)
     limit = reply.max_user_cpus
     if limit is not None:
@@ -215,6 +240,42 @@ def print_status(reply: StatusReply, *, user: str | None = None) -> None:
                 f"{u.cpus:,}" + (" (at limit)" if held else ""),
             )
         out_console.print(users)
+
+
+def print_jobs(job_ids: Sequence[str], events: Sequence[JobEvent]) -> None:
+    """Each job as its journalled events leave it: state, when, a command's end, why."""
+    last: dict[str, JobEvent] = {}
+    for event in events:
+        last[event.job_id] = event
+    table = Table(title=f"{len(job_ids)} job(s), as the journal has them (cluster seconds)")
+    for name in ("job", "state", "since", "last event", "exit", "detail"):
+        table.add_column(name, justify="right" if name == "since" else "left")
+    for job_id in job_ids:
+        found = last.get(job_id)
+        if found is None:
+            table.add_row(job_id, "unknown", "", "", "", "no such job of yours")
+            continue
+        table.add_row(
+            job_id,
+            found.state.value,
+            f"{found.at:,.1f}",
+            found.event.value,
+            describe_end(found),
+            found.detail,
+        )
+    out_console.print(table)
+
+
+_NUMERIC = frozenset({"procs", "submitted", "waiting (s)", "predicted start"})
+
+
+def predicted_start(start: float | None, now: float) -> str:
+    """A predicted start as a status shows it: the instant, and how far off (``-`` when
+    the scheduler has not predicted it yet)."""
+    if start is None:
+        return "-"
+    ahead = start - now
+    return f"{start:,.1f} (in {ahead:,.0f} s)" if ahead > 0 else f"{start:,.1f} (now)"
 
 
 def print_endpoints(local: LocalCluster, spec: ClusterSpec) -> None:

@@ -71,6 +71,15 @@ from workload.synthetic import SyntheticSpec
 from workload.synthetic import generate as generate_records
 from workload.synthetic import header as synthetic_header
 
+PredictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--predict",
+        help="also predict each job's start at its submission: the jobs CSV's predicted_start "
+        "column and the summary's prediction error (docs: guide/insight.md)",
+    ),
+]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadInputs:
@@ -135,6 +144,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     missing_util: MissingUtilOpt = 1.0,
     max_user_cpus: MaxUserCpusOpt = None,
     progress: ProgressOpt = True,
+    predict: PredictOpt = False,
 ) -> None:
     """Replay TRACE under one policy and print its metrics."""
     with user_errors():
@@ -166,6 +176,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
                 options=options,
                 tau=tau,
                 max_user_cpus=max_user_cpus,
+                predict=predict,
             )
         print_metrics(
             f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}", policy, run.summary
@@ -237,6 +248,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     per_job: Annotated[
         bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
     ] = True,
+    predict: PredictOpt = False,
 ) -> None:
     """Replay TRACE under several policies; print every metric against a baseline."""
     with user_errors():
@@ -279,6 +291,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
                         options=options[spec],
                         tau=tau,
                         max_user_cpus=max_user_cpus,
+                        predict=predict,
                     )
                 )
         for run in runs:

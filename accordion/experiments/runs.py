@@ -212,9 +212,12 @@ def run_policy(
     options: Mapping[str, str] | None = None,
     tau: float = DEFAULT_TAU,
     max_user_cpus: int | None = None,
+    predict: bool = False,
 ) -> Run:
     """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``);
-    ``max_user_cpus``: the live scheduler's per-user CPU limit (``--max-user-cpus``)."""
+    ``max_user_cpus``: the live scheduler's per-user CPU limit (``--max-user-cpus``);
+    with ``predict``, each job's predicted start at its submission too
+    (``twin.forecasts``)."""
     options = dict(options or {})
     apps = applications(workload.jobs, execution)
     policy = build_policy_with(spec, options, placement=placement)
@@ -239,6 +242,7 @@ def run_policy(
         execution=execution,
         progress=progress,
         max_user_cpus=max_user_cpus,
+        predict=predict,
     )
     metrics = metrics_of(result, tau=tau)
     data = summary(result, metrics, workload=workload.describe())

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from accordion.client.live_client import LiveClient
 from accordion.gantt.bars import UNPLACED, Bar, BarKind, Gantt, MachineRow, placement_bars
@@ -57,14 +56,12 @@ ENDS_A_RUN = frozenset(
 
 def predicted_start(job: JobStatus) -> float | None:
     """The scheduler's predicted start of a queued job, where its status has one."""
-    value: Any = getattr(job, "predicted_start", None)
-    return None if value is None else float(value)
+    return job.predicted_start
 
 
 def wait_reason(job: JobStatus) -> str:
     """Why a queued job waits, in the scheduler's words, where its status says so."""
-    reason: Any = getattr(job, "reason", None)
-    detail: Any = getattr(job, "reason_detail", "")
+    reason, detail = job.reason, job.reason_detail
     if reason is None:
         return ""
     return f"{reason}: {detail}" if detail else str(reason)

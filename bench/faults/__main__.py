@@ -51,7 +51,7 @@ job of alice's is cancelled; **effects** counts what got through, 0 is the
 target) and ``takeover`` (mallory connects with the scheduler's and an
 agent's client ids and holds them while jobs run; **effects** counts the
 victims' reconnections and restarts, 0 is the target), and ``oversized``
-(issue 19's finding 4, ``bench/faults/size_rows.py``: twelve 200 MB publishes
+(``bench/faults/size_rows.py``: twelve 200 MB publishes
 by a client that is not ours, a 16 MB request and a larger one while jobs
 run; **effects** counts suspect agents, publishes the broker took whole, an
 unanswered 16 MB request and a larger one sent, 0 is the target). Four rows

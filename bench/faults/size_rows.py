@@ -1,4 +1,4 @@
-"""The fault bench's "oversized message" row: what nothing bounded before (issue 19, finding 4).
+"""The fault bench's "oversized message" row: what nothing bounded before.
 
 While jobs run, a client that is not ours (``bench.faults.raw_mqtt``) publishes
 twelve 200 MB messages on the scheduler's request topic; then a 16 MB request

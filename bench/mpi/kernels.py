@@ -61,7 +61,7 @@ class Library:
         return None
 
     def default_yielding(self) -> Yielding:
-        """How the runtime makes this library's ranks yield (DESIGN.md, "Users' programs")."""
+        """How the runtime makes this library's ranks yield (``docs/guide/mpi-programs.md``)."""
         return Yielding.MCA if self.has_mca else Yielding.SHIM
 
     def argv(

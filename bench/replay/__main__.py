@@ -48,7 +48,9 @@ def child(trace: str, policy: str) -> None:
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     workload = load_workload(PWA / TRACES[trace], cluster=None, jobs=None)
-    run = run_policy(workload, policy)
+    # ``POLICY+predict``: the replay also predicts each job's start at its submission.
+    spec, _, extra = policy.partition("+")
+    run = run_policy(workload, spec, predict=extra == "predict")
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
     hwm_kb = 0
@@ -175,7 +177,11 @@ def _against(ratio: float, target: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default="KTH-SP2,SDSC-SP2,CTC-SP2,SDSC-BLUE")
-    parser.add_argument("--policies", default="fcfs,fifo-backfill,easy,conservative")
+    parser.add_argument(
+        "--policies",
+        default="fcfs,fifo-backfill,easy,conservative",
+        help="POLICY[:PRIORITY][+predict], comma-separated (+predict: with predicted starts)",
+    )
     parser.add_argument(
         "--yardstick",
         default=",".join(YARDSTICK_TRACES),

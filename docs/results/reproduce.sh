@@ -5,13 +5,13 @@
 # out wall-clock numbers and sorts its rows, so a re-run gives byte-identical CSVs
 # (and reuses every row already present: delete a sweep.csv to recompute it).
 #
-# Pieces, each runnable alone: ./reproduce.sh fcfs-malleable | grid | dpsa | whole | sdsc-ds
+# Pieces, each runnable alone: ./reproduce.sh fcfs-malleable | grid | dpsa | whole | sdsc-ds | easypp
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 A=.venv/bin/accordion
 PWA=../shared/workloads/pwa
 OUT=docs/results
-pieces=${*:-fcfs-malleable grid dpsa whole sdsc-ds}
+pieces=${*:-fcfs-malleable grid dpsa whole sdsc-ds easypp}
 
 for piece in $pieces; do
 case $piece in
@@ -86,6 +86,11 @@ sdsc-ds)
       > /dev/null
   done
   ;;
-*) echo "unknown piece $piece (fcfs-malleable, grid, dpsa, whole, sdsc-ds)" >&2; exit 2 ;;
+easypp)
+  # Tsafrir, Etsion and Feitelson's run-time predictor (EASY++'s) against users'
+  # estimates under EASY, every whole trace: forecast error, wait, bounded slowdown.
+  .venv/bin/python -m bench.replay.easy_plus_plus --out "$OUT/easy-plus-plus"
+  ;;
+*) echo "unknown piece $piece (fcfs-malleable, grid, dpsa, whole, sdsc-ds, easypp)" >&2; exit 2 ;;
 esac
 done

@@ -32,7 +32,11 @@ still count in the cluster. The twin has no heartbeats and passes none.
 
 Estimates. The running jobs, their expected ends and how a resize moves them
 are ``scheduler.core.running_set``'s; what the core answers to events (``Accepted``,
-``Rejected``, ``Left``) is in ``scheduler.core.answers``.
+``Rejected``, ``Left``) is in ``scheduler.core.answers``. A policy whose
+``predictor`` option is ``last-two`` (EASY++) plans with run-time predictions
+instead of wall times: the core keeps each user's last two run times
+(``scheduler.core.run_history``) and queues each job with its prediction as
+its wall time, while its book keeps the job as submitted (``job()``).
 
 *Per user.* With ``track_users`` (the live scheduler) or a ``max_user_cpus``
 the core keeps per-user tallies (``scheduler.core.user_load``); with
@@ -64,6 +68,7 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.core.job_queue import JobQueue
 from scheduler.core.queue_index import QueueIndex
 from scheduler.core.recovery import Recovery
+from scheduler.core.run_history import Predictor, RunHistory, corrected_end
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.core.usage import UsageLedger
@@ -93,6 +98,7 @@ class SchedulerCore:
         usage_period: float = 86400.0,
         max_requeues: int = 2,
         cordoned: Set[str] = frozenset(),
+        keep_history: bool = False,
         max_user_cpus: int | None = None,
         track_users: bool = False,
     ) -> None:
@@ -103,6 +109,13 @@ class SchedulerCore:
         #: The policy decides nothing on an empty queue (``scheduler.core.snapshot.Policy``).
         self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
         self.execution = execution
+        #: The policy plans with run-time predictions (its ``predictor`` is ``last-two``).
+        self.predicts = Predictor(getattr(policy, "predictor", Predictor.ESTIMATE)) is not (
+            Predictor.ESTIMATE
+        )
+        #: Each user's last run times, kept when the policy predicts with them or the
+        #: caller asks (``keep_history``: the live scheduler's snapshot carries them).
+        self.history: RunHistory | None = RunHistory() if self.predicts or keep_history else None
         self.usage = UsageLedger(usage_period)
         #: Per-user tallies, kept when something reads them (module docstring).
         self.load = UserLoad() if track_users or max_user_cpus is not None else None
@@ -237,7 +250,9 @@ class SchedulerCore:
 
     def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
         """A journalled queued job (``Recovery.restore_queued``)."""
-        self._recovery.restore_queued(job, requeues=requeues, uncharged=uncharged)
+        self._recovery.restore_queued(
+            job, requeues=requeues, uncharged=uncharged, planned=self._planned(job)
+        )
 
     def restore_final(
         self,
@@ -250,6 +265,11 @@ class SchedulerCore:
     ) -> None:
         """A journalled job that is over (``Recovery.restore_final``)."""
         self._recovery.restore_final(job, state, start=start, end=end, parts=parts)
+        history = self.history
+        ran = state is JobState.FINISHED and start is not None and end is not None
+        if history is not None and ran and start is not None and end is not None:
+            # The journal keeps no rate: its time on CPUs, at the reference speed.
+            history.record(job.user, end, max(end - start, 0.0))
 
     def restore_pending(
         self,
@@ -261,11 +281,48 @@ class SchedulerCore:
         uncharged: int = 0,
     ) -> None:
         """A journalled running job, pending its agents (``Recovery.restore_pending``)."""
-        self._recovery.restore_pending(job, parts, start, requeues=requeues, uncharged=uncharged)
+        self._recovery.restore_pending(
+            job,
+            parts,
+            start,
+            requeues=requeues,
+            uncharged=uncharged,
+            planned=self._planned(job),
+        )
 
     def restore_running(self, job_id: str, now: float) -> RunningJob:
         """A pending job back on its CPUs (``Recovery.restore_running``)."""
         return self._recovery.restore_running(job_id, now)
+
+    # -- a state carried over (the twin's checkpoint and what-if) ---------
+
+    def resume_running(  # noqa: PLR0917 - one argument per field carried over
+        self,
+        job: Job,
+        parts: tuple[Part, ...],
+        start: float,
+        now: float,
+        est_end: float,
+        est_done: float,
+        changed: float,
+    ) -> RunningJob:
+        """A job running since ``start`` on ``parts`` in another core (a twin run cut at
+        ``now``, or a live scheduler's snapshot), with that core's estimate of it:
+        ``est_done`` of its wall time done by ``changed``, expected to end at
+        ``est_end``. Its usage before ``now`` is not charged here."""
+        self._book.enter(job, JobState.RUNNING)
+        self._queue.number(job.id)
+        run = self._cluster.hold(self._planned(job), parts, self.cpus_needed(job), now, start)
+        run.est_done = est_done
+        run.changed = changed
+        run.charged_from = now
+        self._running.move_end(run, est_end)
+        return run
+
+    def resume_reservations(self, reservations: Iterable[Reservation]) -> None:
+        """The promises the policy held in the core this state comes from (its queued
+        jobs' reservations), handed back to it at its next decision."""
+        self._reservations = {r.job.id: r for r in reservations}
 
     # -- events -----------------------------------------------------------
 
@@ -292,7 +349,7 @@ class SchedulerCore:
         if wide is not None:
             return wide
         book.enter(job, JobState.QUEUED)
-        self._queue.add(job)
+        self._queue.add(job if not self.predicts else self._planned(job))
         return Accepted(job.id)
 
     def finished(self, job_id: str, now: float, *, failed: bool = False) -> Left:
@@ -305,6 +362,8 @@ class SchedulerCore:
             raise KeyError(f"job {job_id!r} is not running")
         self._book.move(job_id, state)
         self._cluster.release(run, now)
+        if self.history is not None and not failed:
+            self._remember(run, now)
         return Left(run.job, run.start, now, run.parts, state)
 
     def ended(self, job_id: str, now: float) -> None:
@@ -316,6 +375,8 @@ class SchedulerCore:
             raise KeyError(f"job {job_id!r} is not running")
         self._book.move(job_id, JobState.FINISHED)
         self._cluster.release(run, now)
+        if self.history is not None:
+            self._remember(run, now)
 
     def cancel(self, job_id: str, now: float) -> Left | Job | None:
         """Cancel a queued or running job; returns what was cancelled, None if nothing was."""
@@ -411,6 +472,8 @@ class SchedulerCore:
             if self._reservations:
                 self._reservations = {}
             return Decisions()
+        if self.predicts:
+            self._correct(now)
         decisions = self._round(now)
         while self._deferred:
             decisions = merged(decisions, self._round(now))
@@ -449,6 +512,26 @@ class SchedulerCore:
         return decisions
 
     # -- internals --------------------------------------------------------
+
+    def _planned(self, job: Job) -> Job:
+        """``job`` as the policy plans it (``scheduler.core.run_history``)."""
+        history = self.history
+        return history.planned(job) if self.predicts and history is not None else job
+
+    def _correct(self, now: float) -> None:
+        """Correct the predictions the running jobs outlived (``run_history.corrected_end``);
+        they are the first of the running set, which is sorted by expected end."""
+        running = self._running
+        by_end = running.by_end
+        known = self._book.known
+        while by_end and by_end[0].est_end < now:
+            run = by_end[0]
+            running.move_end(run, corrected_end(run, known[run.job.id].walltime, now))
+
+    def _remember(self, run: RunningJob, now: float) -> None:
+        """Record a finished run's work (its time on CPUs at its rate) in the history."""
+        assert self.history is not None
+        self.history.record(run.job.user, now, run.est_done + (now - run.changed) * run.rate)
 
     def _apply_start(self, job: Job, parts: tuple[Part, ...], now: float) -> None:
         # A job started twice in one decision is RUNNING at its second start.

@@ -82,11 +82,15 @@ class Recovery:
         cluster.leave(machine_id)
         return lost
 
-    def restore_queued(self, job: Job, *, requeues: int = 0, uncharged: int = 0) -> None:
+    def restore_queued(
+        self, job: Job, *, requeues: int = 0, uncharged: int = 0, planned: Job | None = None
+    ) -> None:
         """A journalled queued job, restored in submission order (no width check:
-        it was accepted before, and its machines may not have re-registered yet)."""
+        it was accepted before, and its machines may not have re-registered yet).
+        ``planned``: the job as the policy plans it, when that differs
+        (``scheduler.core.run_history``)."""
         self._book.enter(job, JobState.QUEUED, requeues=requeues, uncharged=uncharged)
-        self._queue.add(job)
+        self._queue.add(job if planned is None else planned)
 
     def restore_final(
         self,
@@ -116,15 +120,17 @@ class Recovery:
         *,
         requeues: int = 0,
         uncharged: int = 0,
+        planned: Job | None = None,
     ) -> None:
         """A journalled running job: known and ``RUNNING``, holding no CPUs until
-        :meth:`restore_running` or :meth:`job_lost` settles it."""
+        :meth:`restore_running` or :meth:`job_lost` settles it. ``planned`` as in
+        :meth:`restore_queued`."""
         if not parts:
             raise ValueError(f"job {job.id!r}: a running job has parts")
         book = self._book
         book.enter(job, JobState.RUNNING, requeues=requeues, uncharged=uncharged)
         self._queue.number(job.id)
-        book.pending[job.id] = PendingJob(job, parts, start)
+        book.pending[job.id] = PendingJob(job if planned is None else planned, parts, start)
 
     def restore_running(self, job_id: str, now: float) -> RunningJob:
         """Put a pending job back on its CPUs; its machines must be known, with room.

@@ -114,6 +114,13 @@ class RunningSet:
         run.charged_from = now
         self._list(run)
 
+    def move_end(self, run: RunningJob, end: float) -> None:
+        """``run`` is now expected to end at ``end`` (a run-time prediction it outlived,
+        corrected: ``SchedulerCore``), its place in the order moved with it."""
+        self._unlist(run)
+        run.est_end = end
+        self._list(run)
+
     def pop(self, job_id: str) -> RunningJob | None:
         """Take the job out of the set; None if it is not running."""
         run = self._by_id.pop(job_id, None)

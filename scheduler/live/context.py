@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec, in_stream
 from broker.topics import TopicError, Topics
@@ -45,6 +45,9 @@ from scheduler.live.live_jobs import LiveJob, Placements
 from scheduler.live.liveness import Deadlines
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
+
+if TYPE_CHECKING:  # scheduler.live.insight builds on this module
+    from scheduler.live.insight import Forecast
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,14 @@ class JournalWriter(Protocol):
     @property
     def failure(self) -> str | None:
         """Why the journal cannot be written now; None when it can."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a command job's command ended: its exit status or the signal (one of them)."""
+
+    exit_status: int | None = None
+    signal: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +198,10 @@ class Context:
         self.heard_since = -float("inf")
         #: When each agent next needs a look from the liveness check.
         self.deadlines = Deadlines()
+        #: The last prediction pass (``scheduler.live.insight``), None before the first.
+        self.forecast: Forecast | None = None
+        #: Queued jobs a pass has predicted already (their first prediction was told).
+        self.predicted: set[str] = set()
 
     # -- sending ----------------------------------------------------------------
 
@@ -227,11 +242,13 @@ class Context:
         detail: str = "",
         *,
         cpus: tuple[int, int] | None = None,
+        ended: Ended | None = None,
         parts: Sequence[Part] = (),
     ) -> None:
         """Journal and publish one JobEvent, numbered in the job's sequence.
 
         ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts;
+        ``ended`` a command job's exit status or signal, on its final event;
         ``parts`` a start's or a resize's parts from then on.
         """
         events = self.settings.job_events
@@ -249,6 +266,8 @@ class Context:
             seq=seq,
             cpus_before=before,
             cpus_after=after,
+            exit_status=None if ended is None else ended.exit_status,
+            signal=None if ended is None else ended.signal,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts),
             stream=self.stream,
         )
@@ -314,8 +333,11 @@ class Context:
             if part.machine in online or part.machine == also:
                 self.command(part.machine, CancelPart(job_id=live.job_id, attempt=live.attempt))
 
-    def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
-        """A running job ended (all parts done, or one failed)."""
+    def end_job(
+        self, job_id: str, now: float, state: JobState, detail: str, ended: Ended | None = None
+    ) -> None:
+        """A running job ended (all parts done, or one failed); ``ended``: how its
+        command ended, for a command job whose agent could tell."""
         left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
         live = self.placements.untrack(job_id)
         # The run as the agents measured it (``scheduler.live.agents``, "Run dating").
@@ -330,7 +352,7 @@ class Context:
         self.cancel_parts(live)
         live.end_all(PartInput.CANCELLED)
         self.metrics.jobs_finished.labels(state=state.value).inc()
-        self.event(job_id, ended_event(state), now, detail)
+        self.event(job_id, ended_event(state), now, detail, ended=ended)
         self.dirty = True
 
     def cancel_job(self, job_id: str, now: float, detail: str) -> None:

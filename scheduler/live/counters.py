@@ -83,5 +83,9 @@ class HandlerMetrics(Protocol):
     def part_launch(self) -> Observed:
         """Wall seconds from a part's start command to its process running."""
 
+    @property
+    def predicted_wait(self) -> Observed:
+        """A queued job's wait as first predicted (cluster seconds; ``scheduler.live.insight``)."""
+
     def job_finished(self, *, procs: int, submit: float, start: float, end: float) -> None:
         """A job finished: its wait, response and slowdown observed (cluster seconds)."""

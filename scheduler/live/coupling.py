@@ -21,7 +21,7 @@ input it took, the same keys as the agent's own table) does two things:
   ``max_requeues``, ``scheduler.core.recovery``; every part of those jobs told
   to stop, the lost agent's included).
 
-*A stop an operator asked for* (DESIGN.md, "Trust and faults": a stop never
+*A stop an operator asked for* (``docs/design/trust.md``: a stop never
 costs a job its requeue budget) has rows of its own: a stopped agent's hold
 (STOPPED) offers its parts as after a will, but what its next incarnation does
 not adopt, or what is left when its hold ends, is requeued uncharged, its
@@ -52,7 +52,7 @@ from broker.vocabulary import JobEventKind
 from scheduler.core.job_lifecycle import IllegalTransitionError, JobState
 from scheduler.live import agent_hold
 from scheduler.live.agent_lifecycle import AgentInput, AgentState, Move
-from scheduler.live.context import Context
+from scheduler.live.context import Context, Ended
 from scheduler.live.dispatch import start_commands
 from scheduler.live.part_lifecycle import PartInput, PartState
 
@@ -141,7 +141,8 @@ class ToJob(StrEnum):
     """What a part's event does to its job."""
 
     GOES_ON = "goes on"
-    #: Finished when every part is done.
+    #: Finished when every part is done (a command job: when its first part is, the
+    #: one that runs the command).
     FINISHES = "finishes if every part is done"
     #: Failed now; its other parts are told to stop.
     FAILS = "fails"
@@ -182,16 +183,17 @@ _STOPPED: Final = AgentRule(ToMachine.LEAVE, ToParts.LOSE_BY_STOP)
 _HELD: Final = AgentRule(ToMachine.CORDON, ToParts.HOLD)
 _BACK: Final = AgentRule(ToMachine.JOIN, ToParts.NOTHING)
 _CORDON: Final = AgentRule(ToMachine.CORDON, ToParts.NOTHING)
+_UNCORDON: Final = AgentRule(ToMachine.UNCORDON, ToParts.NOTHING)
 
 AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.ONLINE, _I.HEARTBEAT): _STAY,
-    (_A.ONLINE, _I.MISSED): AgentRule(ToMachine.CORDON, ToParts.NOTHING),
+    (_A.ONLINE, _I.MISSED): _CORDON,
     (_A.ONLINE, _I.SILENT): _LOST,
     (_A.ONLINE, _I.WILL): _LOST,
     (_A.ONLINE, _I.GOODBYE): _LOST,
     (_A.ONLINE, _I.REINCARNATED): _LOST,
     (_A.ONLINE, _I.WILL_HOLD): _HELD,
-    (_A.SUSPECT, _I.HEARTBEAT): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.SUSPECT, _I.HEARTBEAT): _UNCORDON,
     (_A.SUSPECT, _I.MISSED): _STAY,
     (_A.SUSPECT, _I.SILENT): _LOST,
     (_A.SUSPECT, _I.WILL): _LOST,
@@ -201,7 +203,7 @@ AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     # Drained: nothing new is placed there; its parts run to their end.
     (_A.ONLINE, _I.DRAIN): _CORDON,
     (_A.SUSPECT, _I.DRAIN): _CORDON,
-    (_A.DRAINING, _I.RESUME): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.DRAINING, _I.RESUME): _UNCORDON,
     (_A.DRAINING, _I.HEARTBEAT): _STAY,
     (_A.DRAINING, _I.SILENT): _LOST,
     (_A.DRAINING, _I.WILL): _LOST,
@@ -220,7 +222,7 @@ AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.STOPPED, _I.HOLD_ENDED): _STOPPED,
     (_A.STOPPED, _I.GOODBYE): _STOPPED,
     # The same process heard again: nothing was lost.
-    (_A.HELD, _I.HEARTBEAT): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.HELD, _I.HEARTBEAT): _UNCORDON,
     (_A.HELD, _I.REINCARNATED): AgentRule(ToMachine.UNCORDON, ToParts.OFFER),
     (_A.HELD, _I.HOLD_ENDED): _LOST,
     (_A.HELD, _I.GOODBYE): _LOST,
@@ -349,10 +351,18 @@ def agent_moved(
 
 
 def part_event(
-    ctx: Context, job_id: str, agent: str, event: PartEvent, now: float, *, detail: str = ""
+    ctx: Context,
+    job_id: str,
+    agent: str,
+    event: PartEvent,
+    now: float,
+    *,
+    detail: str = "",
+    ended: Ended | None = None,
 ) -> PartRule:
     """Apply :data:`PART_RULES` to the part of ``job_id`` on ``agent``; ``detail`` says
-    why, in the job's event and journal row."""
+    why, in the job's event and journal row; ``ended``: how the part's command ended,
+    when it ran a user's command (its first part), for the job's final event."""
     live = ctx.placements[job_id]
     part = live.parts[agent]
     rule = part_rule(event, part.state, sent_again=agent in live.resent)
@@ -362,10 +372,12 @@ def part_event(
         case ToJob.GOES_ON:
             pass
         case ToJob.FINISHES:
-            if live.all_done:
-                ctx.end_job(job_id, now, JobState.FINISHED, "")
+            # A command job ends with its command, which its first part runs (as a
+            # batch script's end ends a Slurm job): its other parts are told to stop.
+            if live.all_done or (ended is not None and next(iter(live.parts)) == agent):
+                ctx.end_job(job_id, now, JobState.FINISHED, "", ended)
         case ToJob.FAILS:
-            ctx.end_job(job_id, now, JobState.FAILED, detail)
+            ctx.end_job(job_id, now, JobState.FAILED, detail, ended)
         case ToJob.REQUEUED:
             ctx.job_lost(job_id, now, detail, cause=Cause.PART_LOST)
         case ToJob.REQUEUED_UNCHARGED:

@@ -1,7 +1,7 @@
 """The limits of a shared cluster, per user and per request, and the file an admin sets them in.
 
 Theory of operation. One user must not be able to deny the cluster to the
-others (DESIGN.md, "Sharing is bounded"). Four limits, after Slurm's:
+others (``docs/design/trust.md``, "Sharing is bounded"). Four limits, after Slurm's:
 
 - ``max_queued_per_user``: jobs one user may have queued (Slurm's
   ``MaxSubmitJobs``). A job past it is refused (``queue_limit``); the rest of

@@ -73,6 +73,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.codec import encoded_size
+from broker.insight import PriorityReply, PriorityRequest, SnapshotReply, SnapshotRequest
 from broker.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
 from broker.messages import (
     AnyMessage,
@@ -90,6 +91,7 @@ from broker.messages import (
     SubmitJobs,
     SubmitReply,
     SubmitResult,
+    authenticated,
     owned_by,
 )
 from broker.topics import Topics
@@ -101,6 +103,7 @@ from scheduler.live import drains
 from scheduler.live.associations import Refusal
 from scheduler.live.bulk_cancel import NothingNamedError, cancel_jobs
 from scheduler.live.context import Context
+from scheduler.live.insight import priority_reply, snapshot_reply
 from scheduler.live.limits import raise_hint
 from scheduler.live.specs import SpecError, check_spec, job_from_spec
 from scheduler.live.status import CursorError, status
@@ -113,6 +116,8 @@ Request = (
     | HistoryRequest
     | EventsRequest
     | DrainMachine
+    | PriorityRequest
+    | SnapshotRequest
 )
 
 
@@ -157,6 +162,10 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
         case DrainMachine():
             admin = who is None or who.admin
             drains.handle(ctx, message, now, admin, reply_user(who))
+        case PriorityRequest():
+            _whole_queue(ctx, message, priority_reply(ctx, now, message.request_id), who)
+        case SnapshotRequest():
+            _whole_queue(ctx, message, snapshot_reply(ctx, now, message.request_id), who)
 
 
 def refuse(
@@ -205,6 +214,10 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     if who is not None and not who.admin:
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
+    # Who the broker vouches for (a root agent runs a command only for an owner its admin
+    # mapped): the user's login; the user an admin submits for, as root's ``sbatch --uid``;
+    # nobody without a login. Never what the payload says.
+    specs = tuple(authenticated(s, None if who is None else s.user) for s in specs)
     table = None if admin else ctx.settings.associations
     failure = ctx.journal.failure
     for asked in specs:
@@ -359,6 +372,25 @@ def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> No
         why = (
             f"the events of {len(theirs):,} jobs take {size:,} bytes, over the message limit "
             f"of {MAX_MESSAGE_BYTES:,}; ask for fewer jobs at a time"
+        )
+        refuse(ctx, request, BadMessage.TOO_LARGE, why, who)
+        return
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
+
+
+def _whole_queue(
+    ctx: Context,
+    request: PriorityRequest | SnapshotRequest,
+    reply: PriorityReply | SnapshotReply,
+    who: Requester | None,
+) -> None:
+    """Answer with a reply about the whole queue (it has no pages), or refuse it when it
+    would pass the message limit. Like a status, it promises nothing journaled."""
+    size = encoded_size(reply)
+    if size > MAX_MESSAGE_BYTES:
+        why = (
+            f"the answer about {len(ctx.core.queue):,} queued jobs takes {size:,} bytes, "
+            f"over the message limit of {MAX_MESSAGE_BYTES:,}"
         )
         refuse(ctx, request, BadMessage.TOO_LARGE, why, who)
         return

@@ -62,6 +62,14 @@ class ActorSettings:
     #: Also publish each job's events on its owner's ``users/<user>/events`` (on when
     #: the scheduler logs in: with ACLs, a user reads only that topic).
     owner_events: bool = False
+    #: Least wall time between two prediction passes (predicted starts and reasons,
+    #: ``scheduler.live.insight``; the actor also waits ten times the last pass's own
+    #: time); a pass runs after a batch that changed something, never inside one, so
+    #: it never delays a submission's answer. 0 turns predictions off.
+    predict_interval: float = 1.0
+    #: A pass also runs this often while jobs wait and nothing happens: a running job
+    #: past its estimate moves its planned end as time goes by.
+    predict_refresh: float = 30.0
     #: Per-user and per-request limits (``scheduler.live.limits``).
     limits: Limits = DEFAULTS
     #: The accounts and QoS each user may use (``scheduler.live.associations``); None:
@@ -92,9 +100,12 @@ class ActorSettings:
             or self.max_requeues < 0
             or self.vanish_misses < 0
             or self.startup_grace < 0
+            or self.predict_interval < 0
+            or self.predict_refresh < 0
         ):
             raise ValueError(
-                "summary_interval, startup_grace, max_requeues and vanish_misses must be >= 0"
+                "summary_interval, startup_grace, max_requeues, vanish_misses, "
+                "predict_interval and predict_refresh must be >= 0"
             )
         if self.job_events not in ("all", "lifecycle", "none"):
             raise ValueError(f"job_events must be all, lifecycle or none, not {self.job_events!r}")

@@ -23,7 +23,10 @@ here without I/O from the core's state:
   every job's row, as before, but no one else's totals.
 
 The core's per-user CPU limit is in the reply (``max_user_cpus``): with the
-totals, a client can tell that a user's queued jobs wait for it.
+totals, a client can tell that a user's queued jobs wait for it. A queued
+job's row carries the last prediction pass's start and reason
+(``scheduler.live.insight.queued_status``), never one worked out for the
+request.
 """
 
 from __future__ import annotations
@@ -46,10 +49,10 @@ from broker.messages import (
 )
 from broker.vocabulary import JobState as WireState
 from broker.vocabulary import MachineState
-from model.job import Job
 from scheduler.core.job_lifecycle import JobState
 from scheduler.core.user_load import UserLoad
 from scheduler.live.context import Context
+from scheduler.live.insight import queued_status
 
 #: Bytes each array of a reply may grow its msgpack header by (1 byte up to 15
 #: items, 5 bytes at most), and a margin for the cursor's digits.
@@ -217,19 +220,7 @@ def _rows(
     for i in range(at, len(queue)):
         job = queue[i]
         if user is None or job.user == user:
-            yield core.arrival(job.id), _queued_row(job)
-
-
-def _queued_row(job: Job) -> JobStatus:
-    return JobStatus(
-        id=job.id,
-        state=WireState.QUEUED,
-        procs=job.procs,
-        user=job.user,
-        submit=job.submit,
-        walltime=job.walltime,
-        deadline=job.deadline,
-    )
+            yield core.arrival(job.id), queued_status(ctx, job)
 
 
 def _job_row(ctx: Context, job_id: str, section: str) -> JobStatus:
@@ -237,7 +228,7 @@ def _job_row(ctx: Context, job_id: str, section: str) -> JobStatus:
     if section == "q":
         job = core.job(job_id)
         assert job is not None  # queued, so known
-        return _queued_row(job)
+        return queued_status(ctx, job)
     run = core.running_job(job_id)
     if run is not None:
         return JobStatus(

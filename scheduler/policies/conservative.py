@@ -53,12 +53,15 @@ Workloads Archive traces a decision costs about ten microseconds per queued job.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from model.allocation import pace
 from model.job import Job
+from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.overdue import planned_releases
 from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.profile import Profile
 from scheduler.planning.profile_batch import Booking
 from scheduler.planning.scratch import take
@@ -68,8 +71,13 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConservativeBackfill:
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
+    #: The run time it plans with: the user's estimate, or EASY++'s prediction
+    #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
+    predictor: Predictor = Predictor.ESTIMATE
     name: str = "conservative"
 
     def decide(self, snapshot: SnapshotView) -> Decisions:

@@ -82,7 +82,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from model.allocation import pace
 from model.job import Job
@@ -90,6 +90,7 @@ from model.machine import Machine, Part
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow
 from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import give, start_while_fit, take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -124,6 +125,9 @@ class _Found:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Dpsa:
     """DPSA with one of its three variants (see the module docstring)."""
+
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
 
     variant: Variant = "p"
     priority: PrioritySource = field(default_factory=Fifo)

@@ -35,9 +35,11 @@ from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
+from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
 from scheduler.planning.placement import Placement, PlacementRule
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import start_while_fit, take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -45,10 +47,15 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
     #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
+    #: The run time it plans with: the user's estimate, or EASY++'s prediction
+    #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
+    predictor: Predictor = Predictor.ESTIMATE
     name: str = "easy"
 
     def decide(self, snapshot: SnapshotView) -> Decisions:

@@ -63,9 +63,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from model.job import Job
 from scheduler.core.snapshot import Decisions, SnapshotView
+from scheduler.planning.prediction import PlanRule
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot
 
 MIN_MAKESPAN = 1.0
@@ -241,6 +243,9 @@ class EgEdf:
     it on its machine (the default); False lets it take any earlier hole, as
     conservative backfilling does.
     """
+
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
 
     keep_order: bool = True
     name: str = "eg-edf"

@@ -108,6 +108,7 @@ from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.snapshot import Decisions, Resize, RunningJob, SnapshotView, Start
 from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -146,6 +147,9 @@ _Take = tuple[_Held, str, int]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FcfsMalleable:
     """FCFS with virtual malleability (see the module docstring for the rule)."""
+
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.IN_ORDER
 
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)

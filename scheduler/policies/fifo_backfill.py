@@ -16,6 +16,7 @@ from typing import ClassVar
 
 from scheduler.core.snapshot import Decisions, SnapshotView, Start
 from scheduler.planning.placement import Placement
+from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
 from scheduler.priority.fifo import Fifo
@@ -23,6 +24,8 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FifoBackfill:
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
     #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
     idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)

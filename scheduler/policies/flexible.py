@@ -38,10 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from model.job import Job
 from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.planning.placement import Placement, PlacementRule
+from scheduler.planning.prediction import PlanRule
 from scheduler.policies.easy import EasyBackfill
 from scheduler.priority.flexible_score import (
     AGE_FACTOR,
@@ -56,6 +58,9 @@ from scheduler.priority.flexible_score import (
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlexibleBackfill:
     """EASY backfilling over :class:`FlexiblePriority` (see the module docstring)."""
+
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
 
     #: The score's constants, the paper's by default (``scheduler.priority.flexible_score``).
     age_factor: float = AGE_FACTOR

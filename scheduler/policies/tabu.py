@@ -53,8 +53,10 @@ import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from scheduler.core.snapshot import Decisions, SnapshotView
+from scheduler.planning.prediction import PlanRule
 from scheduler.policies.eg_edf import plan_for, weight
 from scheduler.policies.eg_edf_plan import MachinePlan, Plan, Slot, start_of
 
@@ -356,6 +358,9 @@ def _insert_by_start(slots: list[Slot], slot: Slot) -> None:
 class EgEdfTabu:
     """EG-EDF (sec. 3.2) followed by the Tabu search (sec. 3.3) at every decision
     that inserted a job."""
+
+    #: What its predicted starts are (``scheduler.planning.prediction``).
+    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
 
     #: Jobs kept in the tabu list, and iterations per decision (sec. 3.3; our defaults).
     tabu_size: int = DEFAULT_TABU_SIZE

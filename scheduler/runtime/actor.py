@@ -37,6 +37,15 @@ instant first, then one decision):
    retained ``ClusterSummary`` if it differs, at most every
    ``summary_interval`` wall seconds (both walk every machine); otherwise only
    the gauges' cluster time moves on.
+5. Run a prediction pass (``scheduler.live.insight``: every queued job's
+   predicted start and reason, read by ``status``) if one is due: after a
+   batch that handled a message other than a renewing heartbeat, or a
+   decision (or every ``predict_refresh`` seconds while jobs wait), and no
+   sooner after the last pass than ``predict_interval`` wall seconds or ten
+   times that pass's own wall time, whichever is longer, so passes take at
+   most a tenth of the actor's time however long the queue. In its own
+   transaction; never inside a batch's handling: a submission is answered
+   before any prediction of it is worked out.
 
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
@@ -97,8 +106,6 @@ from broker.messages import (
     ClusterSummary,
     DrainMachine,
     ErrorReply,
-    EventsRequest,
-    HistoryRequest,
     StatusReply,
     StatusRequest,
     SubmitJobs,
@@ -108,7 +115,7 @@ from broker.vocabulary import BadMessage
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
-from scheduler.live import agents, reconcile, requests
+from scheduler.live import agents, insight, reconcile, requests
 from scheduler.live.agent_lifecycle import AgentState
 from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
@@ -142,6 +149,9 @@ class _Wake:
     def __repr__(self) -> str:
         return f"<{self.name}>"
 
+
+#: The next prediction pass waits at least this many times the last one's wall time.
+_PASS_SHARE: Final = 10.0
 
 _TICK: Final = _Wake("tick")
 _STOP: Final = _Wake("stop")
@@ -194,6 +204,8 @@ class SchedulerActor:
             # The status's totals and the queued-jobs limit read the per-user tallies.
             track_users=True,
             max_user_cpus=self.settings.limits.max_user_cpus,
+            # The what-if snapshot carries each user's last run times (EASY++'s input).
+            keep_history=True,
         )
         self.metrics = metrics if metrics is not None else SchedulerMetrics(CollectorRegistry())
         self.metrics.policy = policy.name
@@ -234,6 +246,11 @@ class SchedulerActor:
         self.renewals = 0
         #: Times the gauges' state was rebuilt from the core (a batch that changed something).
         self.gauge_rebuilds = 0
+        self.predictions = 0
+        # Loop time of the last prediction pass, and whether anything changed since.
+        self._predicted_at = -float("inf")
+        self._pass_seconds = 0.0
+        self._plan_stale = False
 
     @property
     def core(self) -> SchedulerCore:
@@ -347,6 +364,8 @@ class SchedulerActor:
         reconciling = self._reconciliation.active
         if not (work or held or reconciling or ctx.dirty or self._tick_due):
             return  # heartbeats that changed nothing: renewed, and that is all
+        if held or work:
+            self._plan_stale = True
         changed = held or reconciling
         with self._journal.transaction():
             if held:
@@ -371,8 +390,35 @@ class SchedulerActor:
                 self._journal.record_totals(self.metrics.unsaved_totals())
             await self._flush()
         if changed:
-            self._stale = True
+            self._stale = self._plan_stale = True
         await self._refresh(now)
+        if self._prediction_due():
+            self._predict(now)
+
+    # -- predictions (``scheduler.live.insight``) ---------------------------------------
+
+    def _prediction_due(self) -> bool:
+        """Whether a pass runs now: the module docstring's step 5."""
+        interval = self.settings.predict_interval
+        if interval <= 0 or not (self.core.queue or self.ctx.forecast is not None):
+            return False
+        since = asyncio.get_running_loop().time() - self._predicted_at
+        if since < interval or since < _PASS_SHARE * self._pass_seconds:
+            return False
+        return self._plan_stale or (
+            bool(self.core.queue) and since >= self.settings.predict_refresh
+        )
+
+    def _predict(self, now: float) -> None:
+        self._plan_stale = False
+        self._predicted_at = asyncio.get_running_loop().time()
+        held = insight.RECONCILING if self._reconciliation.active else None
+        t0 = time.perf_counter()
+        with self._journal.transaction():
+            insight.forecast(self.ctx, now, held=held)
+        self._pass_seconds = time.perf_counter() - t0
+        self.metrics.prediction_seconds.observe(self._pass_seconds)
+        self.predictions += 1
 
     def _count_failures(self) -> None:
         failures = self._journal.failures
@@ -480,16 +526,7 @@ class SchedulerActor:
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> bool:
         """Handle one request; True if it may have changed the cluster."""
-        if not isinstance(
-            message,
-            SubmitJobs
-            | CancelJob
-            | CancelJobs
-            | StatusRequest
-            | HistoryRequest
-            | EventsRequest
-            | DrainMachine,
-        ):
+        if not isinstance(message, requests.Request):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return False

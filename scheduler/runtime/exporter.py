@@ -40,8 +40,9 @@ from the journal at start-up, from two sources:
   into the transaction of every batch, so a count is durable with the batch
   that counted it, for about 0.2 µs a batch that counted nothing.
 
-Only the decision-time histogram (wall seconds of this process) starts empty
-on a restart, which ``rate``/``increase`` read as a counter reset.
+Only the decision-time and prediction histograms (wall seconds of this
+process, and the predicted waits, told once per job) start empty on a
+restart, which ``rate``/``increase`` read as a counter reset.
 
 Time bases: every time is named for its base. ``_wall_seconds`` are wall
 seconds (``accordion_scheduler_decision_wall_seconds``: the time
@@ -280,6 +281,20 @@ class SchedulerMetrics:
             f"{PREFIX}_decision_wall_seconds",
             "Wall seconds of one policy decision (SchedulerCore.schedule).",
             buckets=DECISION_BUCKETS,
+            registry=own,
+        )
+        self.prediction_seconds = Histogram(
+            f"{PREFIX}_prediction_wall_seconds",
+            "Wall seconds of one prediction pass over the queue (predicted starts and "
+            "reasons, scheduler.live.insight).",
+            buckets=DECISION_BUCKETS,
+            registry=own,
+        )
+        self.predicted_wait = Histogram(
+            f"{PREFIX}_predicted_wait_cluster_seconds",
+            "A queued job's wait as the scheduler first predicted it (predicted start minus "
+            "submission), observed once per job.",
+            buckets=JOB_TIME_BUCKETS,
             registry=own,
         )
         self.agents_lost = JournaledCounter(

@@ -51,7 +51,9 @@ def test_simulate_writes_csv_json_swf(trace: Path, tmp_path: Path) -> None:
         "deadline_met",
         "segments",
         "deadline",
+        "predicted_start",
     }
+    assert {row["predicted_start"] for row in rows} == {""}  # not asked for
     for row in rows:
         assert float(row["start"]) >= float(row["submit"])
     summary = json.loads((out / "easy.summary.json").read_text())
@@ -76,6 +78,29 @@ def test_simulate_writes_csv_json_swf(trace: Path, tmp_path: Path) -> None:
     )
     assert again.exit_code == 0, again.output
     assert json.loads((tmp_path / "rb" / "fcfs.summary.json").read_text())["metrics"]["jobs"] == 150
+
+
+def test_predict_writes_each_jobs_prediction_and_the_error(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["compare", str(trace), "--policies", "easy,conservative", "--predict", "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "predicted start: median |error|" in result.output
+    for stem in ("easy", "conservative"):
+        with (out / f"{stem}.jobs.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        # Every job has its prediction; one started at its submission was predicted then.
+        assert all(row["predicted_start"] for row in rows)
+        summary = json.loads((out / f"{stem}.summary.json").read_text())
+        prediction = summary["prediction"]
+        waited = [r for r in rows if float(r["predicted_start"]) > float(r["submit"])]
+        assert prediction["jobs_waited"] + prediction["jobs_started_at_submission"] == 150
+        assert prediction["jobs_waited"] >= len(waited) > 0
+        assert 0.0 <= prediction["within_1h"] <= 1.0
+        assert prediction["median_abs_error"] <= prediction["p90_abs_error"]
+    assert summary["prediction"]["rule"] == "reservations"
 
 
 def test_compare_prints_changes_and_writes_chart(trace: Path, tmp_path: Path) -> None:
@@ -135,7 +160,10 @@ def test_cluster_file_and_jobs_limit(trace: Path, tmp_path: Path) -> None:
         (["simulate", "{trace}", "-p", "eg-edf-tabu", "--policy-opt", "tabu_size=0"], "tabu_"),
         (["simulate", "{trace}", "-p", "dpsa-n", "--policy-opt", "budget"], "KEY=VALUE"),
         (["simulate", "{trace}", "-p", "dpsa-p", "--policy-opt", "time_budget=1"], "clock"),
-        (["simulate", "{trace}", "-p", "easy", "--policy-opt", "budget=5"], "its options: none"),
+        (
+            ["simulate", "{trace}", "-p", "easy", "--policy-opt", "budget=5"],
+            "its options: predictor",
+        ),
         (
             ["compare", "{trace}", "--policies", "easy,fcfs", "--policy-opt", "budget=5"],
             "no compared",

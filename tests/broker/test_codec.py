@@ -11,6 +11,7 @@ import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
+from broker import insight as i
 from broker import messages as m
 from broker.codec import REASONS, WireError, decode, encode, peek_reply_to
 from broker.vocabulary import (
@@ -21,6 +22,7 @@ from broker.vocabulary import (
     JobState,
     MachineState,
     Rejection,
+    WaitReason,
 )
 from tests.builders import spec
 
@@ -114,6 +116,18 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
                 walltime=60.0,
                 deadline=500.0,
             ),
+            m.JobStatus(
+                id="j4",
+                state=JobState.QUEUED,
+                procs=4,
+                user="bob",
+                submit=3.5,
+                walltime=120.0,
+                parts=PARTS,
+                predicted_start=40.0,
+                reason=WaitReason.PRIORITY,
+                reason_detail="behind 1 higher-priority job",
+            ),
         ),
         running=(
             m.JobStatus(
@@ -168,6 +182,42 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     m.CancelPart(job_id="job-1"),
     m.ClusterSummary(now=1.0, machines=2, cpus=64, free=8, queued=3, running=2, policy="easy"),
     m.JobEvent(job_id="job-1", event=JobEventKind.FINISHED, at=30.0, detail="exit 0", seq=1),
+    i.PriorityRequest(request_id="r5", reply_to="cli-1"),
+    i.PriorityReply(
+        request_id="r5",
+        now=12.5,
+        policy="easy:multifactor",
+        source="multifactor",
+        rows=(
+            i.PriorityRow(
+                job_id="j2",
+                user="bob",
+                rank=1,
+                priority=1500.0,
+                factors=(i.PriorityFactor("age", 500.0), i.PriorityFactor("fairshare", 1000.0)),
+            ),
+            i.PriorityRow(job_id="j4", user="bob", rank=2, priority=None),
+        ),
+    ),
+    i.SnapshotRequest(request_id="r6", reply_to="cli-1"),
+    i.SnapshotReply(
+        request_id="r6",
+        now=12.5,
+        policy="easy",
+        machines=(i.SnapshotMachine("node-1", 32, 1.5), i.SnapshotMachine("node-2", 8, 1.0, True)),
+        running=(
+            i.SnapshotRun(
+                job=i.SnapshotJob("job-1", "alice", "physics", 8, 3600.0, 1.0, predicted=900.0),
+                start=2.0,
+                parts=PARTS,
+                done=10.5,
+                est_end=3602.0,
+            ),
+        ),
+        queue=(i.SnapshotJob("j2", "bob", "nobody", 1, 60.0, 3.0, deadline=100.0),),
+        reservations=(i.SnapshotReservation("j2", 3602.0, PARTS[:1]),),
+        history=(i.UserRuns("alice", (10.0, 30.0)),),
+    ),
 )
 
 
@@ -218,6 +268,10 @@ REQUIRED: dict[str, set[str]] = {
     "cancel_part": {"job_id"},
     "cluster_summary": {"now", "machines", "cpus", "free", "queued", "running", "policy"},
     "job_event": {"job_id", "event", "at", "seq"},
+    "priority_request": set(),
+    "priority_reply": {"request_id", "now", "policy", "source", "rows"},
+    "snapshot_request": set(),
+    "snapshot_reply": {"request_id", "now", "policy", "machines", "running", "queue"},
 }
 
 

@@ -19,11 +19,16 @@ One scenario, in order, on its own compose project and host ports:
    (``deploy/mosquitto.conf``'s ``max_packet_size``), nothing of it delivered;
 2. the demo workload (``docker compose run --rm submit``) in the background;
 3. mid-run: ``--scale agent-fast=4``, then back to 2 (the two removed say
-   goodbye); SIGKILL of one old agent (``docker kill``); ``restart broker``;
-   ``restart scheduler``;
+   goodbye); a big agent drained by the admin (alice's drain refused), seen
+   draining in the scheduler's gauge, then resumed; SIGKILL of one old agent
+   (``docker kill``); ``restart broker``; ``restart scheduler``;
 4. the submit client must end with status 0: every accepted job finished and
    the live-against-twin table printed;
-5. Prometheus's totals equal the journal's, read in the scheduler's
+5. a user's own command (``accordion submit -- sh -c ...`` in the submit
+   container): it runs on an agent as ``alice``'s OS account, its status says
+   ``exit 0``, and its output file is in the ``shared`` volume the submit
+   container reads (it polls ``accordion status`` for the end, bounded);
+6. Prometheus's totals equal the journal's, read in the scheduler's
    container (the agent loss of step 3 included: counted before the
    scheduler's restart, still counted after it), and every agent container
    that ever ran was scraped.
@@ -51,6 +56,8 @@ from typing import Any
 
 import pytest
 
+from accordion.client.live_client import LiveClient
+from accordion.errors import RefusedError
 from bench.faults.raw_mqtt import publish_raw
 from broker.bus import BusError
 from broker.codec import encode
@@ -301,6 +308,33 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
         assert all(len(d.payload) <= MAX_MESSAGE_BYTES for d in seen)
 
 
+async def drain_checks(bed: ComposeTestbed, machine: str) -> None:
+    """An admin drains ``machine`` mid-run and resumes it; a user may do neither."""
+    topics = Topics()
+    async with (
+        MqttBus(bed.broker("alice"), "alice-drain") as bus,
+        LiveClient(bus, topics, identity="alice") as alice,
+    ):
+        with pytest.raises(RefusedError, match="only an admin"):
+            await alice.drain(machine)
+    async with (
+        MqttBus(bed.broker("admin"), "admin-drain") as bus,
+        LiveClient(bus, topics, identity="admin", admin=True) as admin,
+    ):
+        drained = await admin.drain(machine)
+        assert drained.code is None, drained
+        assert drained.draining
+        await asyncio.to_thread(
+            bed.wait_scheduler, r'^accordion_scheduler_machines\{state="draining"\} 1\.0$'
+        )
+        resumed = await admin.drain(machine, drain=False)
+        assert resumed.code is None, resumed
+        assert not resumed.draining
+        await asyncio.to_thread(
+            bed.wait_scheduler, r'^accordion_scheduler_machines\{state="draining"\} 0\.0$'
+        )
+
+
 def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed) -> None:
     bed = testbed
     bed.wait_machines_online(6)
@@ -335,6 +369,11 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
         bed.wait_prometheus('count(up{job="agents"} == 1)', lambda v: list(v.values()) == [8.0])
         bed.run("up", "-d", "--wait", "--no-recreate", "--scale", "agent-fast=2")
         bed.wait_machines_online(6)
+        big = next(c for c in bed.compose.get_containers() if c.Service == "agent-big")
+        host = json.loads(
+            subprocess.run(["docker", "inspect", big.ID], capture_output=True, check=True).stdout
+        )[0]["Config"]["Hostname"]
+        asyncio.run(asyncio.wait_for(drain_checks(bed, f"big-{host}"), STARTUP))
         victim = next(c for c in bed.compose.get_containers() if c.Service == "agent-old")
         subprocess.run(["docker", "kill", str(victim.ID)], check=True, capture_output=True)
         bed.wait_scheduler(r'^accordion_scheduler_agents_lost_total\{reason="will"\} [1-9]')
@@ -344,6 +383,19 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
     finally:
         if demo.poll() is None:
             demo.kill()
+    # A user's own command, after all that: it runs on an agent as the user's account,
+    # and its output is in the volume the submitting container shares with the agents.
+    job = f"cmd-{uuid.uuid4().hex[:6]}"
+    shell = (
+        f"accordion submit --id {job} -t 36000 -- sh -c 'id -un; echo on $ACCORDION_NODENAME' "
+        f"&& i=0 && until accordion status {job} | grep -q finished; do "
+        "i=$((i+1)); [ $i -lt 600 ] || exit 3; sleep 0.2; done "
+        f"&& accordion status {job} && cat accordion-{job}.out"
+    )
+    ran = bed.run("run", "--rm", "-T", "submit", "sh", "-c", shell, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "exit 0" in ran.stdout, ran.stdout
+    assert f"{bed.env.get('ACCORDION_USER', 'alice')}\non " in ran.stdout, ran.stdout
     # The journal, read in the scheduler's container, against Prometheus's totals.
     journal = json.loads(
         bed.run(

@@ -1,5 +1,5 @@
-"""The calibrated execution model: u and OV measured per application (DESIGN.md,
-"Execution models"), and the memo that must key its rates by application."""
+"""The calibrated execution model: u and OV measured per application
+(``docs/design/execution-models.md``), and the memo that must key its rates by application."""
 
 from __future__ import annotations
 

@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import select
-import signal
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from uuid import uuid4
 
@@ -26,95 +21,19 @@ from broker.messages import (
     AgentOffline,
     AgentOnline,
     Heartbeat,
-    MpiSpec,
     PartFinished,
     PartProgress,
     PartStarted,
-    StartPart,
 )
-from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from nodeagent.agent.cpuset import allowed_list
 from nodeagent.survival.state import start_time
-from tests.builders import spec
 from tests.integration.conftest import BrokerEndpoint
-from tests.nodeagent.harness import HANG, Scheduler
+from tests.nodeagent.harness import HANG
+from tests.nodeagent.real_agents import agent_process, alive, kill, mpi_part, sleep_part, watching
 from tests.nodeagent.test_forkserver_agent_kill import gone, ranks_of
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _agent(
-    endpoint: BrokerEndpoint, topics: Topics, state: Path, log: Path, *extra: str
-) -> asyncio.subprocess.Process:
-    with log.open("ab") as out:
-        return await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "nodeagent",
-            f"--host={endpoint.host}",
-            f"--port={endpoint.port}",
-            f"--root={topics.root}",
-            "--name=a1",
-            "--cpus=3",
-            "--heartbeat=0.2",
-            f"--state-dir={state}",
-            # Long enough for a restart on a loaded machine (the last --lease wins).
-            "--lease=20",
-            *extra,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=out,
-            stderr=out,
-        )
-
-
-async def _kill(agent: asyncio.subprocess.Process) -> None:
-    if agent.returncode is None:
-        agent.send_signal(signal.SIGKILL)
-    await agent.wait()
-
-
-@asynccontextmanager
-async def _watching(endpoint: BrokerEndpoint, topics: Topics) -> AsyncIterator[Scheduler]:
-    settings = MqttSettings(endpoint.host, endpoint.port)
-    async with MqttBus(settings, f"sched-{uuid4().hex[:6]}") as bus, asyncio.TaskGroup() as tg:
-        await bus.subscribe(topics.agent_state("a1"))
-        await bus.subscribe(topics.agent_events("a1"))
-        scheduler = Scheduler(bus, "a1", topics)
-        reader = tg.create_task(scheduler.read(), name="test-adopt-scheduler")
-        try:
-            yield scheduler
-        finally:
-            reader.cancel()
-
-
-def _sleep_job(job_id: str, work: float) -> StartPart:
-    job = spec(job_id, work=work, walltime=1e6)
-    return StartPart(job=job, cpus=1, job_cpus=1, time_scale=1.0)
-
-
-def _mpi_job(job_id: str, iterations: int) -> StartPart:
-    job = spec(
-        job_id,
-        2,
-        work=1.0,
-        walltime=1e6,
-        workload="mpi",
-        mpi=MpiSpec(iterations=iterations, compute=0.02),
-    )
-    return StartPart(job=job, cpus=2, job_cpus=2, time_scale=1.0)
-
-
-async def _alive(pid: int) -> bool:
-    fd = os.pidfd_open(pid)
-    try:
-        # A pidfd is readable once its process has exited.
-        readable, _, _ = select.select([fd], [], [], 0)
-        return not readable
-    finally:
-        os.close(fd)
 
 
 async def test_sigkilled_agent_restarted_adopts_sleep_and_mpi_parts(
@@ -122,13 +41,13 @@ async def test_sigkilled_agent_restarted_adopts_sleep_and_mpi_parts(
 ) -> None:
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
-    async with _watching(mosquitto, topics) as scheduler:
-        agent = await _agent(mosquitto, topics, state, log)
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await agent_process(mosquitto, topics, state, log)
         try:
             first = await scheduler.expect(AgentOnline)
             assert first.adopts
-            await scheduler.send(_sleep_job("s", work=8.0))
-            await scheduler.send(_mpi_job("m", iterations=150))
+            await scheduler.send(sleep_part("s", work=8.0))
+            await scheduler.send(mpi_part("m", iterations=150))
             sleeper = await scheduler.expect(PartStarted, lambda p: p.job_id == "s")
             leader = await scheduler.expect(PartStarted, lambda p: p.job_id == "m")
             await scheduler.expect(PartProgress, lambda p: p.job_id == "s")
@@ -136,10 +55,10 @@ async def test_sigkilled_agent_restarted_adopts_sleep_and_mpi_parts(
             ranks = await ranks_of(leader.pid, 2)
             pinned = {pid: allowed_list(pid) for pid in ranks}
             born = {pid: start_time(pid) for pid in (sleeper.pid, leader.pid, *ranks)}
-            await _kill(agent)
+            await kill(agent)
             will = await scheduler.expect(AgentOffline)
             assert (will.reason, will.incarnation) == ("lost", first.incarnation)
-            agent = await _agent(mosquitto, topics, state, log)
+            agent = await agent_process(mosquitto, topics, state, log)
             second = await scheduler.expect(
                 AgentOnline, lambda o: o.incarnation != first.incarnation
             )
@@ -147,7 +66,7 @@ async def test_sigkilled_agent_restarted_adopts_sleep_and_mpi_parts(
             assert {(p.job_id, p.attempt) for p in second.running} == {("s", 1), ("m", 1)}
             # The same processes (pid and start time): adopted, not started again.
             for pid, when in born.items():
-                assert await _alive(pid), pid
+                assert await alive(pid), pid
                 assert start_time(pid) == when
             await scheduler.expect(
                 Heartbeat,
@@ -172,7 +91,7 @@ async def test_sigkilled_agent_restarted_adopts_sleep_and_mpi_parts(
             # Records are removed with their parts.
             assert sorted(p.name for p in (state / "parts").iterdir()) == []
         finally:
-            await _kill(agent)
+            await kill(agent)
 
 
 async def test_agent_not_restarted_parts_stop_by_their_lease(
@@ -180,18 +99,18 @@ async def test_agent_not_restarted_parts_stop_by_their_lease(
 ) -> None:
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
-    async with _watching(mosquitto, topics) as scheduler:
-        agent = await _agent(mosquitto, topics, state, log, "--lease=1.5")
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await agent_process(mosquitto, topics, state, log, "--lease=1.5")
         try:
             await scheduler.expect(AgentOnline)
-            await scheduler.send(_sleep_job("s", work=3600.0))
-            await scheduler.send(_mpi_job("m", iterations=100_000))
+            await scheduler.send(sleep_part("s", work=3600.0))
+            await scheduler.send(mpi_part("m", iterations=100_000))
             sleeper = await scheduler.expect(PartStarted, lambda p: p.job_id == "s")
             leader = await scheduler.expect(PartStarted, lambda p: p.job_id == "m")
             await scheduler.expect(PartProgress, lambda p: p.job_id == "m")
             ranks = await ranks_of(leader.pid, 2)
             lease = (state / "parts" / "s@1.lease").stat().st_mtime
-            await _kill(agent)
+            await kill(agent)
             await gone(sleeper.pid)
             await gone(leader.pid)
             for rank in ranks:
@@ -199,20 +118,20 @@ async def test_agent_not_restarted_parts_stop_by_their_lease(
             # Not renewed by anybody since the kill: the bound is the lease from there.
             assert (state / "parts" / "s@1.lease").stat().st_mtime <= lease + 1.5
             # The next incarnation finds them gone and reports them for a requeue.
-            agent = await _agent(mosquitto, topics, state, log, "--lease=1.5")
+            agent = await agent_process(mosquitto, topics, state, log, "--lease=1.5")
             lost = [
                 await scheduler.expect(PartFinished, lambda f, j=j: f.job_id == j)  # type: ignore[misc]
                 for j in ("s", "m")
             ]
             assert {(f.reason, f.attempt) for f in lost} == {("fenced", 1)}
             # A new start of the same job id and attempt (a fresh scheduler) runs.
-            await scheduler.send(_sleep_job("s", work=0.1))
+            await scheduler.send(sleep_part("s", work=0.1))
             again = await scheduler.expect(
                 PartFinished, lambda f: f.job_id == "s" and f.reason == "done"
             )
             assert again.exit_code == 0
         finally:
-            await _kill(agent)
+            await kill(agent)
 
 
 async def test_no_adopt_agent_kills_what_it_finds(
@@ -222,15 +141,15 @@ async def test_no_adopt_agent_kills_what_it_finds(
     it registers, reported ``fenced``, its files removed."""
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
-    async with _watching(mosquitto, topics) as scheduler:
-        agent = await _agent(mosquitto, topics, state, log)
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await agent_process(mosquitto, topics, state, log)
         try:
             first = await scheduler.expect(AgentOnline)
-            await scheduler.send(_sleep_job("s", work=3600.0))
+            await scheduler.send(sleep_part("s", work=3600.0))
             sleeper = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
-            await _kill(agent)
-            agent = await _agent(mosquitto, topics, state, log, "--no-adopt")
+            await kill(agent)
+            agent = await agent_process(mosquitto, topics, state, log, "--no-adopt")
             second = await scheduler.expect(
                 AgentOnline, lambda o: o.incarnation != first.incarnation
             )
@@ -241,7 +160,7 @@ async def test_no_adopt_agent_kills_what_it_finds(
             assert (lost.job_id, lost.reason) == ("s", "fenced")
             assert list((state / "parts").iterdir()) == []
         finally:
-            await _kill(agent)
+            await kill(agent)
 
 
 async def test_reused_pid_and_garbage_records_are_refused(
@@ -291,8 +210,8 @@ async def test_reused_pid_and_garbage_records_are_refused(
         (parts / "junk@1.pid").write_text("not a pid file")
         (parts / "other@2.json").write_text(json.dumps({**record, "job_id": "victim"}))
         (parts / "..@1.json").write_text("{}")
-        async with _watching(mosquitto, topics) as scheduler:
-            agent = await _agent(mosquitto, topics, state, log)
+        async with watching(mosquitto, topics) as scheduler:
+            agent = await agent_process(mosquitto, topics, state, log)
             try:
                 online = await scheduler.expect(AgentOnline)
                 assert online.running == ()
@@ -302,19 +221,19 @@ async def test_reused_pid_and_garbage_records_are_refused(
                 ]
                 assert {f.reason for f in reported} == {"fenced"}
                 assert bystander.returncode is None
-                assert await _alive(bystander.pid)
+                assert await alive(bystander.pid)
                 # The agent goes on: a part runs.
-                await scheduler.send(_sleep_job("ok", work=0.1))
+                await scheduler.send(sleep_part("ok", work=0.1))
                 done = await scheduler.expect(PartFinished, lambda f: f.job_id == "ok")
                 assert done.reason == "done"
                 assert "other" not in {f.job_id for f in scheduler.all(PartFinished)}
             finally:
-                await _kill(agent)
+                await kill(agent)
         text = log.read_text()
         assert "refused" in text
         assert "3 bad record(s)" in text
         assert sorted(p.name for p in parts.iterdir()) == []
-        assert await _alive(bystander.pid)
+        assert await alive(bystander.pid)
     finally:
         bystander.kill()
         await bystander.wait()
@@ -329,16 +248,16 @@ async def test_forged_rejoin_is_refused_and_counted(
 
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
-    async with _watching(mosquitto, topics) as scheduler:
-        agent = await _agent(mosquitto, topics, state, log)
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await agent_process(mosquitto, topics, state, log)
         try:
             first = await scheduler.expect(AgentOnline)
-            await scheduler.send(_sleep_job("s", work=6.0))
+            await scheduler.send(sleep_part("s", work=6.0))
             await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
-            await _kill(agent)
+            await kill(agent)
             port = free_port()
-            agent = await _agent(
+            agent = await agent_process(
                 mosquitto, topics, state, log, f"--metrics-port={port}", "--metrics-addr=127.0.0.1"
             )
             await scheduler.expect(AgentOnline, lambda o: o.incarnation != first.incarnation)
@@ -361,7 +280,7 @@ async def test_forged_rejoin_is_refused_and_counted(
             assert 'accordion_agent_rejoins_total{agent="a1"} 1.0' in metrics
             assert 'accordion_agent_parts_adopted_total{agent="a1"} 1.0' in metrics
         finally:
-            await _kill(agent)
+            await kill(agent)
     assert "connection refused" in log.read_text()
 
 
@@ -378,24 +297,24 @@ async def test_part_finishing_while_agent_is_down_is_reported_by_the_next(
     code until it rejoins, and the new incarnation reports it done."""
     topics = Topics(f"adopt-{uuid4().hex[:6]}/v1")
     state, log = tmp_path / "state", tmp_path / "agent.log"
-    async with _watching(mosquitto, topics) as scheduler:
-        agent = await _agent(mosquitto, topics, state, log)
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await agent_process(mosquitto, topics, state, log)
         try:
             first = await scheduler.expect(AgentOnline)
-            await scheduler.send(_sleep_job("s", work=1.0))
+            await scheduler.send(sleep_part("s", work=1.0))
             started = await scheduler.expect(PartStarted)
             await scheduler.expect(PartProgress)
-            await _kill(agent)
+            await kill(agent)
             # The work is over (1 s of it) while no agent runs: the job waits to say so.
             await _work_over(started.at + 1.0)
-            assert await _alive(started.pid)
-            agent = await _agent(mosquitto, topics, state, log)
+            assert await alive(started.pid)
+            agent = await agent_process(mosquitto, topics, state, log)
             await scheduler.expect(AgentOnline, lambda o: o.incarnation != first.incarnation)
             done = await scheduler.expect(PartFinished)
             assert (done.job_id, done.reason, done.exit_code) == ("s", "done", 0)
             await gone(started.pid)
         finally:
-            await _kill(agent)
+            await kill(agent)
 
 
 async def _work_over(at: float) -> None:

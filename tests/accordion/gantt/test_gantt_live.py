@@ -12,20 +12,12 @@ from broker.messages import (
     StatusReply,
     StatusTotals,
 )
-from broker.vocabulary import JobEventKind, JobState
+from broker.vocabulary import JobEventKind, JobState, WaitReason
 
 MACHINES = (
     MachineStatus(id="m", cpus=8, speed=1.0, free=0, online=True),
     MachineStatus(id="n", cpus=4, speed=2.0, free=4, online=True),
 )
-
-
-class PlannedStatus(JobStatus, frozen=True, kw_only=True):
-    """A status row with the scheduler's prediction, as the prediction's branch adds it."""
-
-    predicted_start: float | None = None
-    reason: str | None = None
-    reason_detail: str = ""
 
 
 def event(job: str, seq: int, kind: str, at: float, *parts: tuple[str, int]) -> JobEvent:
@@ -129,13 +121,14 @@ def test_a_running_job_no_event_opened_starts_at_its_status() -> None:
 
 
 def test_a_queued_job_with_a_predicted_start_is_planned_on_its_parts_or_in_the_lane() -> None:
-    placed = PlannedStatus(
+    placed = JobStatus(
         id="q1", state=JobState.QUEUED, procs=4, user="bob", submit=1.0, walltime=60.0,
-        parts=(PartSpec(machine="m", cpus=4),), predicted_start=100.0, reason="resources",
+        parts=(PartSpec(machine="m", cpus=4),), predicted_start=100.0, reason=WaitReason.RESOURCES,
     )  # fmt: skip
-    unplaced = PlannedStatus(
+    unplaced = JobStatus(
         id="q2", state=JobState.QUEUED, procs=2, user="bob", submit=2.0, walltime=30.0,
-        deadline=120.0, predicted_start=100.0, reason="priority", reason_detail="behind 1 job",
+        deadline=120.0, predicted_start=100.0, reason=WaitReason.PRIORITY,
+        reason_detail="behind 1 job",
     )  # fmt: skip
     unknown = JobStatus(
         id="q3", state=JobState.QUEUED, procs=2, user="bob", submit=3.0, walltime=5.0

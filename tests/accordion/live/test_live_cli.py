@@ -301,3 +301,39 @@ def test_malformed_mpi_parameters_are_one_line_errors() -> None:
         app, ["submit", "--broker", nobody, "--workload", "mpi", "--pattern", "gather"]
     )
     assert bad_pattern.exit_code == 2
+
+
+def test_status_priority_and_whatif_explain_the_queue(live_cluster: LocalCluster) -> None:
+    # The whole cluster for an hour, then a job that waits for it and one behind that.
+    assert cli(live_cluster, "submit", "-n", "6", "-t", "3600", "--id", "hour").exit_code == 0
+    for job_id, procs in (("next", "6"), ("tiny", "1")):
+        assert cli(live_cluster, "submit", "-n", procs, "-t", "60", "--id", job_id).exit_code == 0
+    wait_until(lambda: [j.id for j in status_of(live_cluster).running] == ["hour"])
+    # Predictions come from the scheduler's periodic pass: wait for one.
+    wait_until(lambda: all(j.predicted_start is not None for j in status_of(live_cluster).queue))
+    status = status_of(live_cluster)
+    rows = {j.id: j for j in status.queue}
+    (hour,) = status.running
+    assert hour.start is not None
+    assert rows["next"].predicted_start == pytest.approx(hour.start + 3600.0)
+    assert rows["next"].reason == "resources"
+    assert rows["tiny"].reason == "priority"
+    assert rows["tiny"].reason_detail == "behind 1 higher-priority job"
+    shown = cli(live_cluster, "status")
+    assert shown.exit_code == 0, shown.output
+    assert "predicted start" in shown.stdout
+    assert "resources: its reservation at" in shown.stdout
+    assert "priority: behind 1 higher-priority job" in shown.stdout
+    ranked = cli(live_cluster, "priority")
+    assert ranked.exit_code == 0, ranked.output
+    assert "queue by priority: 2 jobs, policy easy, priority fifo" in ranked.stdout
+    assert "the order is the priority" in ranked.stdout
+    what = cli(live_cluster, "whatif", "--policies", "easy,conservative,fcfs")
+    assert what.exit_code == 0, what.output
+    for text in ("mean predicted wait (s)", "easy (live)", "conservative", "fcfs", "next"):
+        assert text in what.stdout
+    # The twin's replay under the live policy predicts what the scheduler does.
+    assert f"{rows['next'].predicted_start:,.1f}" in what.stdout
+    bad = cli(live_cluster, "whatif", "--policies", "easy,nope")
+    assert bad.exit_code == 2
+    assert "unknown policy 'nope'" in bad.output

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 from accordion.client.live_client import connect, run_async
 from accordion.client.specs import job_spec
 from accordion.errors import NoReplyError
+from broker.vocabulary import JobEventKind
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal import Journal
 from tests.accordion.live.test_up_supervise import BOUND, ROOT, Lines, _admin
@@ -131,14 +133,24 @@ def test_up_stopped_and_started_three_times_finishes_every_job(tmp_path: Path) -
     with Journal(journal) as j:
         rows = j.load().jobs
         requeues = [e for e in j.history() if e.kind == "requeued"]
-        adopted = [e for e in j.job_events([r.spec.id for r in rows]) if e.event == "adopted"]
+        events = j.job_events([r.spec.id for r in rows])
     assert {r.spec.id: r.state for r in rows} == {f"j{i}": JobState.FINISHED for i in range(JOBS)}
     # An operator's stops never charge a job's budget: each requeue says so.
     assert all(r.requeues == r.uncharged for r in rows), [(r.spec.id, r.detail) for r in rows]
     assert all((e.cause, e.charged) == ("operator_stop", False) for e in requeues), requeues
-    # Every job that ran through a stop was adopted or requeued, uncharged, by it.
-    assert adopted or requeues
-    print(f"{len(adopted)} adoption(s), {len(requeues)} uncharged requeue(s) over {STOPS} stops")
+    # The jobs went on through the stops (a restarted ``up`` found one running each time):
+    # adopted by their agent's next incarnation; found running by the restarted scheduler
+    # (a later ``running`` event: it reconciled them, its agents' stops unheard before it
+    # stopped, as on a loaded machine); or requeued, uncharged (and started again, which
+    # is a later ``running`` event too).
+    adopted = [e for e in events if e.event is JobEventKind.ADOPTED]
+    runs = Counter(e.job_id for e in events if e.event is JobEventKind.RUNNING)
+    later = sum(n - 1 for n in runs.values())
+    assert adopted or later or requeues, events
+    print(
+        f"{len(adopted)} adoption(s), {later} later running event(s), "
+        f"{len(requeues)} uncharged requeue(s) over {STOPS} stops"
+    )
 
 
 def test_a_stopped_up_leaves_nothing_charged_when_its_jobs_outlive_no_lease(

@@ -55,8 +55,14 @@ def _printed(out: Path) -> list[tuple[str, str]]:
 
 
 def _journaled(journal: Path, jobs: list[str]) -> list[tuple[str, str]]:
+    """The journaled events that were published: a ``planned`` event (a job's first
+    predicted start) is kept for its history only, never published."""
     with Journal(journal) as j:
-        return [(e.job_id, e.event.value) for e in j.job_events(jobs)]
+        return [
+            (e.job_id, e.event.value)
+            for e in j.job_events(jobs)
+            if e.event is not JobEventKind.PLANNED
+        ]
 
 
 def _until(check: object, cluster: LocalCluster, what: str) -> None:

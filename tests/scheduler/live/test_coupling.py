@@ -157,7 +157,7 @@ LOSE = (M.LEAVE, Ps.LOSE)
 #: An operator's stop: the same rule, nothing charged.
 LOSE_BY_STOP = (M.LEAVE, Ps.LOSE_BY_STOP)
 
-#: What each agent move does (DESIGN.md, "Trust and faults"; the README's faults list).
+#: What each agent move does (``docs/design/trust.md``; ``docs/guide/faults.md``).
 EXPECTED_AGENT = {
     (A.ONLINE, In.HEARTBEAT): (M.NOTHING, Ps.NOTHING),
     (A.ONLINE, In.MISSED): (M.CORDON, Ps.NOTHING),
@@ -187,7 +187,7 @@ EXPECTED_AGENT = {
     (A.DRAINING, In.GOODBYE): LOSE,
     (A.DRAINING, In.REINCARNATED): LOSE,
     (A.DRAINING, In.WILL_HOLD): (M.CORDON, Ps.HOLD),
-    # An operator's stop (DESIGN.md: it never costs a job its requeue budget).
+    # An operator's stop (``docs/design/trust.md``: it never costs a job its requeue budget).
     (A.ONLINE, In.STOP): LOSE_BY_STOP,
     (A.SUSPECT, In.STOP): LOSE_BY_STOP,
     (A.DRAINING, In.STOP): LOSE_BY_STOP,

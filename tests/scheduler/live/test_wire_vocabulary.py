@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from broker.vocabulary import BadMessage, JobEventKind, Rejection
+from broker.vocabulary import BadMessage, JobEventKind, Rejection, WaitReason
 from broker.vocabulary import JobState as WireState
 from scheduler.core.answers import RejectCode
 from scheduler.core.job_lifecycle import JobState, is_final
 from scheduler.live.context import ended_event
+from scheduler.planning.wait_reasons import WaitWhy
 from scheduler.runtime.exporter import SchedulerMetrics
 
 
@@ -30,12 +31,13 @@ def test_a_job_that_ends_is_told_by_the_event_of_its_final_state(state: JobState
 
 def test_every_event_kind_leaves_the_job_in_a_state() -> None:
     assert {kind.state for kind in JobEventKind} == set(WireState)
-    # Four kinds are not named after the state they leave the job in.
+    # Five kinds are not named after the state they leave the job in.
     assert [k for k in JobEventKind if k.state.value != k.value] == [
         JobEventKind.RESIZED,
         JobEventKind.REQUEUED,
         JobEventKind.HELD,
         JobEventKind.ADOPTED,
+        JobEventKind.PLANNED,
     ]
 
 
@@ -50,3 +52,7 @@ def test_every_code_is_a_metric_label_from_the_start() -> None:
         assert sample("accordion_scheduler_rejections_total", {"reason": code.value}) == 0
     for bad in BadMessage:
         assert sample("accordion_scheduler_bad_messages_total", {"reason": bad.value}) == 0
+
+
+def test_the_wire_has_every_reason_the_scheduler_gives() -> None:
+    assert [r.value for r in WaitWhy] == [r.value for r in WaitReason]
