@@ -31,11 +31,19 @@ RUN pip install -c requirements.lock '.[dask]' \
  && mkdir -p /opt/accordion \
  && rm -rf /src/build /src/*.egg-info /tmp/installed /tmp/locked
 COPY examples /opt/accordion/examples
+COPY deploy/users.map /etc/accordion/users.map
 
 # An unprivileged user; /data (the scheduler's journal volume) is theirs, so
-# a fresh named volume is created writable.
+# a fresh named volume is created writable. JOB_USERS: the OS accounts users'
+# commands run as (the agents run as root and map each login to the account of
+# its name, /etc/accordion/users.map), from uid 10002; /shared is where they and
+# the submitting container meet (a fresh named volume copies its mode, 1777).
+ARG JOB_USERS=alice
 RUN useradd --create-home --uid 10001 --user-group accordion \
- && mkdir -p /data && chown accordion:accordion /data
+ && uid=10002 && for name in $JOB_USERS; do \
+      useradd --create-home --uid $uid --user-group "$name"; uid=$((uid + 1)); done \
+ && mkdir -p /data /shared && chown accordion:accordion /data && chmod 1777 /shared \
+ && chmod 0644 /etc/accordion/users.map
 USER accordion
 WORKDIR /home/accordion
 VOLUME ["/data"]

@@ -6,6 +6,7 @@ The app and its commands, registered from the modules that hold them:
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
+  and :mod:`accordion.commands.batch`: ``batch`` (a batch script as a job);
 - what the live scheduler plans and why, :mod:`accordion.commands.insight`:
   ``priority`` (each queued job's priority by factor) and ``whatif`` (the queue
   replayed in the twin under other policies);
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, demo, gantt, insight, live, operate, twin, ui, up
+from accordion.commands import auth, batch, demo, gantt, insight, live, operate, twin, ui, up
 
 app = typer.Typer(
     name="accordion",
@@ -40,6 +41,7 @@ app = typer.Typer(
 )
 twin.register(app)
 live.register(app)
+batch.register(app)
 insight.register(app)
 operate.register(app)
 up.register(app)

@@ -34,7 +34,11 @@ Seq = Annotated[int, msgspec.Meta(ge=0)]
 Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
 Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
-Workload = Literal["sleep", "mpi"]
+Workload = Literal["sleep", "mpi", "command"]
+#: A command's exit status (0 to 255) and the signal that ended it (1 to 64), as
+#: ``waitpid`` tells them apart.
+ExitStatus = Annotated[int, msgspec.Meta(ge=0, le=255)]
+Signal = Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
 class Message(

@@ -30,13 +30,17 @@ and a cursor, and its reply totals and the cursor of the next page, never
 more than ``broker.limits``'s reply bound; ``CancelJobs`` cancels many jobs in
 one request and is answered with counts; refusals gained the codes of the
 scheduler's limits and associations and of a journal that cannot be written.
-What the scheduler plans: a queued job's status row says its predicted start
-and why it waits (``JobStatus.predicted_start``, ``reason``), and the scheduler
-answers each queued job's priority by factor and a what-if snapshot
-(``broker.insight``). Version 2 gave events an ``event`` kind, refusals a
-``code`` and messages required fields. A peer of an older version cannot read
-these messages (unknown fields and values), hence each new version and its
-own topic root.
+A job may run its user's own command (``JobSpec.command``,
+``broker.command_spec``), as the broker login that submitted it
+(``JobSpec.owner``, set by the scheduler), on the hosts its ``StartPart``
+names; its end says the command's exit status or signal (``PartFinished``,
+``JobEvent``), and an agent says whom it runs commands as
+(``AgentOnline.commands``). What the scheduler plans: a queued job's status row
+says its predicted start and why it waits (``JobStatus.predicted_start``,
+``reason``), and the scheduler answers each queued job's priority by factor and
+a what-if snapshot (``broker.insight``). A peer of an older version cannot read
+these messages (unknown fields and values), hence each new version and its own
+topic root.
 """
 
 from __future__ import annotations
@@ -45,9 +49,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from broker.command_spec import CommandSpec, HostSlots
 from broker.fields import (
     Attempt,
     Cpus,
+    ExitStatus,
     Fraction,
     Id,
     JobId,
@@ -55,6 +61,7 @@ from broker.fields import (
     PositiveSeconds,
     Seconds,
     Seq,
+    Signal,
     Speed,
 )
 
@@ -73,6 +80,7 @@ from broker.limits import MAX_MPI_MESSAGE_BYTES
 from broker.vocabulary import (
     BadMessage,
     CancelRefusal,
+    CommandUsers,
     DrainRefusal,
     JobEventKind,
     JobState,
@@ -143,11 +151,27 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ref_speed: Speed = 1.0
     #: The MPI-like workload's parameters (``workload="mpi"``; its defaults when None).
     mpi: MpiSpec | None = None
+    #: A user's own command (``workload="command"``, and only then): what the agents run.
+    command: CommandSpec | None = None
+    #: The name the broker authenticated for this job: set by the scheduler from the
+    #: request's topic (a user's login, or the user an admin submitted for), None for
+    #: a request without a login. Whatever a client sends here is replaced. An agent
+    #: running as root runs a command only for an owner its admin's map names.
+    owner: Name | None = None
+
+    def __post_init__(self) -> None:
+        if (self.workload == "command") != (self.command is not None):
+            raise ValueError('a command goes with workload "command", and only there')
 
 
 def owned_by(spec: JobSpec, user: str) -> JobSpec:
     """``spec`` with ``user`` as its owner (the scheduler's authenticated submitter)."""
     return spec if spec.user == user else msgspec.structs.replace(spec, user=user)
+
+
+def authenticated(spec: JobSpec, owner: str | None) -> JobSpec:
+    """``spec`` with ``owner`` as the name the broker authenticated for it (None: none)."""
+    return spec if spec.owner == owner else msgspec.structs.replace(spec, owner=owner)
 
 
 def charged_to(spec: JobSpec, account: str) -> JobSpec:
@@ -474,6 +498,10 @@ class AgentOnline(Message, tag="agent_online", frozen=True, kw_only=True):
     #: for the machine adopts them (``nodeagent.survival.adoption``): on its will, the scheduler
     #: holds its parts for the lease instead of requeueing them at once.
     adopts: bool = False
+    #: Whom it runs users' commands as (``off`` unless started with ``--allow-commands``),
+    #: and, for ``agent``, its own OS account, which every command job here runs as.
+    commands: CommandUsers = CommandUsers.OFF
+    runs_as: Name | None = None
     #: True while the agent drains (stopped by its operator with ``--drain-on-stop``):
     #: it runs its parts to their end, takes no new one, then says goodbye. The
     #: scheduler places nothing on it meanwhile.
@@ -550,6 +578,10 @@ class PartFinished(Message, tag="part_finished", frozen=True, kw_only=True):
     #: clock (the scheduler dates the run's end from it, not from when it hears of
     #: it); None for a part whose process never ran, or from an older agent.
     run_seconds: Seconds | None = None
+    #: A command job's part that ran the command: its exit status, or the signal that
+    #: ended it (one of the two); None for other parts and workloads.
+    exit_status: ExitStatus | None = None
+    signal: Signal | None = None
 
 
 class ExecutionSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -594,6 +626,10 @@ class StartPart(Message, tag="start_part", frozen=True, kw_only=True):
     #: them from ``cpus`` and ``job_cpus``.
     ranks: Cpus | None = None
     rank_offset: Annotated[int, msgspec.Meta(ge=0, le=1_048_576)] | None = None
+    #: Every part of the job, in order (this one is number ``part``): its machine and
+    #: its share of the job's processes, what a command job's hostfile and
+    #: environment say. Empty from an older sender.
+    hosts: Annotated[tuple[HostSlots, ...], msgspec.Meta(max_length=65_536)] = ()
 
 
 class ResizePart(Message, tag="resize_part", frozen=True, kw_only=True):
@@ -647,6 +683,10 @@ class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     #: other events and from an older sender.
     cpus_before: Cpus | None = None
     cpus_after: Cpus | None = None
+    #: A command job's final event: its command's exit status, or the signal that
+    #: ended it, when its agent could tell; None otherwise.
+    exit_status: ExitStatus | None = None
+    signal: Signal | None = None
     #: A ``running`` or ``resized`` event's parts of the job from then on (where it
     #: runs, for a chart of the schedule); empty on the other kinds, which place
     #: nothing.

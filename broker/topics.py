@@ -52,12 +52,31 @@ DEFAULT_ROOT = f"accordion/v{PROTOCOL_VERSION}"
 
 
 class TopicError(ValueError):
-    """A name that cannot be a topic level (empty, or holding ``/ + #``)."""
+    """A name that cannot be a topic level (empty, or holding ``/ + #``, or a
+    character the broker refuses)."""
+
+
+def _refused_by_brokers(c: str) -> bool:
+    """A character MQTT 3.1.1 (section 1.5.3) tells senders not to put in a string and
+    Mosquitto refuses in a topic: it closes the connection of a client that publishes
+    one ("malformed packet"), and that client's QoS 1 retry after reconnecting is
+    refused again. NUL, the C0 and C1 controls (DEL among them), surrogates and the
+    Unicode noncharacters."""
+    n = ord(c)
+    return (
+        n <= 0x1F
+        or 0x7F <= n <= 0x9F
+        or 0xD800 <= n <= 0xDFFF
+        or 0xFDD0 <= n <= 0xFDEF
+        or (n & 0xFFFE) == 0xFFFE
+    )
 
 
 def _level(name: str) -> str:
-    if not name or any(c in name for c in "/+#\0"):
-        raise TopicError(f"{name!r} cannot be a topic level (empty, or has / + # or NUL)")
+    if not name or any(c in "/+#" or _refused_by_brokers(c) for c in name):
+        raise TopicError(
+            f"{name!r} cannot be a topic level (empty, or has / + #, NUL or a control character)"
+        )
     return name
 
 
@@ -73,7 +92,11 @@ class Topics:
     root: str = DEFAULT_ROOT
 
     def __post_init__(self) -> None:
-        if not self.root or self.root.endswith("/") or any(c in self.root for c in "+#\0"):
+        if (
+            not self.root
+            or self.root.endswith("/")
+            or any(c in "+#" or _refused_by_brokers(c) for c in self.root)
+        ):
             raise TopicError(f"bad topic root {self.root!r}")
 
     @property

@@ -176,6 +176,22 @@ class BadMessage(StrEnum):
     TOO_MANY = "too_many"
 
 
+class CommandUsers(StrEnum):
+    """Whom an agent runs users' commands as (``AgentOnline.commands``).
+
+    ``off``: it refuses command jobs (the default: an agent runs commands only when
+    started with ``--allow-commands``). ``agent``: as its own OS account, which it
+    names in ``AgentOnline.runs_as`` (an agent not running as root cannot be
+    anyone else). ``mapped``: as the OS account its admin's map gives the job's
+    authenticated owner (an agent running as root); an owner with no entry is
+    refused.
+    """
+
+    OFF = "off"
+    AGENT = "agent"
+    MAPPED = "mapped"
+
+
 class WaitReason(StrEnum):
     """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
     the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""

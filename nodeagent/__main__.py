@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
@@ -40,6 +41,7 @@ from broker.mqtt import MqttBus, MqttSettings
 from broker.settings import ENV_PROBE_USERNAME
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
+from nodeagent.agent.commands import CommandSettings, check_commands
 from nodeagent.agent.cpuset import checked_cpuset, parse_cpuset
 from nodeagent.agent.exporter import serve_metrics
 from nodeagent.agent.node_agent import (
@@ -137,6 +139,31 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="parts stop with their agent, and a restarted agent kills what it finds "
         "instead of adopting it (the scheduler then requeues at once)",
+    )
+    p.add_argument(
+        "--allow-commands",
+        action="store_true",
+        help="run users' own commands (accordion submit -- CMD, accordion batch); off by "
+        "default. As root, each runs as the OS account --user-map gives its owner; "
+        "otherwise as this agent's own account",
+    )
+    p.add_argument(
+        "--user-map",
+        default=None,
+        help="with --allow-commands as root: the admin's map of broker logins to OS "
+        "accounts, one 'LOGIN ACCOUNT' per line ('* *': same name, never root)",
+    )
+    p.add_argument(
+        "--jobs-dir",
+        default=None,
+        help="with --allow-commands: where each command part gets its own directory "
+        "(hostfile, script, TMPDIR); default /tmp/accordion-jobs-<uid>/<name>",
+    )
+    p.add_argument(
+        "--no-cgroups",
+        action="store_true",
+        help="with --allow-commands: never a cgroup per part; the supervisor walks its "
+        "descendants as their subreaper (the fallback where no cgroup can be made)",
     )
     p.add_argument(
         "--drain-on-stop",
@@ -311,8 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             speed_score=None if score is None else score.score,
             speed_spread=None if score is None else score.spread,
             adopt=not args.no_adopt,
+            commands=_commands(args),
             drain_on_stop=args.drain_on_stop,
         )
+        if settings.commands is not None:
+            check_commands(settings.commands, machine.id)
         state = StateDir(args.state_dir or default_state_dir(machine.id))
         state.create()
     except (MachineError, ValueError) as exc:
@@ -339,6 +369,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(_main(args, machine, settings, state, lock))
     finally:
         state.unlock()
+
+
+def _commands(args: argparse.Namespace) -> CommandSettings | None:
+    """The commands' settings, or None when they are off; ValueError on a bad mix."""
+    if not args.allow_commands:
+        extra = [f for f, v in (("--user-map", args.user_map), ("--jobs-dir", args.jobs_dir)) if v]
+        if extra or args.no_cgroups:
+            raise ValueError(f"{', '.join(extra) or '--no-cgroups'}: only with --allow-commands")
+        return None
+    if os.geteuid() == 0 and args.user_map is None:
+        raise ValueError(
+            "--allow-commands as root needs --user-map: the owners' OS accounts are the "
+            "admin's to say (there is no default, so no job runs as root by accident)"
+        )
+    if os.geteuid() != 0:
+        # Jobs run as this very account: keep them out of this process's /proc (its
+        # environment names the broker login's secret file).
+        _not_dumpable()
+    return CommandSettings(
+        user_map=args.user_map, jobs_dir=args.jobs_dir, cgroups=not args.no_cgroups
+    )
+
+
+def _not_dumpable() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "PR_SET_DUMPABLE")
+
+
+_PR_SET_DUMPABLE = 4
 
 
 def measured_speed(text: str) -> tuple[float, Score | None]:

@@ -27,9 +27,15 @@ CLI_LAYERS = "the CLI's parts point one way"
 JOB = "the job process imports nothing of the agent but the launch contract"
 LAUNCH_CONTRACT = "the launch contract imports nothing of the agent or the job"
 #: What the job process may import of nodeagent outside its own package: the launch
-#: contract (the launch, exit codes, part key, lease rule; the pipe's frames) and
-#: the loop runner both processes share.
-JOB_MAY_IMPORT = {"nodeagent.launch.contract", "nodeagent.launch.frames", "nodeagent.launch.runner"}
+#: contract (the launch, exit codes, part key, lease rule; the pipe's frames; a user
+#: command's plan and process tree) and the loop runner both processes share.
+JOB_MAY_IMPORT = {
+    "nodeagent.launch.command_plan",
+    "nodeagent.launch.contract",
+    "nodeagent.launch.frames",
+    "nodeagent.launch.jobtree",
+    "nodeagent.launch.runner",
+}
 
 
 def contracts() -> list[dict[str, Any]]:

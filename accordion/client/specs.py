@@ -13,6 +13,7 @@ import math
 
 from accordion.errors import UserError
 from broker.codec import WireError, decode, encode
+from broker.command_spec import CommandSpec
 from broker.messages import JobSpec, MpiSpec, SubmitJobs, Workload
 from model.job import Job
 
@@ -82,10 +83,13 @@ def job_spec(
     cpu_util: float = 1.0,
     ref_speed: float = 1.0,
     mpi: MpiSpec | None = None,
+    command: CommandSpec | None = None,
 ) -> JobSpec:
-    """The spec of one job as ``accordion submit`` sends it; ``work`` defaults to ``walltime``."""
+    """The spec of one job as ``accordion submit`` sends it; ``work`` defaults to ``walltime``
+    (a command's run is its own: ``work`` is then only what the wire requires)."""
     return checked(
         JobSpec(
+            command=command,
             id=job_id,
             procs=procs,
             walltime=walltime,

@@ -66,7 +66,9 @@ from accordion.cluster.wiring import (
     Sharing,
     Wiring,
     resolve_broker,
+    user_map_of_starter,
 )
+from accordion.errors import UserError
 from broker.auth import AuthFiles
 from broker.local import accepts
 from broker.messages import MachineStatus
@@ -181,6 +183,7 @@ class LocalCluster:
         auth: bool | None = False,
         users: Sequence[str] = (),
         extra_agents: Sequence[str] = (),
+        commands: bool | None = False,
         sharing: Sharing | None = None,
         drain_on_stop: bool = False,
         journal: Path | None = None,
@@ -208,6 +211,15 @@ class LocalCluster:
             broker_url=broker_url or "",
         )
         self.broker_port = broker_port
+        #: The agents run users' commands, each as the account that started the cluster
+        #: (``users.map`` in the run directory maps that login to itself). None: wherever
+        #: there are logins (on an open broker, anyone reaching it could run commands).
+        self.commands = self.wiring.auth if commands is None else commands
+        if self.commands and not self.wiring.auth:
+            raise UserError(
+                "commands need logins (--auth, Mosquitto): on an open broker anyone who "
+                "reaches it could run commands as you"
+            )
         #: The scheduler's limits and association files (``wiring.Sharing``).
         self.sharing = sharing or Sharing()
         self.heartbeat = heartbeat
@@ -287,6 +299,11 @@ class LocalCluster:
     ) -> None:
         self.stop()
 
+    @property
+    def user_map(self) -> Path:
+        """The agents' user map (with ``commands``): the starter's login to its account."""
+        return self.run_dir / "users.map"
+
     def start(self) -> None:
         """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`);
         after :meth:`stop`, again, on the same run directory (as ``accordion up`` run again)."""
@@ -294,6 +311,9 @@ class LocalCluster:
         self._agents, self._due, self._in_a_row = [], {}, {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wiring.write_logins(self.run_dir, [m.id for m in self.spec.machines])
+        if self.commands:
+            self.user_map.write_text(user_map_of_starter())
+            self.user_map.chmod(0o644)
         if self.broker_kind != "external":
             self._start_broker()
         self._start_scheduler()
@@ -514,6 +534,9 @@ class LocalCluster:
             lease=self.lease,
             walltime_grace=self.walltime_grace,
             state_dir=self.run_dir / "agents" / machine.id,
+            commands=(
+                (self.user_map, self.run_dir / "jobs" / machine.id) if self.commands else None
+            ),
             drain_on_stop=self.drain_on_stop,
         )
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")

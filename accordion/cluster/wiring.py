@@ -23,6 +23,8 @@ Nothing here starts or watches a process.
 
 from __future__ import annotations
 
+import os
+import pwd
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -285,8 +287,11 @@ class Wiring:
         lease: float,
         walltime_grace: float,
         state_dir: Path,
+        commands: tuple[Path, Path] | None = None,
         drain_on_stop: bool = False,
     ) -> list[str]:
+        """``python -m nodeagent``'s command line; ``commands``: its user map and jobs
+        directory, when it runs users' commands."""
         host, port = self.broker_address()
         argv = [
             python,
@@ -314,6 +319,16 @@ class Wiring:
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")
+        if commands is not None:
+            user_map, jobs = commands
+            argv += ["--allow-commands", f"--user-map={user_map}", f"--jobs-dir={jobs}"]
         if drain_on_stop:
             argv.append("--drain-on-stop")  # a stop drains: its jobs run to their end
         return argv
+
+
+def user_map_of_starter() -> str:
+    """A user map with one line: the account running this process, as its own login
+    (``accordion up`` runs its owner's commands as its owner, even as root)."""
+    account = pwd.getpwuid(os.geteuid()).pw_name
+    return f"# accordion up: its owner's login runs as its owner.\n{account} {account}\n"

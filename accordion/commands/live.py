@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 
 from accordion.client.catch_up import CatchUp
+from accordion.client.command_jobs import command_spec, describe_end
 from accordion.client.live_client import (
     BROKER_ENV,
     DEFAULT_BROKER,
@@ -37,7 +38,11 @@ from accordion.commands import queue
 from accordion.commands.options import (
     DURATIONS,
     BrokerOpt,
+    ChdirOpt,
+    ErrorOpt,
+    JobNameOpt,
     JobsOpt,
+    OutputOpt,
     RigidOpt,
     RootOpt,
     TimeoutOpt,
@@ -50,7 +55,7 @@ from accordion.commands.options import variation as variation_of
 from accordion.display import err_console, out_console, replay_display
 from accordion.errors import LiveError, UserError, parsed, refused, user_errors
 from accordion.experiments.twin_options import MissingUtilOpt, Window, WindowOpt
-from broker.messages import ClusterSummary, JobEvent, SubmitReply
+from broker.messages import ClusterSummary, JobEvent, JobSpec, SubmitReply
 from broker.settings import (
     ENV_CA,
     ENV_CERT,
@@ -132,6 +137,19 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
         ),
     ] = None,
     parsable: Annotated[bool, typer.Option("--parsable", help="print only the job id")] = False,
+    chdir: ChdirOpt = None,
+    output: OutputOpt = None,
+    error: ErrorOpt = None,
+    job_name: JobNameOpt = None,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[-- CMD ARGS...]",
+            help="your own command, after --: the job runs it (agents started with "
+            "--allow-commands; docs/guide/commands.md)",
+            show_default=False,
+        ),
+    ] = None,
     broker: BrokerOpt = DEFAULT_BROKER,
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
@@ -139,12 +157,19 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
     """Submit one job; print its id, or the scheduler's reason for rejecting it (exit 1)."""
     with user_errors():
         wall = parse_duration(walltime, what="--walltime")
+        own = None
+        if command:
+            if workload is not WorkloadKind.SLEEP or work is not None:
+                raise UserError("--workload and --work are not for a command: it runs for real")
+            own = command_spec(argv=command, chdir=chdir, output=output, error=error, name=job_name)
+        elif any(v is not None for v in (chdir, output, error, job_name)):
+            raise UserError("--chdir, --output, --error and --job-name go with a command (-- CMD)")
         spec = job_spec(
             job_id=job_id or str(uuid.uuid4()),
             procs=procs,
             walltime=wall,
             work=None if work is None else parse_duration(work, what="--work"),
-            workload=workload.value,
+            workload="command" if own is not None else workload.value,
             user=user or login_name(),
             account=account,
             qos=qos,
@@ -158,7 +183,14 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
                 message_bytes=message_bytes,
                 pattern=None if pattern is None else pattern.value,
             ),
+            command=own,
         )
+    send_one(spec, broker=broker, root=root, timeout=timeout, parsable=parsable)
+
+
+def send_one(spec: JobSpec, *, broker: str, root: str, timeout: float, parsable: bool) -> None:
+    """Submit ``spec``; print its id, or the scheduler's reason for rejecting it (exit 1)."""
+    with user_errors():
 
         async def ask() -> SubmitReply:
             async with connect(broker, root, timeout=timeout) as client:
@@ -311,7 +343,9 @@ def _watched_line(item: JobEvent | ClusterSummary) -> str:
             f"free, {item.queued} queued, {item.running} running, policy {item.policy}"
         )
     detail = f"  {item.detail}" if item.detail else ""
-    return f"t={item.at:,.1f}  job {item.job_id}  {item.event}{detail}"
+    end = describe_end(item)
+    end = f", {end}" if end else ""
+    return f"t={item.at:,.1f}  job {item.job_id}  {item.event}{end}{detail}"
 
 
 def watch(

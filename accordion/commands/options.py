@@ -127,3 +127,29 @@ def variation(deadlines: float | None, slack: str, seed: int, rigid: float = 0.0
 def policy_opts(texts: list[str] | None) -> dict[str, str]:
     """``--policy-opt KEY=VALUE`` options as a mapping (checked against a policy later)."""
     return parse_policy_opts(texts or [])
+
+
+# -- a user's own command (accordion submit -- CMD, accordion batch), as sbatch names them
+ChdirOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--chdir", "-D", help="working directory on the agents' hosts (default: this one)"
+    ),
+]
+OutputOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--output",
+        "-o",
+        help="stdout file, in the working directory unless absolute; %j job id, %u user, "
+        "%x job name, %N machine, %n part (default accordion-%j.out)",
+    ),
+]
+ErrorOpt = Annotated[
+    str | None,
+    typer.Option("--error", "-e", help="stderr file, patterns as --output (default: --output)"),
+]
+JobNameOpt = Annotated[
+    str | None,
+    typer.Option("--job-name", "-J", help="the job's name (default: the program's or script's)"),
+]

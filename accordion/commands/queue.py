@@ -5,7 +5,9 @@
 page, the totals of what the filters select and, when more follows, the
 ``--cursor`` of the next page. The scheduler never answers with more than
 ``broker.limits.MAX_REPLY_BYTES``, so a queue of any length costs one small
-reply.
+reply. ``status ID...`` shows those jobs instead, ended ones too, as the
+journal has them (``HistoryRequest``): state, last event, a command's exit
+status or signal, and why.
 
 ``cancel`` takes job ids, shell patterns over ids (``'sweep-*'``) or a
 ``--user``, narrowed by ``--state``: one id alone is a single cancel (its
@@ -24,10 +26,10 @@ import typer
 
 from accordion.client.live_client import DEFAULT_BROKER, DEFAULT_TIMEOUT, connect, run_async
 from accordion.commands.options import BrokerOpt, RootOpt, TimeoutOpt, login_name
-from accordion.commands.tables import print_status
+from accordion.commands.tables import print_jobs, print_status
 from accordion.display import out_console
 from accordion.errors import UserError, refused, user_errors
-from broker.messages import CancelJobsReply, CancelReply, StatusReply
+from broker.messages import CancelJobsReply, CancelReply, JobEvent, StatusReply
 from broker.topics import DEFAULT_ROOT
 from broker.vocabulary import JobState
 
@@ -57,6 +59,14 @@ def _states(states: list[LiveState] | None) -> tuple[JobState, ...]:
 
 
 def status(  # noqa: PLR0917 (typer reads the options from the parameters)
+    job_ids: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[ID]...",
+            help="these jobs only, ended ones too: state, exit status or signal, why",
+            show_default=False,
+        ),
+    ] = None,
     user: UserOpt = None,
     me: MeOpt = False,
     state: StateOpt = None,
@@ -73,10 +83,22 @@ def status(  # noqa: PLR0917 (typer reads the options from the parameters)
     root: RootOpt = DEFAULT_ROOT,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT,
 ) -> None:
-    """The machines, then a page of the running and queued jobs, with their totals."""
+    """The machines, then a page of the running and queued jobs, with their totals
+    (with IDs: those jobs, from the journal, a command's exit status included)."""
     with user_errors():
         if me and user is not None:
             raise UserError("give --user U or --me, not both")
+        if job_ids:
+            if user is not None or me or state or cursor is not None:
+                raise UserError("give job IDs, or the filters --user, --me, --state, --cursor")
+            ids = list(dict.fromkeys(job_ids))
+
+            async def history() -> list[JobEvent]:
+                async with connect(broker, root, timeout=timeout) as client:
+                    return await client.history(ids)
+
+            print_jobs(ids, run_async(history()))
+            return
 
         async def ask() -> tuple[StatusReply, str | None]:
             async with connect(broker, root, timeout=timeout) as client:

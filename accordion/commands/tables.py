@@ -8,17 +8,19 @@ same wherever it is shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
 
+from accordion.client.command_jobs import describe_end
 from accordion.client.live_client import BROKER_ENV
 from accordion.cluster.local_cluster import LocalCluster
 from accordion.display import out_console
 from accordion.experiments.demo import DemoPlan, DemoReport, difference
 from accordion.experiments.runs import Run
 from broker.auth import PROBE_SUFFIX
-from broker.messages import StatusReply
+from broker.messages import JobEvent, StatusReply
 from broker.topics import DEFAULT_ROOT
 from scheduler.policies.registry import POLICIES, PRIORITIES, policy_options
 from workload.cluster import ClusterSpec
@@ -238,6 +240,30 @@ def print_status(reply: StatusReply, *, user: str | None = None) -> None:
                 f"{u.cpus:,}" + (" (at limit)" if held else ""),
             )
         out_console.print(users)
+
+
+def print_jobs(job_ids: Sequence[str], events: Sequence[JobEvent]) -> None:
+    """Each job as its journalled events leave it: state, when, a command's end, why."""
+    last: dict[str, JobEvent] = {}
+    for event in events:
+        last[event.job_id] = event
+    table = Table(title=f"{len(job_ids)} job(s), as the journal has them (cluster seconds)")
+    for name in ("job", "state", "since", "last event", "exit", "detail"):
+        table.add_column(name, justify="right" if name == "since" else "left")
+    for job_id in job_ids:
+        found = last.get(job_id)
+        if found is None:
+            table.add_row(job_id, "unknown", "", "", "", "no such job of yours")
+            continue
+        table.add_row(
+            job_id,
+            found.state.value,
+            f"{found.at:,.1f}",
+            found.event.value,
+            describe_end(found),
+            found.detail,
+        )
+    out_console.print(table)
 
 
 _NUMERIC = frozenset({"procs", "submitted", "waiting (s)", "predicted start"})

@@ -145,6 +145,16 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
         list[str] | None,
         typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
     ] = None,
+    commands: Annotated[
+        bool | None,
+        typer.Option(
+            "--commands/--no-commands",
+            help="the agents run users' own commands (accordion submit -- CMD, accordion "
+            "batch), each as the account that started the cluster. Default: on with logins "
+            "(--auth); never on an open broker",
+            show_default=False,
+        ),
+    ] = None,
     limits: Annotated[
         Path | None,
         typer.Option(
@@ -266,6 +276,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             auth=auth,
             # Without --user, one account for whoever runs it.
             users=users or [_os_login()],
+            commands=commands,
             sharing=sharing,
             drain_on_stop=drain_on_stop,
         )

@@ -26,13 +26,15 @@ from broker.codec import WireError, decode, encode
 from broker.messages import CancelPart, MpiSpec, ResizePart, StartPart
 from broker.topics import Topics
 from model.execution import ExecutionModelError, model_of
+from nodeagent.agent.accounts import CommandRefusedError
+from nodeagent.agent.commands import Commands
 from nodeagent.agent.cpuset import SlotPool, format_cpuset, pin_part
 from nodeagent.agent.outbox import Outbox
 from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
 from nodeagent.agent.settings import AgentSettings, Reason
-from nodeagent.launch.contract import Launch, LaunchError, MpiParams, ParamsError
+from nodeagent.launch.contract import Launch, LaunchError, MpiParams, ParamsError, part_key
 from nodeagent.survival.lease import AgentLease, start_fenced
 from nodeagent.survival.state import StateDir
 
@@ -59,6 +61,7 @@ class Admission:
         lease: AgentLease,
         state: StateDir | None,
         counters: Counters,
+        commands: Commands,
     ) -> None:
         self._agent_id = agent_id
         self._incarnation = incarnation
@@ -74,6 +77,7 @@ class Admission:
         self._lease = lease
         self._state = state
         self._counters = counters
+        self._commands = commands
         # A start of a newer attempt waiting for the stale attempt's process to exit.
         self._deferred: dict[str, StartPart] = {}
         # Starts waiting for the CPUs of parts that are being ended, in arrival order.
@@ -125,9 +129,13 @@ class Admission:
             procs, cpus = command.cpus, command.cpus
         mpi = _mpi_params(job.mpi) if job.workload == "mpi" else None
         ranks, offset = _rank_share(command)
+        attempt = max(1, command.attempt)
         return Launch(
+            command_file=(
+                self._commands.plan_file(job.id, attempt) if job.workload == "command" else None
+            ),
             mpi=mpi,
-            ranks=ranks if mpi is not None else 0,
+            ranks=ranks if mpi is not None or job.workload == "command" else 0,
             rank_offset=offset if mpi is not None else 0,
             total_ranks=job.procs if mpi is not None else 0,
             part=min(command.part, command.parts - 1),
@@ -157,6 +165,11 @@ class Admission:
         )
 
     def _failure_file(self, job_id: str, attempt: int) -> str:
+        if self._state is not None:
+            # Beside the part's record, where only this agent's account may write: a
+            # job process running as root writes it, so never at a name others could
+            # plant in a shared directory.
+            return str(self._state.parts / f"{part_key(job_id, attempt)}.failure")
         folder = self._settings.lease_dir or tempfile.gettempdir()
         name = f"accordion-{self._agent_id}-{self._incarnation[:8]}-{job_id}-{attempt}.failure"
         return os.path.join(folder, name)
@@ -238,12 +251,19 @@ class Admission:
             rate=rate,
             budget=job.walltime,
             changed=now,
-            deadline=wall_deadline(
-                now, job.walltime, rate, launch.time_scale, self._settings.walltime_grace
-            ),
+            deadline=0.0,
         )
+        part.deadline = part.limit_from(now, self._settings.walltime_grace)
         part.failure_file = launch.failure_file
         part.slots = self._pool.take(part.cpus)
+        if launch.command_file is not None:
+            try:
+                # Its account, job directory, cgroup and plan, before its record and fork.
+                self._commands.prepare(command, launch, sorted(self._pool.cores_of(part.slots)))
+            except CommandRefusedError as exc:
+                self._pool.give(part.slots)
+                self._refuse(job.id, attempt, "failed", str(exc))
+                return
         if self._state is not None:
             # Before the fork: a next incarnation finds every part that may run.
             self._state.write_record(part.record())
@@ -276,7 +296,7 @@ class Admission:
 
     def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
         log.warning("agent %s: part %s refused (%s): %s", self._agent_id, job_id, reason, why)
-        self._reports.finished(job_id, attempt, -1, reason)
+        self._reports.finished(job_id, attempt, -1, reason, why[:500])
 
     def _kill_stale(self, part: Part) -> None:
         """End a part of an attempt the scheduler no longer holds: no grace."""
@@ -306,16 +326,24 @@ class Admission:
             return
         now = self._monotonic()
         scale = part.launch.time_scale
-        part.budget = max(0.0, part.budget - part.rate * scale * (now - part.changed))
-        part.changed, part.rate, part.resized = now, rate, True
+        if not part.wall_clock:  # a command's limit is wall-clock time: a resize keeps it
+            part.budget = max(0.0, part.budget - part.rate * scale * (now - part.changed))
+            part.changed = now
+            part.deadline = wall_deadline(
+                now, part.budget, rate, scale, self._settings.walltime_grace
+            )
+        part.rate, part.resized = rate, True
         self._parts.resize(part, command.cpus)
         before = self._pool.cores_of(part.slots)
         part.slots = self._pool.resize(part.slots, command.cpus)
         if part.launch.mpi is not None and part.process is not None:
             # (One still launching is pinned to its slots as it arrives.)
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
+        elif part.wall_clock and part.process is not None:
+            # Every thread of every process the command started, to the part's cores.
+            cores = sorted(self._pool.cores_of(part.slots))
+            self._commands.repin(part.launch, part.process.pid, cores)
         self._counters.resizes += 1
-        part.deadline = wall_deadline(now, part.budget, rate, scale, self._settings.walltime_grace)
         if self._state is not None:
             self._state.write_record(part.record())
         forward = ResizePart(

@@ -35,6 +35,12 @@ Lifecycle, on the agent's topics (``broker.topics``):
   finds its ranks in ``/proc`` and pins them one per slot (two per slot when
   shrunk); a rank's death is named in ``PartFinished.detail`` (read from the
   part's failure file);
+- a user's command (``workload="command"``, only with ``--allow-commands``):
+  admitted as the account it runs as and planned by ``nodeagent.agent.commands``
+  (refused with the reason otherwise); its job process is the command's
+  supervisor (``nodeagent.job.command``), which ends its whole process tree;
+  its wall-time limit is wall-clock time from its fork, and its
+  ``PartFinished`` carries the command's exit status or signal;
 - ``ResizePart``: checked the same way (an expansion needs free CPUs), then
   republished *retained* on ``job_control(job)`` for the job process (retained
   so it also reaches a process that has not subscribed yet; the agent clears
@@ -146,6 +152,7 @@ from broker.messages import AgentOffline, AgentOnline, Message
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.admission import Admission
+from nodeagent.agent.commands import Commands
 from nodeagent.agent.cpuset import SlotPool, checked_cpuset, own_cpuset
 from nodeagent.agent.heartbeats import Heartbeats
 from nodeagent.agent.outbox import Outbox
@@ -232,6 +239,12 @@ class NodeAgent:
         self._lease = AgentLease(
             length=settings.lease, state=state, directory=settings.lease_dir, agent_id=machine.id
         )
+        self._users_commands = Commands(
+            agent_id=machine.id,
+            settings=settings.commands,
+            state=state,
+            term_grace=settings.kill_grace,
+        )
         self._outbox = Outbox(bus, self._tasks)
         self._reports = Reports(
             outbox=self._outbox,
@@ -256,6 +269,7 @@ class NodeAgent:
             state=state,
             counters=self._counters,
             monotonic=monotonic,
+            commands=self._users_commands,
         )
         self._takeover = TakeOver(
             survey=survey,
@@ -281,6 +295,7 @@ class NodeAgent:
             lease=self._lease,
             state=state,
             counters=self._counters,
+            commands=self._users_commands,
         )
         self._heartbeats = Heartbeats(
             bus=bus,
@@ -368,6 +383,7 @@ class NodeAgent:
             await self._serve()
         finally:
             self._lease.release()
+            self._users_commands.close()
 
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
@@ -515,6 +531,8 @@ class NodeAgent:
             speed_score=self.settings.speed_score,
             speed_spread=self.settings.speed_spread,
             adopts=self.adopts,
+            commands=self._users_commands.mode,
+            runs_as=self._users_commands.runs_as,
             draining=self.stopping == "drain",
         )
 

@@ -85,6 +85,24 @@ class Part:
         self.kill_at = kill_at
         self.signal(kill=False)
 
+    @property
+    def wall_clock(self) -> bool:
+        """A user's command: its wall time is a wall-clock limit, not modelled work."""
+        return self.launch.workload == "command"
+
+    def limit_from(self, at: float, grace: float) -> float:
+        """When the wall-time limit ends this part, its account restarting at ``at``.
+
+        The sleep and MPI-like workloads spend ``budget`` units at ``rate``, plus the
+        agent's ``grace`` for what the model does not cover (start-up, exit). A
+        user's command is no model: its limit is ``budget`` cluster seconds of wall
+        time (over the time scale), from its fork, as Slurm's is from the job's
+        start; TERM then, KILL a kill grace later (``nodeagent.job.command``).
+        """
+        if self.wall_clock:
+            return at + self.budget / self.launch.time_scale
+        return wall_deadline(at, self.budget, self.rate, self.launch.time_scale, grace)
+
     def record(self) -> PartRecord:
         """Its record in the state directory, for a next incarnation to adopt it."""
         launch = self.launch

@@ -70,6 +70,8 @@ class Reports:
         detail: str | None = None,
         *,
         run_seconds: float | None = None,
+        exit_status: int | None = None,
+        signal: int | None = None,
     ) -> None:
         self._finished[(job_id, attempt)] = reason
         while len(self._finished) > self._remember:
@@ -84,6 +86,8 @@ class Reports:
             attempt=attempt,
             detail=detail,
             run_seconds=run_seconds,
+            exit_status=exit_status,
+            signal=signal,
         )
         self._outbox.post(self._topic, encode(finished))
 

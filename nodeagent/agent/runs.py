@@ -51,6 +51,7 @@ import os
 from collections.abc import Callable
 
 from broker.topics import Topics
+from nodeagent.agent.commands import SUPERVISOR_MARGIN, Commands
 from nodeagent.agent.cpuset import SlotPool, find_ranks, pin_part
 from nodeagent.agent.outbox import Outbox
 from nodeagent.agent.parts import (
@@ -61,7 +62,6 @@ from nodeagent.agent.parts import (
     Part,
     PartTable,
     RanksFound,
-    wall_deadline,
 )
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.settings import AgentSettings, Reason
@@ -100,6 +100,7 @@ class PartRuns:
         state: StateDir | None,
         counters: Counters,
         monotonic: Callable[[], float],
+        commands: Commands,
     ) -> None:
         self._agent_id = agent_id
         self._topics = topics
@@ -115,6 +116,7 @@ class PartRuns:
         self._state = state
         self._counters = counters
         self._monotonic = monotonic
+        self._commands = commands
         #: The supervisors, by job id and attempt (cancelled when the agent leaves).
         self._supervisors: dict[tuple[str, int], asyncio.Task[None]] = {}
         self._leaving = False
@@ -218,19 +220,18 @@ class PartRuns:
         part.forked = part.received if forked is None else forked
         part.launch_seconds = max(0.0, part.forked - part.received)
         part.started = running_since(process, part.started)
-        if not part.resized:  # a resize while launching restarted the account itself
+        # A resize while launching restarted a modelled account itself; a command's
+        # wall-clock limit counts from its fork whatever happened meanwhile.
+        if not part.resized or part.wall_clock:
             part.changed = part.forked
-            part.deadline = wall_deadline(
-                part.forked,
-                part.budget,
-                part.rate,
-                part.launch.time_scale,
-                self._settings.walltime_grace,
-            )
+            part.deadline = part.limit_from(part.forked, self._settings.walltime_grace)
         if part.ending is not None:
             # Cancelled, superseded or the agent stopping while it launched.
             part.signal(kill=part.kill_at is None)
             return
+        if part.wall_clock and part.resized:
+            # Its command pinned itself to the cores of its admission.
+            self._commands.repin(part.launch, process.pid, sorted(self._pool.cores_of(part.slots)))
         if part.launch.mpi is not None:
             # The leader now, so ranks it forks before they are found inherit the
             # part's cores; each rank on its own core once found (``ranks_found``).
@@ -250,9 +251,15 @@ class PartRuns:
     def exited(self, exited: Exited) -> None:
         part = self._parts.pop(exited.job_id)
         self._pool.give(part.slots)
+        detail = _read_failure(part.failure_file) if exited.error is None else exited.error
+        plan, ended = self._commands.finished(part.launch) if part.wall_clock else (None, None)
+        if ended is not None and detail is None and not ended.ok:
+            detail = f"the command {ended.describe()}"
         if self._state is not None:
             self._state.remove_part(exited.job_id, exited.attempt)
-        detail = _read_failure(part.failure_file) if exited.error is None else exited.error
+        if plan is not None:
+            # Whatever of its tree is left (its supervisor SIGKILLed), its cgroup, its files.
+            self._tasks.start(self._commands.clean(plan), f"clean-{exited.job_id}")
         reason: Reason = "done" if exited.code == 0 else part.ending or "failed"
         if reason == "failed" and (exited.code == EXIT_LOST or self._lease.lapsed()):
             # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
@@ -265,7 +272,14 @@ class PartRuns:
             self._outbox.post(self._topics.job_control(exited.job_id), b"", retain=True)
         run = _run_seconds(part, exited)
         self._reports.finished(
-            exited.job_id, exited.attempt, exited.code, reason, detail, run_seconds=run
+            exited.job_id,
+            exited.attempt,
+            exited.code,
+            reason,
+            detail,
+            run_seconds=run,
+            exit_status=None if ended is None else ended.exit_status,
+            signal=None if ended is None else ended.signal,
         )
         log.info(
             "part %s finished: %s (exit code %d)%s%s",
@@ -294,8 +308,10 @@ class PartRuns:
     # -- timers -------------------------------------------------------------------------
 
     def end(self, part: Part, reason: Reason, now: float) -> None:
-        """End ``part`` for ``reason``: SIGTERM now, SIGKILL after the kill grace."""
-        part.end(reason, now + self._settings.kill_grace)
+        """End ``part`` for ``reason``: SIGTERM now, SIGKILL after the kill grace (a
+        command's supervisor KILLs its tree at that grace itself, and gets a margin)."""
+        margin = SUPERVISOR_MARGIN if part.wall_clock else 0.0
+        part.end(reason, now + self._settings.kill_grace + margin)
 
     def end_all(self, reason: Reason, now: float) -> None:
         for part in self._parts.values():

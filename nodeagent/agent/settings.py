@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from nodeagent.agent.commands import CommandSettings
 from nodeagent.survival.lease import DEFAULT_LEASE
 
 Reason = Literal["done", "failed", "cancelled", "walltime", "lost", "fenced", "stopped"]
@@ -51,6 +52,9 @@ class AgentSettings:
     #: Wall seconds the agent looks for an MPI-like part's ranks before giving up
     #: pinning them one by one (they stay on the part's cores, inherited).
     rank_search: float = 10.0
+    #: Users' own commands (``--allow-commands``; ``nodeagent.agent.commands``); None:
+    #: they are refused.
+    commands: CommandSettings | None = None
     #: Stopped (SIGTERM), drain: take no new part, run the parts to their end, then
     #: say goodbye; False: leave them running for the next incarnation (or end them,
     #: without adoption). See ``nodeagent.agent.node_agent``, "Stop rule".

@@ -21,7 +21,7 @@ import logging
 import time
 
 from nodeagent.agent.cpuset import CpusetError, SlotPool, pin_part
-from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
+from nodeagent.agent.parts import Counters, Part, PartTable
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
 from nodeagent.survival.adoption import Adopted, Lost, Survey
@@ -86,15 +86,15 @@ class TakeOver:
             rate=record.rate,
             budget=record.budget,
             changed=changed,
-            deadline=wall_deadline(
-                changed, record.budget, record.rate, launch.time_scale, self._grace
-            ),
+            deadline=0.0,
             resized=record.resized,
             slots=slots,
             failure_file=launch.failure_file,
             forked=forked.mono,
             adopted_after_stop=time.time() if self._survey and self._survey.after_stop else None,
         )
+        # A command's wall-clock limit counts from its fork, resized or not.
+        part.deadline = part.limit_from(forked.mono if part.wall_clock else changed, self._grace)
         self._parts.add(part)
         self._adopted.append(part)
         self._counters.adopted += 1

@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode, encode
@@ -85,7 +86,10 @@ from nodeagent.launch.runner import run
 
 log = logging.getLogger(__name__)
 
-WORKLOADS = ("sleep", "mpi")
+WORKLOADS = ("sleep", "mpi", "command")
+
+if TYPE_CHECKING:
+    from nodeagent.job.command import Prepared as Command
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -374,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format=f"%(asctime)s job {launch.job_id} %(levelname)s %(message)s",
     )
     ranks: list[Rank] = []
+    command: Command | None = None
     if launch.mpi is not None:
         # Forked before any event loop exists: a child never inherits a running loop.
         ranks = fork_ranks(
@@ -382,7 +387,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             cpu_seconds=launch.cpu_seconds,
             total_ranks=launch.total_ranks,
         )
-    return run(_main(args, launch, ranks))
+    elif launch.workload == "command":
+        from nodeagent.job.command import read_plan, start  # noqa: PLC0415 (subclasses SleepJob)
+
+        try:
+            command = start(read_plan(launch))  # it forks here too, before the loop
+        except (LaunchError, OSError) as exc:
+            print(f"nodeagent.job: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return run(_main(args, launch, ranks, command))
 
 
 def _exit_fenced() -> None:
@@ -391,7 +404,9 @@ def _exit_fenced() -> None:
     os._exit(EXIT_LOST)
 
 
-async def _main(args: argparse.Namespace, launch: Launch, ranks: list[Rank]) -> int:
+async def _main(
+    args: argparse.Namespace, launch: Launch, ranks: list[Rank], command: Command | None = None
+) -> int:
     client_id = f"job-{launch.agent}-{launch.job_id}"
     if args.pipe:
         try:
@@ -402,7 +417,7 @@ async def _main(args: argparse.Namespace, launch: Launch, ranks: list[Rank]) -> 
                 lease_file=launch.lease_file,
                 lease=launch.lease,
             )
-            return await _serve(bus, launch, ranks, None)
+            return await _serve(bus, launch, ranks, None, command)
         except (BusError, _NotConnectedError) as exc:
             log.error("job %s: %s", launch.job_id, exc.__cause__ or exc)
             return EXIT_LOST
@@ -417,7 +432,7 @@ async def _main(args: argparse.Namespace, launch: Launch, ranks: list[Rank]) -> 
     delay = 0.05
     while True:
         try:
-            return await _serve(MqttBus(settings, client_id), launch, ranks, os.getppid())
+            return await _serve(MqttBus(settings, client_id), launch, ranks, os.getppid(), command)
         except _NotConnectedError as exc:
             if time.monotonic() + delay > deadline:
                 log.error("job %s: %s", launch.job_id, exc.__cause__)
@@ -439,6 +454,7 @@ async def _serve(
     launch: Launch,
     ranks: list[Rank],
     parent: int | None,
+    command: Command | None = None,
 ) -> int:
     try:
         bus = await connect.__aenter__()
@@ -447,7 +463,13 @@ async def _serve(
     code = EXIT_LOST
     try:
         job: SleepJob
-        if launch.mpi is not None:
+        if command is not None:
+            from nodeagent.job.command import CommandJob  # noqa: PLC0415 - it subclasses SleepJob
+
+            job = CommandJob(
+                launch, bus, command.plan, command.child, parent_pid=parent, on_fenced=_exit_fenced
+            )
+        elif launch.mpi is not None:
             from nodeagent.job.mpi import MpiJob  # noqa: PLC0415 - it subclasses SleepJob
 
             job = MpiJob(launch, bus, ranks, parent_pid=parent, on_fenced=_exit_fenced)
@@ -457,6 +479,8 @@ async def _serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, job.cancel)
+        if command is not None and command.stop.asked:
+            job.cancel()  # asked before these handlers were there
         code = await job.run()
         if isinstance(bus, RejoiningBus) and not await bus.finish(code):
             # Its end was not heard (the lease lapsed with no agent to rejoin, or the

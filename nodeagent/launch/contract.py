@@ -51,6 +51,10 @@ EXIT_USAGE = 2
 """Bad options, or a workload this version does not run."""
 EXIT_RANK_FAILED = 4
 """An MPI-like part's rank exited before the job's end (its failure file says which and how)."""
+EXIT_COMMAND_FAILED = 5
+"""A command part's command exited non-zero or was killed by a signal (its status file,
+``nodeagent.launch.command_plan``, says which), or could not be started (its failure file
+says why)."""
 EXIT_LOST = 129
 """128 + SIGHUP, as a shell reports a process whose terminal hung up: the bus, the
 agent's pipe, the agent itself or its lease is gone, so nobody would hear of the
@@ -180,6 +184,9 @@ class Launch:
     #: outlives its agent within its lease and rejoins the next incarnation there
     #: (``nodeagent.job.rejoin``); None: it stops as soon as its relay breaks.
     relay_socket: str | None = None
+    #: A command part (``workload == "command"``): the plan its agent wrote for it
+    #: (``nodeagent.launch.command_plan``): what to run, as whom, where its output goes.
+    command_file: str | None = None
 
     @property
     def cpu_seconds(self) -> float:
@@ -215,6 +222,9 @@ class Launch:
                 raise LaunchError(f"job {self.job_id!r}: {self.ranks} ranks of {self.total_ranks}")
             if not 0 <= self.part < self.parts:
                 raise LaunchError(f"job {self.job_id!r}: part {self.part} of {self.parts}")
+        elif self.workload == "command":
+            if self.command_file is None:
+                raise LaunchError(f"job {self.job_id!r}: a command part needs its plan's file")
         elif self.workload != "sleep":
             raise LaunchError(f"job {self.job_id!r}: unknown workload {self.workload!r}")
         if not 0 < self.cpu_util <= 1:
@@ -269,6 +279,7 @@ class Launch:
             *start,
             *lease,
             *([] if self.relay_socket is None else [f"--relay-socket={self.relay_socket}"]),
+            *([] if self.command_file is None else [f"--command-file={self.command_file}"]),
             *self._mpi_argv(),
         ]
 
@@ -326,6 +337,7 @@ class Launch:
         parser.add_argument("--part", type=int, default=0)
         parser.add_argument("--parts", type=int, default=1)
         parser.add_argument("--failure-file", default=None)
+        parser.add_argument("--command-file", default=None, help="a command part's plan")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Launch:
@@ -358,6 +370,7 @@ class Launch:
             lease_file=args.lease_file,
             lease=args.lease,
             relay_socket=args.relay_socket,
+            command_file=args.command_file,
         )
 
     @classmethod

@@ -60,6 +60,7 @@ from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
+import nodeagent.job.command  # noqa: F401 (warm: a command part's supervisor is forked from here)
 from nodeagent.job.sleep_job import main as job_main
 from nodeagent.launch.contract import EXIT_LOST, JOB_MODULE
 from nodeagent.survival.state import Forked, StateError, start_time, write_atomic

@@ -37,16 +37,20 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from nodeagent.launch.command_plan import CommandPlan, PlanError
 from nodeagent.launch.contract import EXIT_LOST, Launch, LaunchError, part_key
 from nodeagent.launch.forkserver import PidfdProcess
 from nodeagent.launch.frames import HELLO, WELCOME, Frame, PipeError, read_frame
+from nodeagent.launch.jobtree import remove_cgroup
 from nodeagent.launch.relay import Relay, RelayStats, WorkDone
 from nodeagent.survival.state import Forked, PartRecord, StateDir, StateError, start_time
 
@@ -241,6 +245,7 @@ async def survey(state: StateDir, agent_id: str, relay: Relay, *, adopt: bool) -
             log.warning("agent %s: killing part %s (pid %d): %s", agent_id, key, forked.pid, why)
             await _kill_and_wait(pidfd)
         ran = forked is not None or state.has_pid_file(key)
+        await _settle_command(state.parts / f"{key}.cmd")
         state.remove_key(key)
         if not ran:
             # No pid file: never forked (the fork server writes it before the child may
@@ -252,6 +257,21 @@ async def survey(state: StateDir, agent_id: str, relay: Relay, *, adopt: bool) -
             result.lost.append(Lost(job_id, int(attempt_text), why or "unknown"))
             log.warning("agent %s: part %s not adopted: %s", agent_id, key, why)
     return result
+
+
+async def _settle_command(plan_file: Path) -> None:
+    """A command part not adopted: what is left of its tree (its supervisor died with
+    the agent, or was killed above) is killed, its cgroup and job directory removed."""
+    try:
+        plan = CommandPlan.read(plan_file)
+    except FileNotFoundError:
+        return
+    except (OSError, PlanError) as exc:
+        log.warning("command plan %s unreadable: %s", plan_file, exc)
+        return
+    if plan.cgroup is not None and not await remove_cgroup(plan.cgroup):
+        log.error("cgroup %s would not empty", plan.cgroup)
+    shutil.rmtree(plan.job_dir, ignore_errors=True)
 
 
 def _peer_pid(writer: asyncio.StreamWriter) -> int | None:

@@ -49,6 +49,9 @@ RECORD_VERSION = 1
 _KEY = re.compile(r"^(?P<job>[A-Za-z0-9_.:@-]{1,200})@(?P<attempt>[0-9]{1,9})$")
 MAX_SOCKET_PATH = 107
 """Bytes of a unix socket's path (``sun_path`` holds 108 with its NUL)."""
+#: A part's files here: its record, pid file and lease, and, by their owners' leave, its
+#: failure file and a command part's plan and status (``nodeagent.agent.commands``).
+PART_FILES = ("json", "pid", "lease", "failure", "cmd", "status")
 MAX_RECORD = 1 << 16
 """64 KiB: a record is well under 2 KiB; anything larger is not ours."""
 
@@ -282,13 +285,7 @@ class StateDir:
         write_atomic(self.record_path(record.job_id, record.attempt), record.dump())
 
     def remove_part(self, job_id: str, attempt: int) -> None:
-        for path in (
-            self.record_path(job_id, attempt),
-            self.pid_path(job_id, attempt),
-            self.part_lease(job_id, attempt),
-        ):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        self.remove_key(part_key(job_id, attempt))
 
     def part_keys(self) -> list[str]:
         """Every part key with a file here (records, pid files or leases), sorted."""
@@ -329,7 +326,7 @@ class StateDir:
     def remove_key(self, key: str) -> None:
         if _KEY.match(key) is None:
             return
-        for ext in ("json", "pid", "lease"):
+        for ext in PART_FILES:
             with contextlib.suppress(FileNotFoundError):
                 (self.parts / f"{key}.{ext}").unlink()
 

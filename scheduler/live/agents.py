@@ -85,7 +85,7 @@ from broker.vocabulary import BadMessage
 from model.machine import Machine
 from scheduler.live import agent_hold, drains, reconcile
 from scheduler.live.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
-from scheduler.live.context import Agent, Context
+from scheduler.live.context import Agent, Context, Ended
 from scheduler.live.coupling import PartEvent, Reported, ToJob, agent_moved, part_event, part_rule
 from scheduler.live.live_jobs import LiveJob
 from scheduler.live.part_lifecycle import PartState
@@ -313,13 +313,19 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
     if part.is_stale(message.attempt):
         ctx.metrics.stale_reports.inc()
         return  # another attempt's process ended: nothing of this attempt changed
+    ended = _command_end(message)
     if message.exit_code == 0 and message.reason == "done":
         ran = live.ran.get(agent)
         if ran is not None and message.run_seconds is not None:
             live.ended[agent] = ran + message.run_seconds * ctx.time_scale
-        part_event(ctx, job_id, agent, PartEvent.DONE, now)
+        part_event(ctx, job_id, agent, PartEvent.DONE, now, ended=ended)
         return
-    detail = f"part on {agent}: {message.reason} (exit code {message.exit_code})"
+    # A command part's own exit code says only how its supervisor ended: its command's
+    # end is in the detail (and the event's exit status or signal).
+    code = "" if ended is not None else f" (exit code {message.exit_code})"
+    detail = f"part on {agent}: {message.reason}{code}"
+    if message.detail:
+        detail = f"{detail}: {message.detail}"
     if message.reason == "fenced":
         # The agent would not run this attempt (a start delayed past its lease, or the
         # lease lapsed under it): that job goes back to the queue; the agent stays.
@@ -340,7 +346,14 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         detail = f"{detail}: its agent's operator stopped it, not charged"
         part_event(ctx, job_id, agent, PartEvent.STOPPED, now, detail=detail)
         return
-    part_event(ctx, job_id, agent, PartEvent.FAILED, now, detail=detail)
+    part_event(ctx, job_id, agent, PartEvent.FAILED, now, detail=detail, ended=ended)
+
+
+def _command_end(message: PartFinished) -> Ended | None:
+    """How a part's command ended, when its agent said (a command job's first part)."""
+    if message.exit_status is None and message.signal is None:
+        return None
+    return Ended(exit_status=message.exit_status, signal=message.signal)
 
 
 def _reported(ctx: Context, agent: str, running: Reported, now: float, *, complete: bool) -> None:

@@ -98,6 +98,14 @@ class JournalWriter(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """How a command job's command ended: its exit status or the signal (one of them)."""
+
+    exit_status: int | None = None
+    signal: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """A message to publish; ``durable``: it tells of something journaled (an
     acceptance, an event, a command), so it waits for the journal's commit; a reply
@@ -231,11 +239,13 @@ class Context:
         detail: str = "",
         *,
         cpus: tuple[int, int] | None = None,
+        ended: Ended | None = None,
         parts: Sequence[Part] = (),
     ) -> None:
         """Journal and publish one JobEvent, numbered in the job's sequence.
 
         ``cpus`` is a resize's ``(before, after)``: the job's CPUs over all parts;
+        ``ended`` a command job's exit status or signal, on its final event;
         ``parts`` a start's or a resize's parts from then on.
         """
         events = self.settings.job_events
@@ -253,6 +263,8 @@ class Context:
             seq=seq,
             cpus_before=before,
             cpus_after=after,
+            exit_status=None if ended is None else ended.exit_status,
+            signal=None if ended is None else ended.signal,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts),
             stream=self.stream,
         )
@@ -304,8 +316,11 @@ class Context:
             if part.machine in online or part.machine == also:
                 self.command(part.machine, CancelPart(job_id=live.job_id, attempt=live.attempt))
 
-    def end_job(self, job_id: str, now: float, state: JobState, detail: str) -> None:
-        """A running job ended (all parts done, or one failed)."""
+    def end_job(
+        self, job_id: str, now: float, state: JobState, detail: str, ended: Ended | None = None
+    ) -> None:
+        """A running job ended (all parts done, or one failed); ``ended``: how its
+        command ended, for a command job whose agent could tell."""
         left = self.core.finished(job_id, now, failed=state is JobState.FAILED)
         live = self.placements.untrack(job_id)
         # The run as the agents measured it (``scheduler.live.agents``, "Run dating").
@@ -320,7 +335,7 @@ class Context:
         self.cancel_parts(live)
         live.end_all(PartInput.CANCELLED)
         self.metrics.jobs_finished.labels(state=state.value).inc()
-        self.event(job_id, ended_event(state), now, detail)
+        self.event(job_id, ended_event(state), now, detail, ended=ended)
         self.dirty = True
 
     def cancel_job(self, job_id: str, now: float, detail: str) -> None:

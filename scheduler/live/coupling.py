@@ -52,7 +52,7 @@ from broker.vocabulary import JobEventKind
 from scheduler.core.job_lifecycle import IllegalTransitionError, JobState
 from scheduler.live import agent_hold
 from scheduler.live.agent_lifecycle import AgentInput, AgentState, Move
-from scheduler.live.context import Context
+from scheduler.live.context import Context, Ended
 from scheduler.live.dispatch import start_commands
 from scheduler.live.part_lifecycle import PartInput, PartState
 
@@ -141,7 +141,8 @@ class ToJob(StrEnum):
     """What a part's event does to its job."""
 
     GOES_ON = "goes on"
-    #: Finished when every part is done.
+    #: Finished when every part is done (a command job: when its first part is, the
+    #: one that runs the command).
     FINISHES = "finishes if every part is done"
     #: Failed now; its other parts are told to stop.
     FAILS = "fails"
@@ -348,10 +349,18 @@ def agent_moved(
 
 
 def part_event(
-    ctx: Context, job_id: str, agent: str, event: PartEvent, now: float, *, detail: str = ""
+    ctx: Context,
+    job_id: str,
+    agent: str,
+    event: PartEvent,
+    now: float,
+    *,
+    detail: str = "",
+    ended: Ended | None = None,
 ) -> PartRule:
     """Apply :data:`PART_RULES` to the part of ``job_id`` on ``agent``; ``detail`` says
-    why, in the job's event and journal row."""
+    why, in the job's event and journal row; ``ended``: how the part's command ended,
+    when it ran a user's command (its first part), for the job's final event."""
     live = ctx.placements[job_id]
     part = live.parts[agent]
     rule = part_rule(event, part.state, sent_again=agent in live.resent)
@@ -361,10 +370,12 @@ def part_event(
         case ToJob.GOES_ON:
             pass
         case ToJob.FINISHES:
-            if live.all_done:
-                ctx.end_job(job_id, now, JobState.FINISHED, "")
+            # A command job ends with its command, which its first part runs (as a
+            # batch script's end ends a Slurm job): its other parts are told to stop.
+            if live.all_done or (ended is not None and next(iter(live.parts)) == agent):
+                ctx.end_job(job_id, now, JobState.FINISHED, "", ended)
         case ToJob.FAILS:
-            ctx.end_job(job_id, now, JobState.FAILED, detail)
+            ctx.end_job(job_id, now, JobState.FAILED, detail, ended)
         case ToJob.REQUEUED:
             ctx.job_lost(job_id, now, detail, cause=Cause.PART_LOST)
         case ToJob.REQUEUED_UNCHARGED:

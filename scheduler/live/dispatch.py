@@ -24,6 +24,7 @@ job's ``procs`` however uneven the parts are).
 
 from __future__ import annotations
 
+from broker.command_spec import HostSlots
 from broker.messages import ExecutionSpec, ResizePart, StartPart
 from broker.vocabulary import JobEventKind
 from model.allocation import Allocation
@@ -103,6 +104,16 @@ def start_commands(
     alloc = Allocation.of(parts, ctx.core.speeds)
     spec = ctx.specs[job_id]
     shares = rank_shares(spec.procs, [p.cpus for p in parts])
+    # Every part and its share of the processes: a command job's hostfile. Only a
+    # command job's parts are told (the other workloads have no use for it).
+    hosts = (
+        tuple(
+            HostSlots(machine=p.machine, slots=max(1, n))
+            for p, (n, _) in zip(parts, shares, strict=True)
+        )
+        if spec.workload == "command"
+        else ()
+    )
     return [
         (
             p.machine,
@@ -119,6 +130,7 @@ def start_commands(
                 execution=execution,
                 ranks=ranks,
                 rank_offset=offset,
+                hosts=hosts,
             ),
         )
         for i, (p, (ranks, offset)) in enumerate(zip(parts, shares, strict=True))

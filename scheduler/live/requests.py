@@ -91,6 +91,7 @@ from broker.messages import (
     SubmitJobs,
     SubmitReply,
     SubmitResult,
+    authenticated,
     owned_by,
 )
 from broker.topics import Topics
@@ -213,6 +214,10 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     if who is not None and not who.admin:
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
+    # Who the broker vouches for (a root agent runs a command only for an owner its admin
+    # mapped): the user's login; the user an admin submits for, as root's ``sbatch --uid``;
+    # nobody without a login. Never what the payload says.
+    specs = tuple(authenticated(s, None if who is None else s.user) for s in specs)
     table = None if admin else ctx.settings.associations
     failure = ctx.journal.failure
     for asked in specs:

@@ -385,8 +385,9 @@ class Journal:
             # Idempotent by job and seq only: a stream number used twice is a bug, loud.
             self._writer.execute(
                 "INSERT INTO job_events(job_id, seq, at, event, detail, "
-                "cpus_before, cpus_after, parts, stream, owner, owner_stream) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, seq) DO NOTHING",
+                "cpus_before, cpus_after, parts, stream, owner, owner_stream, exit_status, "
+                "signal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT(job_id, seq) DO NOTHING",
                 (
                     event.job_id,
                     event.seq,
@@ -401,6 +402,8 @@ class Journal:
                     event.stream,
                     owner,
                     owner_stream,
+                    event.exit_status,
+                    event.signal,
                 ),
             )
 
@@ -410,8 +413,8 @@ class Journal:
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts, stream "
-                "FROM job_events "
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts, stream, "
+                "exit_status, signal FROM job_events "
                 "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
@@ -426,8 +429,10 @@ class Journal:
                     cpus_after=after,
                     parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                     stream=stream,
+                    exit_status=status,
+                    signal=signum,
                 )
-                for seq, at, kind, d, before, after, parts, stream in rows
+                for seq, at, kind, d, before, after, parts, stream, status, signum in rows
             ]
         return out
 
@@ -456,10 +461,11 @@ class Journal:
         where = f"{number} > ?" + ("" if owner is None else " AND owner = ?")
         args: tuple[object, ...] = (after,) if owner is None else (after, owner)
         rows = self._db.execute(
-            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, parts, {number} "
-            f"FROM job_events WHERE {where} ORDER BY {number} LIMIT ?",
+            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, parts, {number}, "
+            f"exit_status, signal FROM job_events WHERE {where} ORDER BY {number} LIMIT ?",
             (*args, limit + 1),
         ).fetchall()
+        shown = rows[:limit]
         events = [
             JobEvent(
                 job_id=str(job_id),
@@ -471,8 +477,10 @@ class Journal:
                 cpus_after=after_cpus,
                 parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
                 stream=int(n),
+                exit_status=status,
+                signal=signum,
             )
-            for job_id, seq, at, kind, d, before, after_cpus, parts, n in rows[:limit]
+            for job_id, seq, at, kind, d, before, after_cpus, parts, n, status, signum in shown
         ]
         return events, len(rows) > limit
 

@@ -33,7 +33,9 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    number in the scheduler-wide stream and in its owner's, which watchers ask
    for by number); ``drains``, the machines an admin drained. Older rows have
    NULL there (no cause, no number): the streams of a migrated journal start
-   after its last event.
+   after its last event;
+9. ``job_events.exit_status`` and ``.signal``: how a command job's command
+   ended, on its final event; NULL in older rows and for other jobs.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -90,6 +92,8 @@ CREATE TABLE IF NOT EXISTS job_events (
     stream INTEGER,
     owner TEXT,
     owner_stream INTEGER,
+    exit_status INTEGER,
+    signal INTEGER,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (
@@ -143,8 +147,8 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns, schema 7 the events' parts and schema 8 the causes and stream
-    # numbers, added to the tables an older scheduler made.
+    # columns, schema 7 the events' parts, schema 8 the causes and stream
+    # numbers and schema 9 a command's end, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(
         db,
@@ -166,6 +170,7 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
         "job_events",
         [("stream", "INTEGER"), ("owner", "TEXT"), ("owner_stream", "INTEGER")],
     )
+    _add_columns(db, "job_events", [("exit_status", "INTEGER"), ("signal", "INTEGER")])
     if "state" in _columns(db, "job_events"):
         # Schema 6 (a schema-1 file had no job_events: it was just made with ``event``).
         db.execute("ALTER TABLE job_events RENAME COLUMN state TO event")

@@ -101,7 +101,9 @@ def test_the_core_services_are_there(services: dict[str, Any]) -> None:
     for name in ("broker", "scheduler", "prometheus", "submit"):
         assert name in services
     assert services["broker"]["image"] == "eclipse-mosquitto:2"
-    assert services["scheduler"]["build"] == "."
+    assert services["scheduler"]["build"]["context"] == "."
+    # The image has the OS account of the testbed's user, whom its commands run as.
+    assert services["scheduler"]["build"]["args"]["JOB_USERS"] == "${ACCORDION_USER:-alice}"
     assert services["submit"]["profiles"] == ["tools"]
     for name in ["scheduler", *agents(services)]:
         assert services[name]["restart"] == "unless-stopped", name
@@ -288,6 +290,27 @@ def test_the_dockerfile_installs_the_project() -> None:
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert "pip install ." in text
     assert f"{IMAGE_EXAMPLES}" in text
+
+
+def test_the_agents_run_users_commands_as_their_accounts_in_the_shared_volume(
+    base: dict[str, Any], services: dict[str, Any]
+) -> None:
+    for name, service in agents(base["services"]).items():
+        args = nodeagent_parser().parse_args(command(service)[3:])
+        assert args.allow_commands, name
+        assert args.user_map == "/etc/accordion/users.map", name
+        # As root, to be each user's account; never root's: the map's "* *" skips it.
+        assert service["user"] == "root", name
+        assert "shared:/shared" in service["volumes"], name
+    assert "shared:/shared" in services["submit"]["volumes"]
+    assert services["submit"]["working_dir"] == "/shared"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY deploy/users.map /etc/accordion/users.map" in dockerfile
+    lines = [
+        line.split("#")[0].split()
+        for line in (ROOT / "deploy" / "users.map").read_text().splitlines()
+    ]
+    assert [fields for fields in lines if fields] == [["*", "*"]]
 
 
 def test_the_dask_profile_parses_and_publishes_on_loopback_only(

@@ -24,7 +24,11 @@ One scenario, in order, on its own compose project and host ports:
    (``docker kill``); ``restart broker``; ``restart scheduler``;
 4. the submit client must end with status 0: every accepted job finished and
    the live-against-twin table printed;
-5. Prometheus's totals equal the journal's, read in the scheduler's
+5. a user's own command (``accordion submit -- sh -c ...`` in the submit
+   container): it runs on an agent as ``alice``'s OS account, its status says
+   ``exit 0``, and its output file is in the ``shared`` volume the submit
+   container reads (it polls ``accordion status`` for the end, bounded);
+6. Prometheus's totals equal the journal's, read in the scheduler's
    container (the agent loss of step 3 included: counted before the
    scheduler's restart, still counted after it), and every agent container
    that ever ran was scraped.
@@ -379,6 +383,19 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
     finally:
         if demo.poll() is None:
             demo.kill()
+    # A user's own command, after all that: it runs on an agent as the user's account,
+    # and its output is in the volume the submitting container shares with the agents.
+    job = f"cmd-{uuid.uuid4().hex[:6]}"
+    shell = (
+        f"accordion submit --id {job} -t 36000 -- sh -c 'id -un; echo on $ACCORDION_NODENAME' "
+        f"&& i=0 && until accordion status {job} | grep -q finished; do "
+        "i=$((i+1)); [ $i -lt 600 ] || exit 3; sleep 0.2; done "
+        f"&& accordion status {job} && cat accordion-{job}.out"
+    )
+    ran = bed.run("run", "--rm", "-T", "submit", "sh", "-c", shell, check=False)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "exit 0" in ran.stdout, ran.stdout
+    assert f"{bed.env.get('ACCORDION_USER', 'alice')}\non " in ran.stdout, ran.stdout
     # The journal, read in the scheduler's container, against Prometheus's totals.
     journal = json.loads(
         bed.run(

@@ -143,8 +143,11 @@ async def test_poison_and_a_broker_restart_end_no_process(
                     continue  # a forged valid message is the ACLs' to stop, not the codec's
                 await cli.publish(topic, payload)
                 sent += 1
-        # Wait for a round trip through the scheduler, after all of it.
-        await ask_status(cli, box, topics, 100)
+        # Wait for a round trip through the scheduler, after all of it. (Bounded: a
+        # scheduler the broker keeps disconnecting never answers, and pytest-timeout's
+        # alarm does not interrupt uvloop's wait.)
+        async with asyncio.timeout(60):
+            await ask_status(cli, box, topics, 100)
         assert sent > 1400
         assert scheduler.returncode is None
         assert agent.returncode is None
@@ -152,7 +155,8 @@ async def test_poison_and_a_broker_restart_end_no_process(
 
         broker.kill()
         assert await asyncio.to_thread(broker.start)
-        reply = await ask_status(cli, box, topics, 200)
+        async with asyncio.timeout(60):
+            reply = await ask_status(cli, box, topics, 200)
         assert [m.id for m in reply.machines] == ["n1"]
         async with asyncio.timeout(60):
             while True:

@@ -112,7 +112,9 @@ def test_a_schema_6_journal_is_migrated_and_its_streams_start_after_it(tmp_path:
         journal.record_event(event, owner="ann", owner_stream=1)
         assert journal.last_streams() == (1, {"ann": 1})
         assert journal.stream_events(0, 10) == ([event], False)
-    assert {"stream", "owner", "owner_stream"} <= _columns(path, "job_events")
+    assert {"stream", "owner", "owner_stream", "exit_status", "signal"} <= _columns(
+        path, "job_events"
+    )
     assert {"cause", "charged"} <= _columns(path, "events")
     assert "hold_cause" in _columns(path, "jobs")
     with closing(sqlite3.connect(path)) as db:
@@ -139,7 +141,9 @@ def test_a_schema_7_journal_keeps_its_parts_and_its_streams_start_after_it(
         journal.record_event(finished, owner="ann", owner_stream=1)
         assert journal.stream_events(0, 10) == ([finished], False)
         assert journal.stream_events(0, 10, owner="ann") == ([finished], False)
-    assert {"parts", "stream", "owner", "owner_stream"} <= _columns(path, "job_events")
+    assert {"parts", "stream", "owner", "owner_stream", "exit_status", "signal"} <= _columns(
+        path, "job_events"
+    )
     assert "hold_cause" in _columns(path, "jobs")
     with closing(sqlite3.connect(path)) as db:
         (schema,) = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()

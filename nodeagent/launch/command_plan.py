@@ -1,0 +1,287 @@
+"""A command part's plan: what its supervisor runs, as whom, and where; and how it ended.
+
+Part of the launch contract (``nodeagent.launch.contract``): the agent decides
+everything about a user's command at admission (``nodeagent.agent.commands``)
+and writes it as a :class:`CommandPlan` into a file only it and its job
+processes can read (the machine's state directory); the part's job process,
+the command's *supervisor* (``nodeagent.job.command``), reads it back with
+checks (``Launch.command_file`` names the file, so an adoption record keeps it
+too). The plan holds:
+
+- ``batch``: whether this part runs the command (the job's first part, as
+  ``sbatch`` runs a script on the first node); the others hold their CPUs,
+  for an MPI launcher to reach them;
+- the program and its arguments (a script: its copy in the job's directory),
+  the working directory, the stdout and stderr files (patterns resolved), the
+  environment (built afresh, never the agent's own);
+- ``run_as``: the OS account (uid, gid, groups) the command runs as, or None
+  for the supervisor's own;
+- where the command's process tree is kept (``cgroup``, a cgroup v2
+  directory of its own, or None: the supervisor is the tree's subreaper and
+  walks it, ``nodeagent.launch.jobtree``), the host cores it is pinned to, and
+  ``term_grace``, the wall seconds between TERM and KILL of the whole tree;
+- ``status_file``: where the supervisor writes how the command ended
+  (:class:`CommandStatus`: ``exit N`` or ``signal N``), which the agent reads
+  into ``PartFinished.exit_status`` or ``.signal``.
+
+The files are JSON and one line of text, read with checks: a plan that does
+not read is no plan (the part fails), never trusted in part.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PLAN_VERSION = 1
+MAX_PLAN = 8 << 20
+"""8 MiB: a plan holds at most 1,024 arguments of 4 KiB and its environment."""
+
+
+class PlanError(ValueError):
+    """A plan or status file that cannot be read."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAs:
+    """An OS account: a command's process takes these ids before it execs."""
+
+    user: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+    shell: str
+
+    def __post_init__(self) -> None:
+        if min(self.uid, self.gid, *self.groups, 0) < 0:
+            raise PlanError(f"account {self.user!r}: negative ids")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommandPlan:
+    """What a command part's supervisor does (module docstring)."""
+
+    batch: bool
+    argv: tuple[str, ...]
+    chdir: str
+    stdout: str
+    stderr: str | None
+    env: tuple[tuple[str, str], ...]
+    run_as: RunAs | None
+    cgroup: str | None
+    cores: tuple[int, ...]
+    term_grace: float
+    status_file: str
+    #: The job's own directory (hostfile, script copy, ``TMPDIR``), the agent's to
+    #: create and remove.
+    job_dir: str
+
+    def __post_init__(self) -> None:
+        if self.batch and not self.argv:
+            raise PlanError("a batch part needs a program to run")
+        for path in (self.chdir, self.stdout, self.status_file, self.job_dir):
+            if not os.path.isabs(path):
+                raise PlanError(f"{path!r} is not an absolute path")
+        if self.stderr is not None and not os.path.isabs(self.stderr):
+            raise PlanError(f"{self.stderr!r} is not an absolute path")
+        if any("\0" in a for a in self.argv) or any("\0" in k + v for k, v in self.env):
+            raise PlanError("NUL in an argument or the environment")
+        if any(not k or "=" in k for k, _ in self.env):
+            raise PlanError("an environment variable without a name, or with = in it")
+        if not (self.term_grace >= 0 and math.isfinite(self.term_grace)):
+            raise PlanError(f"term_grace must be >= 0, got {self.term_grace!r}")
+        if any(c < 0 for c in self.cores):
+            raise PlanError("negative core number")
+
+    def environ(self) -> dict[str, str]:
+        return dict(self.env)
+
+    def dump(self) -> bytes:
+        run_as = None
+        if self.run_as is not None:
+            r = self.run_as
+            run_as = {
+                "user": r.user,
+                "uid": r.uid,
+                "gid": r.gid,
+                "groups": list(r.groups),
+                "home": r.home,
+                "shell": r.shell,
+            }
+        return json.dumps(
+            {
+                "version": PLAN_VERSION,
+                "batch": self.batch,
+                "argv": list(self.argv),
+                "chdir": self.chdir,
+                "stdout": self.stdout,
+                "stderr": self.stderr,
+                "env": [list(kv) for kv in self.env],
+                "run_as": run_as,
+                "cgroup": self.cgroup,
+                "cores": list(self.cores),
+                "term_grace": self.term_grace,
+                "status_file": self.status_file,
+                "job_dir": self.job_dir,
+            }
+        ).encode()
+
+    @classmethod
+    def load(cls, data: bytes) -> CommandPlan:
+        try:
+            raw = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PlanError(f"command plan is not JSON: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("version") != PLAN_VERSION:
+            raise PlanError("not a version-1 command plan")
+        try:
+            run_as = raw.get("run_as")
+            return cls(
+                batch=_typed(raw, "batch", bool),
+                argv=tuple(_strs(raw.get("argv"))),
+                chdir=_typed(raw, "chdir", str),
+                stdout=_typed(raw, "stdout", str),
+                stderr=_optional(raw, "stderr", str),
+                env=tuple(_pair(kv) for kv in _list(raw.get("env"))),
+                run_as=None if run_as is None else _run_as(run_as),
+                cgroup=_optional(raw, "cgroup", str),
+                cores=tuple(_ints(raw.get("cores"))),
+                term_grace=float(_typed(raw, "term_grace", (int, float))),
+                status_file=_typed(raw, "status_file", str),
+                job_dir=_typed(raw, "job_dir", str),
+            )
+        except TypeError as exc:
+            raise PlanError(f"command plan field: {exc}") from None
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> CommandPlan:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PLAN + 1)
+        if len(data) > MAX_PLAN:
+            raise PlanError(f"{path} is larger than any command plan")
+        return cls.load(data)
+
+
+def _typed(raw: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = raw.get(name)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TypeError(f"{name} is {value!r}")
+    return value
+
+
+def _optional(raw: dict[str, Any], name: str, kind: type) -> Any:
+    return None if raw.get(name) is None else _typed(raw, name, kind)
+
+
+def _list(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {value!r}")
+    return value
+
+
+def _strs(value: object) -> list[str]:
+    items = _list(value)
+    if not all(isinstance(v, str) for v in items):
+        raise TypeError(f"expected a list of strings, got {value!r}")
+    return items
+
+
+def _ints(value: object) -> list[int]:
+    items = _list(value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise TypeError(f"expected a list of integers, got {value!r}")
+    return items
+
+
+def _pair(value: object) -> tuple[str, str]:
+    items = _strs(value)
+    if len(items) != 2:
+        raise TypeError(f"expected a name and a value, got {value!r}")
+    return items[0], items[1]
+
+
+def _run_as(raw: object) -> RunAs:
+    if not isinstance(raw, dict):
+        raise TypeError(f"run_as is {raw!r}")
+    return RunAs(
+        user=_typed(raw, "user", str),
+        uid=_typed(raw, "uid", int),
+        gid=_typed(raw, "gid", int),
+        groups=tuple(_ints(raw.get("groups"))),
+        home=_typed(raw, "home", str),
+        shell=_typed(raw, "shell", str),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CommandStatus:
+    """How a command ended: its exit status, or the signal that killed it."""
+
+    exit_status: int | None = None
+    signal: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.exit_status is None) == (self.signal is None):
+            raise PlanError("a command ends with an exit status or a signal, one of the two")
+        if self.exit_status is not None and not 0 <= self.exit_status <= 255:
+            raise PlanError(f"exit status {self.exit_status} out of 0..255")
+        if self.signal is not None and not 1 <= self.signal <= 64:
+            raise PlanError(f"signal {self.signal} out of 1..64")
+
+    @classmethod
+    def of_wait_status(cls, status: int) -> CommandStatus:
+        """From ``waitpid``'s status word."""
+        if os.WIFSIGNALED(status):
+            return cls(signal=os.WTERMSIG(status))
+        return cls(exit_status=os.waitstatus_to_exitcode(status) & 0xFF)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+    def describe(self) -> str:
+        """``exited with status 3`` or ``was killed by signal 9 (SIGKILL)``."""
+        if self.signal is not None:
+            return f"was killed by signal {self.signal} ({signal_name(self.signal)})"
+        return f"exited with status {self.exit_status}"
+
+    def dump(self) -> bytes:
+        if self.signal is not None:
+            return f"signal {self.signal}\n".encode()
+        return f"exit {self.exit_status}\n".encode()
+
+    @classmethod
+    def load(cls, data: bytes) -> CommandStatus:
+        try:
+            what, number = data.decode("ascii").split()
+            value = int(number)
+        except (ValueError, UnicodeDecodeError):
+            raise PlanError(f"status file is not 'exit N' or 'signal N': {data[:40]!r}") from None
+        if what == "exit":
+            return cls(exit_status=value)
+        if what == "signal":
+            return cls(signal=value)
+        raise PlanError(f"status file is not 'exit N' or 'signal N': {data[:40]!r}")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> CommandStatus | None:
+        """The status a supervisor wrote at ``path``; None if it wrote none."""
+        try:
+            data = Path(path).read_bytes()[:64]
+        except FileNotFoundError:
+            return None
+        return cls.load(data)
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; ``SIG<n>`` for a number without a name (real-time signals)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"SIG{number}"
