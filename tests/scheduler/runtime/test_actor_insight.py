@@ -23,10 +23,9 @@ from broker.messages import (
     JobStatus,
     StatusReply,
     StatusRequest,
-    WaitReason,
 )
 from broker.topics import PROTOCOL_VERSION
-from broker.vocabulary import BadMessage, JobEventKind
+from broker.vocabulary import BadMessage, JobEventKind, WaitReason
 from scheduler.live import requests
 from scheduler.live.limits import Limits
 from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually, spec
