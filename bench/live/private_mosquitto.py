@@ -13,8 +13,8 @@ from broker.local import accepts, free_port, mosquitto_binary, mosquitto_config
 
 
 @contextmanager
-def mosquitto(hint: str = "") -> Iterator[int]:
-    """Its port, while it runs with ``accordion up``'s configuration (no logins).
+def mosquitto_process(hint: str = "") -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """Its port and process, while it runs with ``accordion up``'s configuration (no logins).
 
     Without a ``mosquitto`` binary the bench exits with a one-line error (and ``hint``).
     """
@@ -29,7 +29,14 @@ def mosquitto(hint: str = "") -> Iterator[int]:
         try:
             while not accepts("127.0.0.1", port):
                 time.sleep(0.02)  # a bench's start-up, not a test's synchronisation
-            yield port
+            yield port, proc
         finally:
             proc.terminate()
             proc.wait()
+
+
+@contextmanager
+def mosquitto(hint: str = "") -> Iterator[int]:
+    """Its port, while it runs (see :func:`mosquitto_process`)."""
+    with mosquitto_process(hint) as (port, _proc):
+        yield port

@@ -51,6 +51,7 @@ rows, and waits for the rest of the hold-off before declaring them lost.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from broker.vocabulary import JobEventKind
 from scheduler.live.agent_lifecycle import AgentInput, AgentState, Move
@@ -109,11 +110,12 @@ def rejoined(ctx: Context, agent: str) -> None:
     log.warning("agent %s heard again during its hold: its parts go on", agent)
 
 
-def expired(ctx: Context, now: float) -> list[tuple[str, Move]]:
-    """The HELD and STOPPED agents whose hold-off passed, moved to LOST (the caller
-    applies the moves' rule), with their moves."""
+def expired(ctx: Context, agents: Iterable[str], now: float) -> list[tuple[str, Move]]:
+    """Those of ``agents`` that are HELD or STOPPED and whose hold-off passed, moved to
+    LOST (the caller applies the moves' rule), with their moves."""
     ended = []
-    for agent, ag in ctx.agents.items():
+    for agent in agents:
+        ag = ctx.agents[agent]
         until = ag.life.held_until
         if ag.life.held and until is not None and now >= until:
             ended.append((agent, ag.life.apply(AgentInput.HOLD_ENDED)))

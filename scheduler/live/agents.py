@@ -6,6 +6,9 @@ job processes go on while their agent is frozen. An agent whose heartbeats
 stop for ``suspect_factor`` periods is SUSPECT; for ``silence_factor``
 periods, LOST. Silence is counted only while the scheduler itself is
 connected (``Context.heard_since``), so a broker outage is no one's silence.
+The check looks only at the agents whose deadline came (``scheduler.live.liveness``),
+and a heartbeat that changes nothing (:func:`renew`) only sets the agent's time
+stamp: agents cost the scheduler in proportion to what changes, not to their number.
 
 *Adoption.* An agent whose parts outlive it (``AgentOnline.adopts``) is not
 lost at once on its will or a new incarnation: its parts are held for its
@@ -128,24 +131,80 @@ def on_event(ctx: Context, agent: str, message: AnyMessage, now: float) -> None:
             pass  # not liveness (see the module docstring); estimates come from the model
 
 
-def check_liveness(ctx: Context, now: float) -> None:
-    """The periodic check: suspect and lose agents whose heartbeats stopped."""
+def check_liveness(ctx: Context, now: float) -> bool:
+    """The periodic check: suspect and lose agents whose heartbeats stopped, end the
+    holds that ran out; True if any agent moved.
+
+    Only the agents whose deadline came are looked at (``scheduler.live.liveness``),
+    in the order of the agents table: holds first, then silences, as a walk of
+    the whole table would find them.
+    """
+    due = ctx.deadlines.due(now)
+    if not due:
+        return False
     s = ctx.settings
     lose = s.silence_limit * ctx.time_scale
     suspect = s.suspect_limit * ctx.time_scale
-    for agent, move in agent_hold.expired(ctx, now):
+    moved = False
+    for agent, move in agent_hold.expired(ctx, due, now):
         agent_moved(ctx, agent, move, now, "will")  # nobody adopted its parts within the lease
-    for agent, ag in list(ctx.agents.items()):
-        if not ag.life.heard:
-            continue
-        silent = now - max(ag.last_heartbeat, ctx.heard_since)
-        if silent > lose:
-            agent_moved(ctx, agent, ag.life.apply(AgentInput.SILENT), now, "silence")
-        elif silent > suspect and ag.life.state is AgentState.ONLINE:
-            # Cordoned: no new parts there until it is heard again.
-            agent_moved(ctx, agent, ag.life.apply(AgentInput.MISSED), now, "silence")
-            ctx.metrics.agents_suspect.inc()
-            log.warning("agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale)
+        moved = True
+    for agent in due:
+        ag = ctx.agents[agent]
+        if ag.life.heard:
+            silent = now - max(ag.last_heartbeat, ctx.heard_since)
+            if silent > lose:
+                agent_moved(ctx, agent, ag.life.apply(AgentInput.SILENT), now, "silence")
+                moved = True
+            elif silent > suspect and ag.life.state is AgentState.ONLINE:
+                # Cordoned: no new parts there until it is heard again.
+                agent_moved(ctx, agent, ag.life.apply(AgentInput.MISSED), now, "silence")
+                ctx.metrics.agents_suspect.inc()
+                log.warning(
+                    "agent %s suspect: no heartbeat for %.1f s", agent, silent / ctx.time_scale
+                )
+                moved = True
+        ctx.watch(agent)  # moved or not, its next deadline
+    return moved
+
+
+def renew(ctx: Context, agent: str, message: AnyMessage, now: float) -> bool:
+    """A heartbeat that changes nothing, renewed at the cost of one time stamp.
+
+    True when ``message`` is a ``Heartbeat`` of an ONLINE agent that lists
+    exactly the parts the scheduler holds there, every one RUNNING in its
+    attempt and not missed: the full handling (``on_event``) would then change
+    nothing but ``last_heartbeat``, so the actor need open no transaction, run
+    no decision and rebuild no gauge for it. Anything else is False, untouched,
+    and goes the full way.
+    """
+    if not isinstance(message, Heartbeat) or message.agent_id not in ("-", agent):
+        return False
+    ag = ctx.agents.get(agent)
+    if ag is None or ag.life.state is not AgentState.ONLINE:
+        return False
+    if message.running or ctx.placements.on_machine(agent):
+        placements, pending = ctx.placements, ctx.core.pending
+        listed: set[str] = set()
+        for p in message.running:
+            live = placements.get(p.job_id)
+            part = live.part(agent) if live is not None else None
+            if (
+                part is None
+                or part.state is not PartState.RUNNING
+                or part.misses
+                or part.is_stale(p.attempt)
+                or p.job_id in pending
+            ):
+                return False
+            listed.add(p.job_id)
+        unfinished = sum(
+            1 for j in placements.on_machine(agent) if not placements[j].parts[agent].final
+        )
+        if len(listed) != len(message.running) or len(listed) != unfinished:
+            return False
+    ag.last_heartbeat = now
+    return True
 
 
 def _reports(parts: Iterable[RunningPart]) -> Reported:
@@ -160,6 +219,12 @@ def _kind(message: AnyMessage) -> str:
 
 
 def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
+    _register(ctx, agent, message, now)
+    if agent in ctx.agents:
+        ctx.watch(agent)  # a first registration is no move of the agent table
+
+
+def _register(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     spec = message.machine
     if spec.id != agent:
         why = f"agent {agent!r} must describe its own machine {agent!r}"

@@ -42,6 +42,7 @@ from scheduler.core.job_lifecycle import JobState
 from scheduler.live.agent_lifecycle import AgentLifecycle, AgentState
 from scheduler.live.counters import HandlerMetrics
 from scheduler.live.live_jobs import LiveJob, Placements
+from scheduler.live.liveness import Deadlines
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.settings import ActorSettings
 
@@ -195,6 +196,8 @@ class Context:
         #: Cluster time since which the scheduler has been connected to the broker:
         #: agents' silence counts only from then (a broker outage is no one's silence).
         self.heard_since = -float("inf")
+        #: When each agent next needs a look from the liveness check.
+        self.deadlines = Deadlines()
         #: The last prediction pass (``scheduler.live.insight``), None before the first.
         self.forecast: Forecast | None = None
         #: Queued jobs a pass has predicted already (their first prediction was told).
@@ -288,6 +291,20 @@ class Context:
         log.info("refused a message (%s): %s", reason, error)
 
     # -- shared moves -------------------------------------------------------------
+
+    def watch(self, agent: str) -> None:
+        """Look at ``agent`` again when its silence or its hold could next need a move
+        (``scheduler.live.liveness``): after every move of the agent, and once it
+        registers. A later deadline than the one pending changes nothing."""
+        ag = self.agents[agent]
+        life = ag.life
+        if life.heard:
+            s = self.settings
+            limit = s.suspect_limit if life.state is AgentState.ONLINE else s.silence_limit
+            base = max(ag.last_heartbeat, self.heard_since)
+            self.deadlines.watch(agent, base + limit * self.time_scale)
+        elif life.held and life.held_until is not None:
+            self.deadlines.watch(agent, life.held_until)
 
     def attempt(self, job_id: str) -> int:
         """The attempt a start of ``job_id`` now is (fencing, ``part_lifecycle``)."""

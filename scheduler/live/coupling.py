@@ -345,6 +345,8 @@ def agent_moved(
             _lose_agent(ctx, agent, now, why, stopped=True)
         case ToParts.NOTHING:
             pass
+    # Its silence or hold is judged anew from its new state (``scheduler.live.liveness``).
+    ctx.watch(agent)
     return rule
 
 

@@ -37,7 +37,8 @@ class ActorSettings:
     #: silence never runs twice at once: 6 x 2 s = 12 s against the default 8 s lease.
     silence_factor: float = 6.0
     tick_interval: float = 0.5
-    #: Least time between two ClusterSummary publications.
+    #: Least time between two ClusterSummary publications and two rebuilds of the
+    #: gauges' state (each walks every machine).
     summary_interval: float = 0.5
     #: How long a restarted scheduler waits for agents to re-announce running jobs.
     reconcile_grace: float = 10.0

@@ -35,9 +35,14 @@ class PlacementRule(StrEnum):
     SINGLE = "single"
 
 
+def machine_order(machine: Machine) -> tuple[float, str]:
+    """A machine's key in the canonical order: fastest first, then by id."""
+    return (-machine.speed, machine.id)
+
+
 def sort_machines(machines: Sequence[Machine]) -> list[Machine]:
     """The canonical machine order: fastest first, then by id."""
-    return sorted(machines, key=lambda m: (-m.speed, m.id))
+    return sorted(machines, key=machine_order)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

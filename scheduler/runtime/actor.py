@@ -12,7 +12,14 @@ The drain loop takes everything queued (up to ``max_batch``) as one *batch*
 and handles it in four steps, the way the twin drives the core (events of an
 instant first, then one decision):
 
-1. Decode every delivery and hand it to its handler (``scheduler.live.requests``
+0. Heartbeats that change nothing are taken out first (``scheduler.live.agents.renew``:
+   an ONLINE agent listing exactly the parts the scheduler holds there): each
+   only sets its agent's time stamp. A batch of nothing else ends there, with
+   no transaction, decision, summary or gauge rebuild, so agents that change
+   nothing cost O(1) each, whatever the size of the cluster; the liveness
+   check on the tick looks only at agents whose deadline came
+   (``scheduler.live.liveness``).
+1. Decode every other delivery and hand it to its handler (``scheduler.live.requests``
    for clients, ``scheduler.live.agents`` for agents), all journal writes going
    into one SQLite transaction; replies and commands only go into the
    context's outbox.
@@ -26,17 +33,19 @@ instant first, then one decision):
    (``scheduler.live.dispatch``) in a second transaction, commit, then publish the
    ``StartPart`` and ``ResizePart`` commands. Coalescing is what lets
    thousands of submissions a second share a handful of commits and decisions.
-4. Publish the retained ``ClusterSummary`` if it changed (at most every
-   ``summary_interval`` wall seconds) and refresh the metrics' gauge state.
+4. If the cluster changed, rebuild the metrics' gauge state and publish the
+   retained ``ClusterSummary`` if it differs, at most every
+   ``summary_interval`` wall seconds (both walk every machine); otherwise only
+   the gauges' cluster time moves on.
 5. Run a prediction pass (``scheduler.live.insight``: every queued job's
    predicted start and reason, read by ``status``) if one is due: after a
-   batch that handled a message or a decision (or every ``predict_refresh``
-   seconds while jobs wait), and no sooner after the last pass than
-   ``predict_interval`` wall seconds or ten times that pass's own wall time,
-   whichever is longer, so passes take at most a tenth of the actor's time
-   however long the queue. In its own transaction; never inside a batch's
-   handling: a submission is answered before any prediction of it is worked
-   out.
+   batch that handled a message other than a renewing heartbeat, or a
+   decision (or every ``predict_refresh`` seconds while jobs wait), and no
+   sooner after the last pass than ``predict_interval`` wall seconds or ten
+   times that pass's own wall time, whichever is longer, so passes take at
+   most a tenth of the actor's time however long the queue. In its own
+   transaction; never inside a batch's handling: a submission is answered
+   before any prediction of it is worked out.
 
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
@@ -83,7 +92,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from prometheus_client import CollectorRegistry
@@ -146,6 +155,8 @@ _PASS_SHARE: Final = 10.0
 
 _TICK: Final = _Wake("tick")
 _STOP: Final = _Wake("stop")
+#: What :meth:`SchedulerActor._renewal` returns for a heartbeat it renewed.
+_RENEWED: Final = _Wake("renewed")
 
 _Item = Delivery | _Wake
 
@@ -220,12 +231,21 @@ class SchedulerActor:
         self._stopping = False
         self._reconciliation = reconcile.Reconciliation()
         self._summary: ClusterSummary | None = None
-        self._summary_at = -float("inf")
+        #: When the gauges and summary were last rebuilt (the loop's clock).
+        self._refreshed_at = -float("inf")
+        self._gauge_state: GaugeState | None = None
+        #: The cluster changed since the gauges and the summary were last rebuilt.
+        self._stale = True
         #: Messages that tell of writes the journal has not taken yet, in order.
         self._unsent: list[Outgoing] = []
         self._failures_counted = 0
         self.batches = 0
         self.decisions = 0
+        #: Heartbeats that changed nothing (``agents.renew``): no transaction, decision,
+        #: summary or gauge rebuild was made for them.
+        self.renewals = 0
+        #: Times the gauges' state was rebuilt from the core (a batch that changed something).
+        self.gauge_rebuilds = 0
         self.predictions = 0
         # Loop time of the last prediction pass, and whether anything changed since.
         self._predicted_at = -float("inf")
@@ -334,32 +354,44 @@ class SchedulerActor:
         self.batches += 1
         if self._tick_due and self._journal.failure is not None and self._journal.retry():
             ctx.dirty = True  # decisions waited for the journal
-        if self._held or any(isinstance(item, Delivery) for item in batch):
+        work: list[tuple[Delivery, AnyMessage | None]] = []
+        for item in batch:
+            if isinstance(item, Delivery):
+                message = self._renewal(item, now)
+                if not isinstance(message, _Wake):  # else: renewed, nothing more to do
+                    work.append((item, message))
+        held = bool(self._held) and now >= self._hold_until
+        reconciling = self._reconciliation.active
+        if not (work or held or reconciling or ctx.dirty or self._tick_due):
+            return  # heartbeats that changed nothing: renewed, and that is all
+        if held or work:
             self._plan_stale = True
+        changed = held or reconciling
         with self._journal.transaction():
-            if self._held and now >= self._hold_until:
-                held, self._held = self._held, []
-                for h in held:
+            if held:
+                held_back, self._held = self._held, []
+                for h in held_back:
                     requests.handle(ctx, h.message, now, h.who)
-            for item in batch:
-                if isinstance(item, Delivery):
-                    self._on_delivery(item, now)
+            for delivery, decoded in work:
+                changed = self._on_delivery(delivery, now, decoded) or changed
             reconcile.settle(ctx, self._reconciliation, now)
             if self._tick_due:
                 self._tick_due = False
-                self._on_tick(now)
+                changed = self._on_tick(now) or changed
             self._count_failures()
             # What the batch counted is durable with it (the exporter restores it).
             self._journal.record_totals(self.metrics.unsaved_totals())
         await self._flush()
         if ctx.dirty and not self._reconciliation.active and self._journal.failure is None:
             ctx.dirty = False
+            changed = True
             with self._journal.transaction():
                 self._schedule(now)
                 self._journal.record_totals(self.metrics.unsaved_totals())
             await self._flush()
-        await self._flush_summary()
-        self.metrics.publish_state(self._gauges(now))
+        if changed:
+            self._stale = self._plan_stale = True
+        await self._refresh(now)
         if self._prediction_due():
             self._predict(now)
 
@@ -426,12 +458,34 @@ class SchedulerActor:
 
     # -- decoding and routing -------------------------------------------------
 
-    def _on_delivery(self, delivery: Delivery, now: float) -> None:
+    def _renewal(self, delivery: Delivery, now: float) -> AnyMessage | _Wake | None:
+        """:data:`_RENEWED` for a heartbeat that changed nothing (``agents.renew``
+        has renewed it); else the agent event decoded (None: not one, or not
+        readable) for :meth:`_on_delivery` to handle, which decodes the rest."""
+        agent, channel = self._agent_channel(delivery.topic)
+        if channel != "events":
+            return None
+        try:
+            message = decode(delivery.payload)
+        except WireError:
+            return None  # counted and answered by _on_delivery
+        if message.v != PROTOCOL_VERSION:
+            return None
+        if agents.renew(self.ctx, agent, message, now):
+            self.renewals += 1
+            return _RENEWED
+        return message
+
+    def _on_delivery(
+        self, delivery: Delivery, now: float, decoded: AnyMessage | None = None
+    ) -> bool:
+        """Handle one delivery; False when it cannot have changed the cluster (a
+        status or history request, a message refused or dropped)."""
         ctx = self.ctx
         topic = delivery.topic
         agent, channel = self._agent_channel(topic)
         if channel == "state" and not delivery.payload:
-            return  # a retained state being cleared: MQTT's delete, not a message
+            return False  # a retained state being cleared: MQTT's delete, not a message
         who = requests.requester(self._topics, topic)
         request = who is not None or topic == self._topics.requests
         bound = self.settings.limits.max_request_bytes
@@ -442,12 +496,15 @@ class SchedulerActor:
                 "bytes (max_request_bytes); send less at a time"
             )
             self._bad_payload(delivery.payload, BadMessage.TOO_LARGE, why, who)
-            return
-        try:
-            message = decode(delivery.payload)
-        except WireError as exc:
-            self._bad_payload(delivery.payload, _bad_reason(exc), str(exc), who)
-            return
+            return False
+        if decoded is not None:
+            message = decoded
+        else:
+            try:
+                message = decode(delivery.payload)
+            except WireError as exc:
+                self._bad_payload(delivery.payload, _bad_reason(exc), str(exc), who)
+                return False
         if message.v != PROTOCOL_VERSION:
             self._refuse(
                 message,
@@ -455,31 +512,35 @@ class SchedulerActor:
                 f"protocol v{message.v}; this scheduler speaks v{PROTOCOL_VERSION}",
                 who,
             )
-            return
+            return False
         if request:
-            self._on_request(message, now, who)
-        elif channel == "state":
+            return self._on_request(message, now, who)
+        if channel == "state":
             agents.on_state(ctx, agent, message, now)
         elif channel == "events":
             agents.on_event(ctx, agent, message, now)
         else:
             self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
+            return False
+        return True
 
-    def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
+    def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> bool:
+        """Handle one request; True if it may have changed the cluster."""
         if not isinstance(message, requests.Request):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
-            return
+            return False
         if not requests.reply_to_ok(self.ctx, message, who):
             # Acting without being able to answer would leave the client guessing.
             why = f"reply_to {message.reply_to!r} cannot be a topic level"
             self.ctx.count_bad(BadMessage.INVALID, why)
-            return
+            return False
         changes = isinstance(message, SubmitJobs | CancelJob | CancelJobs | DrainMachine)
         if changes and (self._held or now < self._hold_until):
             self._held.append(_Held(message, who))
-            return
+            return False
         requests.handle(self.ctx, message, now, who)
+        return changes
 
     def _agent_channel(self, topic: str) -> tuple[str, str]:
         """``(agent, "state" | "events")`` for an agent's topic, else ``("", "")``."""
@@ -512,15 +573,18 @@ class SchedulerActor:
 
     # -- the periodic checks and decisions --------------------------------------------
 
-    def _on_tick(self, now: float) -> None:
+    def _on_tick(self, now: float) -> bool:
+        """The periodic checks; True if an agent moved."""
         ctx = self.ctx
+        moved = False
         if self._link is None or self._link.connected:
             # Cut off from the broker ourselves, we hear no one: that is no agent's
             # silence (and ``connected()`` restarts the count once we are back).
-            agents.check_liveness(ctx, now)
+            moved = agents.check_liveness(ctx, now)
         if not ctx.dirty and ctx.core.queue:
             # A reservation falling due when no event happens (the twin's "wakes").
             ctx.dirty = any(r.start <= now for r in ctx.core.reservations)
+        return moved
 
     def _schedule(self, now: float) -> None:
         t0 = time.perf_counter()
@@ -544,16 +608,30 @@ class SchedulerActor:
             policy=core.policy.name,
         )
 
-    async def _flush_summary(self, *, force: bool = False) -> None:
+    async def _refresh(self, now: float) -> None:
+        """Rebuild the gauges and publish the summary if the cluster changed, at most
+        every ``summary_interval`` (both walk every machine: under a storm of
+        registrations, once per interval and not once per batch); otherwise only
+        the gauges' clock moves on."""
         loop = asyncio.get_running_loop()
-        if not force and loop.time() - self._summary_at < self.settings.summary_interval:
-            return
+        due = loop.time() - self._refreshed_at >= self.settings.summary_interval
+        if self._gauge_state is None or (self._stale and due):
+            self._stale = False
+            self._refreshed_at = loop.time()
+            self.gauge_rebuilds += 1
+            self._gauge_state = self._gauges(now)
+            self.metrics.publish_state(self._gauge_state)
+            await self._flush_summary()
+        else:
+            self._gauge_state = replace(self._gauge_state, cluster_time=now)
+            self.metrics.publish_state(self._gauge_state)
+
+    async def _flush_summary(self, *, force: bool = False) -> None:
         summary = self._cluster(self._clock.now())
         last = self._summary
         if not force and last is not None and _same_summary(last, summary):
             return
         self._summary = summary
-        self._summary_at = loop.time()
         await self._bus.publish(self._topics.cluster, encode(summary), qos=0, retain=True)
 
     def _gauges(self, now: float) -> GaugeState:
