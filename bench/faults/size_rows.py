@@ -28,6 +28,9 @@ from bench.faults.raw_mqtt import publish_raw
 from bench.faults.rows import row_baseline
 from bench.faults.sampler import Sampler
 from broker.bus import MessageTooLargeError
+from broker.codec import encoded_size
+from broker.limits import MAX_MESSAGE_BYTES
+from broker.messages import JobSpec
 from broker.topics import Topics
 
 HUGE = 200_000_000
@@ -61,11 +64,15 @@ async def row_oversized(
         taken += not raw.cut_off
         read.append(raw.sent)
     cut = time.monotonic() - t0
-    # ~281 bytes a job: 57,000 jobs with 128-character ids are a 16 MB request.
-    big = [
-        job_spec(job_id=f"{tag}-big-{i:05}-".ljust(128, "x"), procs=1, walltime=60.0)
-        for i in range(57_000)
-    ]
+
+    # Jobs with 128-character ids, as many as make a request just under the wire's bound
+    # (sized from their encoding, which grows as the job spec gains fields).
+    def spec(i: int) -> JobSpec:
+        return job_spec(job_id=f"{tag}-big-{i:06}-".ljust(128, "x"), procs=1, walltime=60.0)
+
+    count = (MAX_MESSAGE_BYTES - 64 * 1024) // encoded_size(spec(0))
+    big = [spec(i) for i in range(count)]
+    over = MAX_MESSAGE_BYTES // encoded_size(spec(0)) - count + 1000
     answered = sent_larger = False
     started = time.monotonic()
     async with cluster.connect(timeout=30.0) as client:
@@ -75,7 +82,7 @@ async def row_oversized(
             answered = exc.code == "too_many"
         answer = time.monotonic() - started
         try:
-            await client.submit([*big, *big[:9000]])
+            await client.submit([*big, *big[:over]])
             sent_larger = True
         except MessageTooLargeError:
             pass
@@ -85,7 +92,7 @@ async def row_oversized(
     result.bad_counted = scrape_bad(cluster) - bad
     result.note = (
         f"{PUBLISHES} x 200 MB cut off after {max(read) / 1e6:.1f} MB at most, in {cut:.2f} s; "
-        f"{int(suspects)} suspect; 16 MB request answered too_many in {answer:.2f} s; a 19 MB "
-        f"one {'SENT' if sent_larger else 'refused by the client'}"
+        f"{int(suspects)} suspect; a {count:,}-job request just under 16 MiB answered too_many "
+        f"in {answer:.2f} s; one past 16 MiB {'SENT' if sent_larger else 'refused by the client'}"
     )
     return accepted
