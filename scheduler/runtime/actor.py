@@ -116,15 +116,16 @@ from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
 from scheduler.live import agents, insight, reconcile, requests
-from scheduler.live.agent_lifecycle import AgentState
 from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
 from scheduler.live.specs import job_from_spec
 from scheduler.live.status import status
 from scheduler.runtime.clock import Clock
-from scheduler.runtime.exporter import GaugeState, MachineGauge, SchedulerMetrics
+from scheduler.runtime.cluster_state import gauge_state_of, same_summary, summary_of
+from scheduler.runtime.exporter import GaugeState, SchedulerMetrics
 from scheduler.runtime.journal import Journal
+from scheduler.runtime.prediction_pace import PredictionPace
 
 __all__ = ["ActorSettings", "JobEvents", "SchedulerActor", "job_from_spec"]
 
@@ -149,9 +150,6 @@ class _Wake:
     def __repr__(self) -> str:
         return f"<{self.name}>"
 
-
-#: The next prediction pass waits at least this many times the last one's wall time.
-_PASS_SHARE: Final = 10.0
 
 _TICK: Final = _Wake("tick")
 _STOP: Final = _Wake("stop")
@@ -247,10 +245,7 @@ class SchedulerActor:
         #: Times the gauges' state was rebuilt from the core (a batch that changed something).
         self.gauge_rebuilds = 0
         self.predictions = 0
-        # Loop time of the last prediction pass, and whether anything changed since.
-        self._predicted_at = -float("inf")
-        self._pass_seconds = 0.0
-        self._plan_stale = False
+        self._pace = PredictionPace(self.settings.predict_interval, self.settings.predict_refresh)
 
     @property
     def core(self) -> SchedulerCore:
@@ -365,7 +360,7 @@ class SchedulerActor:
         if not (work or held or reconciling or ctx.dirty or self._tick_due):
             return  # heartbeats that changed nothing: renewed, and that is all
         if held or work:
-            self._plan_stale = True
+            self._pace.stale = True
         changed = held or reconciling
         with self._journal.transaction():
             if held:
@@ -390,7 +385,7 @@ class SchedulerActor:
                 self._journal.record_totals(self.metrics.unsaved_totals())
             await self._flush()
         if changed:
-            self._stale = self._plan_stale = True
+            self._stale = self._pace.stale = True
         await self._refresh(now)
         if self._prediction_due():
             self._predict(now)
@@ -399,25 +394,20 @@ class SchedulerActor:
 
     def _prediction_due(self) -> bool:
         """Whether a pass runs now: the module docstring's step 5."""
-        interval = self.settings.predict_interval
-        if interval <= 0 or not (self.core.queue or self.ctx.forecast is not None):
-            return False
-        since = asyncio.get_running_loop().time() - self._predicted_at
-        if since < interval or since < _PASS_SHARE * self._pass_seconds:
-            return False
-        return self._plan_stale or (
-            bool(self.core.queue) and since >= self.settings.predict_refresh
+        at = asyncio.get_running_loop().time()
+        return self._pace.due(
+            at, queued=bool(self.core.queue), predicted=self.ctx.forecast is not None
         )
 
     def _predict(self, now: float) -> None:
-        self._plan_stale = False
-        self._predicted_at = asyncio.get_running_loop().time()
+        at = asyncio.get_running_loop().time()
         held = insight.RECONCILING if self._reconciliation.active else None
         t0 = time.perf_counter()
         with self._journal.transaction():
             insight.forecast(self.ctx, now, held=held)
-        self._pass_seconds = time.perf_counter() - t0
-        self.metrics.prediction_seconds.observe(self._pass_seconds)
+        seconds = time.perf_counter() - t0
+        self._pace.ran(at, seconds)
+        self.metrics.prediction_seconds.observe(seconds)
         self.predictions += 1
 
     def _count_failures(self) -> None:
@@ -595,19 +585,6 @@ class SchedulerActor:
 
     # -- summary and gauges ----------------------------------------------------------
 
-    def _cluster(self, now: float) -> ClusterSummary:
-        core = self.ctx.core
-        online = [m.id for m in core.machines]
-        return ClusterSummary(
-            now=now,
-            machines=len(online),
-            cpus=core.total_cpus,
-            free=sum(core.free(m) for m in online),
-            queued=len(core.queue),
-            running=len(core.running) + len(core.pending),
-            policy=core.policy.name,
-        )
-
     async def _refresh(self, now: float) -> None:
         """Rebuild the gauges and publish the summary if the cluster changed, at most
         every ``summary_interval`` (both walk every machine: under a storm of
@@ -619,7 +596,13 @@ class SchedulerActor:
             self._stale = False
             self._refreshed_at = loop.time()
             self.gauge_rebuilds += 1
-            self._gauge_state = self._gauges(now)
+            self._gauge_state = gauge_state_of(
+                self.ctx,
+                now,
+                journal=self._journal,
+                time_scale=self._clock.time_scale,
+                reconciling=self._reconciliation.active,
+            )
             self.metrics.publish_state(self._gauge_state)
             await self._flush_summary()
         else:
@@ -627,56 +610,9 @@ class SchedulerActor:
             self.metrics.publish_state(self._gauge_state)
 
     async def _flush_summary(self, *, force: bool = False) -> None:
-        summary = self._cluster(self._clock.now())
+        summary = summary_of(self.ctx.core, self._clock.now())
         last = self._summary
-        if not force and last is not None and _same_summary(last, summary):
+        if not force and last is not None and same_summary(last, summary):
             return
         self._summary = summary
         await self._bus.publish(self._topics.cluster, encode(summary), qos=0, retain=True)
-
-    def _gauges(self, now: float) -> GaugeState:
-        ctx = self.ctx
-        core = ctx.core
-        online = sum(1 for ag in ctx.agents.values() if ag.life.available)
-        machines = tuple(
-            MachineGauge(
-                agent_id,
-                ag.machine.cpus,
-                ag.machine.cpus - core.free(agent_id) if ag.life.available else 0,
-                ag.life.available,
-            )
-            for agent_id, ag in sorted(ctx.agents.items())
-        )
-        states = dict.fromkeys((s.value for s in AgentState), 0)
-        for ag in ctx.agents.values():
-            states[ag.life.state.value] += 1
-        return GaugeState(
-            machine_states=states,
-            journal_writable=self._journal.failure is None,
-            journal_held_writes=self._journal.held_writes,
-            queued=len(core.queue),
-            running=len(core.running) + len(core.pending),
-            cpus=core.total_cpus,
-            cpus_free=sum(core.free(m.id) for m in core.machines),
-            cpus_configured=ctx.configured_cpus(),
-            machines=machines,
-            job_cpus={r.job.id: r.cpus for r in core.running},
-            job_procs={r.job.id: r.job.procs for r in core.running},
-            machines_online=online,
-            machines_offline=len(ctx.agents) - online,
-            cluster_time=now,
-            time_scale=self._clock.time_scale,
-            reconciling=self._reconciliation.active,
-        )
-
-
-def _same_summary(a: ClusterSummary, b: ClusterSummary) -> bool:
-    """Equal but for the time stamp (an unchanged cluster is not news)."""
-    return (a.machines, a.cpus, a.free, a.queued, a.running, a.policy) == (
-        b.machines,
-        b.cpus,
-        b.free,
-        b.queued,
-        b.running,
-        b.policy,
-    )
