@@ -27,6 +27,8 @@ from typing import Annotated, Final
 
 import msgspec
 
+from broker.vocabulary import MpiLibrary
+
 MAX_ARGS: Final = 1024
 MAX_ARG: Final = 4096
 MAX_SCRIPT: Final = 1 << 20
@@ -84,7 +86,10 @@ class CommandSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     default, as ``sbatch``'s). ``output`` and ``error`` are the stdout and stderr
     files, relative to ``chdir`` unless absolute; ``error`` None sends stderr to
     ``output`` too. ``name`` is the job's name (``-J``), for ``%x`` and the job's
-    environment.
+    environment. ``mpi`` launches ``argv`` as an MPI program with that library,
+    one rank per process of the job, on all its parts (as ``srun`` launches
+    one); a batch ``script`` runs once, and starts its MPI program itself with
+    the launcher its environment names (``ACCORDION_MPIRUN``).
     """
 
     argv: Annotated[tuple[Arg, ...], msgspec.Meta(max_length=MAX_ARGS)] = ()
@@ -95,6 +100,7 @@ class CommandSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     name: (
         Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[^\x00/]+$")] | None
     ) = None
+    mpi: MpiLibrary | None = None
 
     def __post_init__(self) -> None:
         if self.script is None and not self.argv:

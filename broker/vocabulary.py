@@ -192,6 +192,19 @@ class CommandUsers(StrEnum):
     MAPPED = "mapped"
 
 
+class MpiLibrary(StrEnum):
+    """The MPI a command job's ranks are launched with (``CommandSpec.mpi``).
+
+    ``openmpi``: Debian's Open MPI (``mpirun.openmpi``), its waiting ranks
+    yielding by its own switch (``mpi_yield_when_idle``). ``mpich``: Debian's
+    MPICH (``mpiexec.mpich``), which has none, so its ranks load the yield
+    shim the agent's host built at set-up.
+    """
+
+    OPENMPI = "openmpi"
+    MPICH = "mpich"
+
+
 class WaitReason(StrEnum):
     """Why a queued job waits (``JobStatus.reason``): the scheduler's one reason per job,
     the most telling first (``scheduler.planning.wait_reasons`` states each rule)."""

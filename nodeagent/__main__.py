@@ -160,6 +160,12 @@ def _parser() -> argparse.ArgumentParser:
         "(hostfile, script, TMPDIR); default /tmp/accordion-jobs-<uid>/<name>",
     )
     p.add_argument(
+        "--mpi-shims",
+        default=None,
+        help="with --allow-commands: where the MPI yield shim is built, one directory per "
+        "library (DIR/mpich/libaccordion_yield.so); default: this checkout's examples/mpi/build",
+    )
+    p.add_argument(
         "--no-cgroups",
         action="store_true",
         help="with --allow-commands: never a cgroup per part; the supervisor walks its "
@@ -374,7 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _commands(args: argparse.Namespace) -> CommandSettings | None:
     """The commands' settings, or None when they are off; ValueError on a bad mix."""
     if not args.allow_commands:
-        extra = [f for f, v in (("--user-map", args.user_map), ("--jobs-dir", args.jobs_dir)) if v]
+        given = (
+            ("--user-map", args.user_map),
+            ("--jobs-dir", args.jobs_dir),
+            ("--mpi-shims", args.mpi_shims),
+        )
+        extra = [f for f, v in given if v]
         if extra or args.no_cgroups:
             raise ValueError(f"{', '.join(extra) or '--no-cgroups'}: only with --allow-commands")
         return None
@@ -388,7 +399,10 @@ def _commands(args: argparse.Namespace) -> CommandSettings | None:
         # environment names the broker login's secret file).
         _not_dumpable()
     return CommandSettings(
-        user_map=args.user_map, jobs_dir=args.jobs_dir, cgroups=not args.no_cgroups
+        user_map=args.user_map,
+        jobs_dir=args.jobs_dir,
+        cgroups=not args.no_cgroups,
+        mpi_shims=args.mpi_shims,
     )
 
 

@@ -28,12 +28,13 @@ JOB = "the job process imports nothing of the agent but the launch contract"
 LAUNCH_CONTRACT = "the launch contract imports nothing of the agent or the job"
 #: What the job process may import of nodeagent outside its own package: the launch
 #: contract (the launch, exit codes, part key, lease rule; the pipe's frames; a user
-#: command's plan and process tree) and the loop runner both processes share.
+#: command's plan, process tree and MPI ranks) and the loop runner both processes share.
 JOB_MAY_IMPORT = {
     "nodeagent.launch.command_plan",
     "nodeagent.launch.contract",
     "nodeagent.launch.frames",
     "nodeagent.launch.jobtree",
+    "nodeagent.launch.mpi_ranks",
     "nodeagent.launch.runner",
 }
 

@@ -28,6 +28,7 @@ from accordion.errors import UserError
 from broker.codec import WireError, decode, encode
 from broker.command_spec import DEFAULT_OUTPUT, MAX_SCRIPT, CommandSpec
 from broker.messages import JobEvent, JobSpec, SubmitJobs
+from broker.vocabulary import MpiLibrary
 from nodeagent.launch.command_plan import signal_name
 
 DIRECTIVE = "#ACCORDION"
@@ -92,6 +93,7 @@ def command_spec(
     error: str | None = None,
     name: str | None = None,
     script_name: str | None = None,
+    mpi: MpiLibrary | None = None,
 ) -> CommandSpec:
     """A command job's spec (module docstring); UserError with the reason if it is bad."""
     where = os.path.abspath(chdir) if chdir is not None else os.getcwd()
@@ -106,6 +108,7 @@ def command_spec(
             output=output or DEFAULT_OUTPUT,
             error=error,
             name=name,
+            mpi=mpi,
         )
         probe = JobSpec(id="-probe-", procs=1, walltime=1, work=1, workload="command", command=spec)
         decode(encode(SubmitJobs(jobs=(probe,))))

@@ -29,6 +29,7 @@ from accordion.commands.options import (
     ChdirOpt,
     ErrorOpt,
     JobNameOpt,
+    MpiOpt,
     OutputOpt,
     RootOpt,
     TimeoutOpt,
@@ -51,6 +52,7 @@ JOB_OPTIONS = frozenset(
         "output",
         "error",
         "job_name",
+        "mpi_library",
     }
 )
 
@@ -84,6 +86,7 @@ def batch(  # noqa: PLR0917 (typer reads the options from the parameters)
     output: OutputOpt = None,
     error: ErrorOpt = None,
     job_name: JobNameOpt = None,
+    mpi_library: MpiOpt = None,
     job_id: Annotated[
         str | None, typer.Option("--id", help="your job id (default: a uuid)")
     ] = None,
@@ -108,6 +111,7 @@ def batch(  # noqa: PLR0917 (typer reads the options from the parameters)
             error=given["error"],
             name=given["job_name"],
             script_name=script.name,
+            mpi=given["mpi_library"],
         )
         deadline_text = given["deadline"]
         spec = job_spec(

@@ -42,6 +42,7 @@ from accordion.commands.options import (
     ErrorOpt,
     JobNameOpt,
     JobsOpt,
+    MpiOpt,
     OutputOpt,
     RigidOpt,
     RootOpt,
@@ -141,6 +142,7 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
     output: OutputOpt = None,
     error: ErrorOpt = None,
     job_name: JobNameOpt = None,
+    mpi_library: MpiOpt = None,
     command: Annotated[
         list[str] | None,
         typer.Argument(
@@ -161,9 +163,18 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
         if command:
             if workload is not WorkloadKind.SLEEP or work is not None:
                 raise UserError("--workload and --work are not for a command: it runs for real")
-            own = command_spec(argv=command, chdir=chdir, output=output, error=error, name=job_name)
-        elif any(v is not None for v in (chdir, output, error, job_name)):
-            raise UserError("--chdir, --output, --error and --job-name go with a command (-- CMD)")
+            own = command_spec(
+                argv=command,
+                chdir=chdir,
+                output=output,
+                error=error,
+                name=job_name,
+                mpi=mpi_library,
+            )
+        elif any(v is not None for v in (chdir, output, error, job_name, mpi_library)):
+            raise UserError(
+                "--chdir, --output, --error, --job-name and --mpi go with a command (-- CMD)"
+            )
         spec = job_spec(
             job_id=job_id or str(uuid.uuid4()),
             procs=procs,

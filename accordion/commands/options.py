@@ -17,6 +17,7 @@ import typer
 from accordion.client.live_client import BROKER_ENV, ROOT_ENV
 from accordion.errors import UserError, parsed
 from accordion.experiments.runs import Variation
+from broker.vocabulary import MpiLibrary
 from scheduler.planning.placement import PlacementRule
 from scheduler.policies.registry import parse_policy_opts
 from workload.deadlines import DeadlineRule
@@ -152,4 +153,12 @@ ErrorOpt = Annotated[
 JobNameOpt = Annotated[
     str | None,
     typer.Option("--job-name", "-J", help="the job's name (default: the program's or script's)"),
+]
+MpiOpt = Annotated[
+    MpiLibrary | None,
+    typer.Option(
+        "--mpi",
+        help="run the command as an MPI program with this MPI, one rank per process, "
+        "on all the job's parts (a batch script gets the launcher in $ACCORDION_MPIRUN)",
+    ),
 ]

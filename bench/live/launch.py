@@ -54,6 +54,7 @@ from broker.messages import (
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from model.machine import Machine
+from nodeagent.agent.commands import CommandSettings
 from nodeagent.agent.node_agent import AgentSettings, NodeAgent
 from nodeagent.launch.contract import JOB_MODULE, Launch
 from nodeagent.launch.forkserver import ForkServer
@@ -166,11 +167,12 @@ TOPICS = Topics("bench/v1")
 
 @asynccontextmanager
 async def hosted_agent(
-    kind: str, port: int, cpus: int
+    kind: str, port: int, cpus: int, *, commands: CommandSettings | None = None
 ) -> AsyncIterator[tuple[Bus, NodeAgent, ForkServer, AsyncIterator[Delivery]]]:
     """A real agent ``bench`` of ``cpus`` CPUs, launching through a fork server and
-    relaying its job processes, online; and the scheduler's side: its connection,
-    subscribed to the agent's events and state, with their deliveries."""
+    relaying its job processes, online (running users' commands with ``commands``);
+    and the scheduler's side: its connection, subscribed to the agent's events and
+    state, with their deliveries."""
     agent_client, sched_client = clients(kind, port)
     async with (
         agent_client as bus,
@@ -187,7 +189,7 @@ async def hosted_agent(
             topics=TOPICS,
             machine=Machine(id="bench", cpus=cpus, speed=1.0),
             spawn=RelaySpawn(server, relay),
-            settings=AgentSettings(lease=0.0, kill_grace=1.0),
+            settings=AgentSettings(lease=0.0, kill_grace=1.0, commands=commands),
         )
         running = tg.create_task(agent.run(), name="bench-agent")
         events = sched.deliveries()

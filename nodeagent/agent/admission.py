@@ -340,9 +340,9 @@ class Admission:
             # (One still launching is pinned to its slots as it arrives.)
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
         elif part.wall_clock and part.process is not None:
-            # Every thread of every process the command started, to the part's cores.
-            cores = sorted(self._pool.cores_of(part.slots))
-            self._commands.repin(part.launch, part.process.pid, cores)
+            # Every thread of every process the command started, to the part's cores;
+            # an MPI program's ranks each to its own slot's.
+            self._commands.repin(part.launch, part.process.pid, self._pool, part.slots)
         self._counters.resizes += 1
         if self._state is not None:
             self._state.write_record(part.record())

@@ -27,6 +27,13 @@ then handed here (:meth:`Commands.prepare`) before its launch:
    ``PATH``, ``LANG``, ``TZ`` from the agent's; never the agent's login or
    anything else of its environment.
 
+A command submitted with ``--mpi`` runs behind its MPI's launcher
+(``nodeagent.agent.mpi_launch``); once its ranks exist, the agent pins each
+(every thread of every process it started) to its own slot's core, the way
+it pins the MPI-like workload's ranks (:meth:`Commands.repin`, again at each
+resize), finding them by the rank numbers in their environment
+(``nodeagent.launch.mpi_ranks``).
+
 When the part's process is gone, :meth:`Commands.finished` reads how the
 command ended (its status file) and :meth:`Commands.clean` ends whatever of
 its tree is left (``cgroup.kill``: the supervisor may have been SIGKILLed),
@@ -53,7 +60,8 @@ from nodeagent.agent.accounts import (
     account_of,
     mapped_account,
 )
-from nodeagent.agent.cpuset import format_cpuset
+from nodeagent.agent.cpuset import SlotPool, format_cpuset, placement
+from nodeagent.agent.mpi_launch import DEFAULT_SHIMS, MpiUnavailableError, mpi_launch
 from nodeagent.launch.command_plan import CommandPlan, CommandStatus, PlanError, RunAs
 from nodeagent.launch.contract import Launch, part_key
 from nodeagent.launch.jobtree import (
@@ -64,6 +72,7 @@ from nodeagent.launch.jobtree import (
     pin_tree,
     remove_cgroup,
 )
+from nodeagent.launch.mpi_ranks import RankProcesses, ranks_among
 from nodeagent.survival.state import StateDir, write_atomic
 
 log = logging.getLogger(__name__)
@@ -85,6 +94,8 @@ class CommandSettings:
     user_map: str | None = None
     jobs_dir: str | None = None
     cgroups: bool = True
+    #: Where the MPI yield shim is built, one directory per library (``--mpi-shims``).
+    mpi_shims: str | None = None
 
 
 def default_jobs_dir(machine: str) -> Path:
@@ -194,7 +205,7 @@ class Commands:
         run_as = self._own if self._map is None else mapped_account(job.owner, self._map)
         key = part_key(job.id, launch.attempt)
         job_dir = self._jobs / key
-        hosts = command.hosts or (HostSlots(machine=self._agent_id, slots=launch.ranks or 1),)
+        hosts = command.hosts or (HostSlots(machine=self._agent_id, slots=job.procs),)
         name = spec.name or _default_name(spec.argv, spec.script)
         values = {
             "j": job.id,
@@ -225,6 +236,21 @@ class Commands:
             cores=cores,
             job_dir=job_dir,
         )
+        mpi_ranks = 0
+        if spec.mpi is not None:
+            as_root = (os.geteuid() if run_as is None else run_as.uid) == 0
+            shims = Path(self._settings.mpi_shims) if self._settings.mpi_shims else DEFAULT_SHIMS
+            try:
+                mpi = mpi_launch(
+                    spec.mpi, ranks=job.procs, machines=len(hosts), as_root=as_root, shims=shims
+                )
+            except MpiUnavailableError as exc:
+                raise CommandRefusedError(str(exc)) from None
+            env.update(mpi.env)
+            env["ACCORDION_MPIRUN"] = mpi.shell_words
+            if spec.script is None:
+                argv = [*mpi.argv, *argv]
+            mpi_ranks = job.procs
         plan = CommandPlan(
             batch=batch,
             argv=tuple(argv) if batch else (),
@@ -238,6 +264,7 @@ class Commands:
             term_grace=self._term_grace,
             status_file=self._part_file(job.id, launch.attempt, "status"),
             job_dir=str(job_dir),
+            mpi_ranks=mpi_ranks,
         )
         try:
             _make_job_dir(job_dir, files, run_as)
@@ -252,8 +279,11 @@ class Commands:
 
     # -- while it runs -------------------------------------------------------------------
 
-    def repin(self, launch: Launch, supervisor: int | None, cores: Sequence[int]) -> int:
-        """Pin every thread of the part's processes to ``cores`` (a resize); threads pinned."""
+    def repin(
+        self, launch: Launch, supervisor: int | None, pool: SlotPool, slots: Sequence[int]
+    ) -> int:
+        """Pin every thread of the part's processes to its ``slots``' cores, each MPI rank's
+        to its own slot's (:func:`nodeagent.agent.cpuset.placement`); threads pinned."""
         plan = self._plan(launch)
         if plan is None:
             return 0
@@ -261,7 +291,27 @@ class Commands:
         pids = set() if tree is None else tree.pids()
         if supervisor is not None:
             pids.add(supervisor)
-        return pin_tree(pids, cores)
+        ranks = ranks_among(pids) if plan.mpi_ranks else {}
+        pinned = 0
+        if ranks:
+            where = placement(plan.mpi_ranks, slots)
+            for local, rank in ranks.items():
+                if local < len(where):
+                    pinned += pin_tree(rank.pids, {pool.core(where[local])})
+                    pids -= rank.pids
+        # The launcher, its daemons and the supervisor wait, mostly: any of the cores.
+        return pinned + pin_tree(pids, pool.cores_of(slots))
+
+    def mpi_ranks(self, launch: Launch) -> int:
+        """How many MPI ranks the part holds (0: it launches no MPI program)."""
+        plan = self._plan(launch)
+        return 0 if plan is None else plan.mpi_ranks
+
+    def ranks(self, launch: Launch, supervisor: int | None) -> dict[int, RankProcesses]:
+        """The MPI ranks running in the part now, by local rank."""
+        plan = self._plan(launch)
+        tree = None if plan is None else self._tree(plan, supervisor)
+        return {} if tree is None else ranks_among(tree.pids())
 
     # -- its end -------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from broker.topics import Topics
 from nodeagent.agent.commands import SUPERVISOR_MARGIN, Commands
@@ -114,6 +114,8 @@ class PartRuns:
         self._reports = reports
         self._lease = lease
         self._state = state
+        #: When the MPI programs' ranks are next checked on their cores (``due``).
+        self._pins_checked_at = -math.inf
         self._counters = counters
         self._monotonic = monotonic
         self._commands = commands
@@ -204,6 +206,38 @@ class PartRuns:
         pids = await find_ranks(leader, count, patience=self._settings.rank_search)
         await self._mailbox.put(RanksFound(job_id, attempt, pids))
 
+    def find_command_ranks(self, job_id: str, attempt: int, supervisor: int) -> None:
+        """Look for the ranks of a command's MPI program, if it runs one; pinned once found
+        (``ranks_found``)."""
+        part = self._parts[job_id]
+        if not self._commands.mpi_ranks(part.launch):
+            return
+        self._tasks.start(
+            self._find_command_ranks(job_id, attempt, part.launch, supervisor),
+            f"ranks-{job_id}",
+        )
+
+    async def _find_command_ranks(
+        self, job_id: str, attempt: int, launch: Launch, supervisor: int
+    ) -> None:
+        # Polled as the MPI-like leader's are, but a launcher takes longer than a fork
+        # to start its ranks (it execs, then starts each): the same patience, slower.
+        count = self._commands.mpi_ranks(launch)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.rank_search
+        delay = 0.005
+        while True:
+            part = self._parts.get(job_id)
+            if part is None or part.attempt != attempt:
+                return  # ended meanwhile (a program that was quick, a cancel)
+            ranks = self._commands.ranks(launch, supervisor)
+            if len(ranks) >= count or loop.time() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.05)
+        pids = tuple(ranks[k].root for k in sorted(ranks))
+        await self._mailbox.put(RanksFound(job_id, attempt, pids))
+
     # -- the drain loop's handlers ---------------------------------------------------
 
     def launched(self, mail: Launched) -> None:
@@ -231,7 +265,11 @@ class PartRuns:
             return
         if part.wall_clock and part.resized:
             # Its command pinned itself to the cores of its admission.
-            self._commands.repin(part.launch, process.pid, sorted(self._pool.cores_of(part.slots)))
+            self._commands.repin(part.launch, process.pid, self._pool, part.slots)
+        if part.wall_clock:
+            # An MPI program's ranks start with all the part's cores; each on its own
+            # once they all exist (``ranks_found``).
+            self.find_command_ranks(mail.job_id, part.attempt, process.pid)
         if part.launch.mpi is not None:
             # The leader now, so ranks it forks before they are found inherit the
             # part's cores; each rank on its own core once found (``ranks_found``).
@@ -294,15 +332,20 @@ class PartRuns:
         part = self._parts.get(found.job_id)
         if part is None or part.attempt != found.attempt:
             return  # it ended meanwhile
-        if len(found.pids) < part.launch.ranks:
+        expected = self._commands.mpi_ranks(part.launch) if part.wall_clock else part.launch.ranks
+        if len(found.pids) < expected:
             log.warning(
                 "part %s: %d of its %d ranks found: they stay on the part's cores",
                 found.job_id,
                 len(found.pids),
-                part.launch.ranks,
+                expected,
             )
         part.ranks = found.pids
-        if part.process is not None:
+        if part.process is None:
+            return
+        if part.wall_clock:
+            self._commands.repin(part.launch, part.process.pid, self._pool, part.slots)
+        else:
             pin_part(self._pool, part.slots, part.process.pid, part.ranks)
 
     # -- timers -------------------------------------------------------------------------
@@ -319,8 +362,10 @@ class PartRuns:
                 self.end(part, reason, now)
 
     def next_deadline(self) -> float:
-        """The next wall-time limit or SIGKILL due (monotonic; infinity: none)."""
+        """The next wall-time limit, SIGKILL or rank check due (monotonic; infinity: none)."""
         deadline = math.inf
+        if any(self._pinned_ranks()):
+            deadline = self._pins_checked_at + self._settings.heartbeat_interval
         for part in self._parts.values():
             if part.ending is None:
                 deadline = min(deadline, part.deadline)
@@ -329,6 +374,9 @@ class PartRuns:
         return deadline
 
     def due(self, now: float) -> None:
+        if now >= self._pins_checked_at + self._settings.heartbeat_interval:
+            self._pins_checked_at = now
+            self._keep_ranks_pinned()
         for job_id, part in self._parts.items():
             if part.ending is None and now >= part.deadline:
                 log.warning("part %s exceeded its wall time: terminating it", job_id)
@@ -341,6 +389,31 @@ class PartRuns:
                 )
                 part.kill_at = None  # SIGKILL cannot be ignored: once is enough
                 part.signal(kill=True)
+
+    def _pinned_ranks(self) -> Iterator[Part]:
+        """The running parts whose MPI program's ranks the agent pinned one by one."""
+        for part in self._parts.values():
+            if part.wall_clock and part.ranks and part.ending is None and part.process:
+                yield part
+
+    def _keep_ranks_pinned(self) -> None:
+        """Put back on its core any thread of a rank that moved.
+
+        An MPI library moves its own threads while it starts (its topology
+        discovery binds a thread to each core in turn, then restores the mask it
+        found): a rank pinned in that window gets its old mask back. A program may
+        also bind itself. The cores are the agent's to give, so it checks them
+        every heartbeat interval.
+        """
+        for part in self._pinned_ranks():
+            pid = 0 if part.process is None else part.process.pid
+            moved = self._commands.repin(part.launch, pid, self._pool, part.slots)
+            if moved:
+                log.info(
+                    "part %s: %d threads of its ranks put back on their cores",
+                    part.launch.job_id,
+                    moved,
+                )
 
 
 def _run_seconds(part: Part, exited: Exited) -> float | None:

@@ -117,3 +117,6 @@ class TakeOver:
             self._runs.watch(job_id, part.attempt, process)
             if part.launch.mpi is not None:
                 self._runs.find_ranks(job_id, part.attempt, process.pid, part.launch.ranks)
+            elif part.wall_clock:
+                # An MPI program's ranks kept their cores; found again for the next resize.
+                self._runs.find_command_ranks(job_id, part.attempt, process.pid)

@@ -30,7 +30,8 @@ walk of the descendants):
   lease must end the part without delay: the job may be running elsewhere).
 
 In each case the command's own end (its exit status, or the signal that
-killed it) goes into the plan's status file, which the agent reads into
+killed it, and for an MPI program the rank that ended first:
+``nodeagent.job.rank_watch``) goes into the plan's status file, which the agent reads into
 ``PartFinished``; a command that could not be started (no such program, a
 working directory or output file it may not use) says why in the part's
 failure file.
@@ -50,6 +51,7 @@ from dataclasses import dataclass
 
 from broker.bus import Bus, Delivery
 from nodeagent.job.command_child import EXIT_CANNOT_RUN, CommandChild, spawn
+from nodeagent.job.rank_watch import RankWatch
 from nodeagent.job.sleep_job import JobSettings, SleepJob
 from nodeagent.launch.command_plan import CommandPlan, CommandStatus, PlanError
 from nodeagent.launch.contract import (
@@ -138,6 +140,7 @@ class CommandJob(SleepJob):
         #: The command's waitpid status once reaped.
         self.status: int | None = None
         self._exited = asyncio.Event()
+        self._ranks: RankWatch | None = None
 
     def _progress(self, now: float) -> float:
         # A command's progress is not known: its run ends at its exit, not at a count
@@ -157,8 +160,12 @@ class CommandJob(SleepJob):
         child = self.child
         if child is not None:
             loop.add_reader(child.pidfd, self._reap)
+            if self.plan.mpi_ranks:
+                self._ranks = RankWatch(self.tree, self.plan.mpi_ranks, loop)
         try:
             while not (child is not None and self._exited.is_set()):
+                if self._ranks is not None:
+                    self._ranks.look()
                 if self._cancelled:
                     await self._end_tree(self.plan.term_grace)
                     self._conclude()
@@ -177,6 +184,8 @@ class CommandJob(SleepJob):
             await self._end_tree(0.0)
             return self._conclude()
         finally:
+            if self._ranks is not None:
+                self._ranks.close()
             if child is not None:
                 loop.remove_reader(child.pidfd)
                 child.close()
@@ -248,7 +257,8 @@ class CommandJob(SleepJob):
             self._write(self.launch.failure_file, f"cannot start the command: {why}")
         if self.status is None:
             return EXIT_LOST
-        ended = CommandStatus.of_wait_status(self.status)
+        first = None if self._ranks is None else self._ranks.first
+        ended = CommandStatus.of_wait_status(self.status, first)
         self._write(self.plan.status_file, ended.dump().decode())
         log.info("job %s: the command %s", self.launch.job_id, ended.describe())
         if why is not None and ended.exit_status == EXIT_CANNOT_RUN:

@@ -21,8 +21,11 @@ too). The plan holds:
   walks it, ``nodeagent.launch.jobtree``), the host cores it is pinned to, and
   ``term_grace``, the wall seconds between TERM and KILL of the whole tree;
 - ``status_file``: where the supervisor writes how the command ended
-  (:class:`CommandStatus`: ``exit N`` or ``signal N``), which the agent reads
-  into ``PartFinished.exit_status`` or ``.signal``.
+  (:class:`CommandStatus`: ``exit N`` or ``signal N``, then ``rank R`` when an
+  MPI program's rank ended first), which the agent reads into
+  ``PartFinished.exit_status`` or ``.signal``;
+- ``mpi_ranks``: how many ranks of an MPI program this part holds (0: no MPI
+  launch), which the agent pins one by one and the supervisor watches.
 
 The files are JSON and one line of text, read with checks: a plan that does
 not read is no plan (the part fails), never trusted in part.
@@ -81,6 +84,7 @@ class CommandPlan:
     #: The job's own directory (hostfile, script copy, ``TMPDIR``), the agent's to
     #: create and remove.
     job_dir: str
+    mpi_ranks: int = 0
 
     def __post_init__(self) -> None:
         if self.batch and not self.argv:
@@ -98,6 +102,8 @@ class CommandPlan:
             raise PlanError(f"term_grace must be >= 0, got {self.term_grace!r}")
         if any(c < 0 for c in self.cores):
             raise PlanError("negative core number")
+        if self.mpi_ranks < 0:
+            raise PlanError(f"mpi_ranks must be >= 0, got {self.mpi_ranks}")
 
     def environ(self) -> dict[str, str]:
         return dict(self.env)
@@ -129,6 +135,7 @@ class CommandPlan:
                 "term_grace": self.term_grace,
                 "status_file": self.status_file,
                 "job_dir": self.job_dir,
+                "mpi_ranks": self.mpi_ranks,
             }
         ).encode()
 
@@ -155,6 +162,7 @@ class CommandPlan:
                 term_grace=float(_typed(raw, "term_grace", (int, float))),
                 status_file=_typed(raw, "status_file", str),
                 job_dir=_typed(raw, "job_dir", str),
+                mpi_ranks=_typed(raw, "mpi_ranks", int) if "mpi_ranks" in raw else 0,
             )
         except TypeError as exc:
             raise PlanError(f"command plan field: {exc}") from None
@@ -221,10 +229,12 @@ def _run_as(raw: object) -> RunAs:
 
 @dataclass(frozen=True, slots=True)
 class CommandStatus:
-    """How a command ended: its exit status, or the signal that killed it."""
+    """How a command ended: its exit status, or the signal that killed it; and for an
+    MPI program, the rank that ended first (the one that failed, when it did)."""
 
     exit_status: int | None = None
     signal: int | None = None
+    first_rank: int | None = None
 
     def __post_init__(self) -> None:
         if (self.exit_status is None) == (self.signal is None):
@@ -233,41 +243,53 @@ class CommandStatus:
             raise PlanError(f"exit status {self.exit_status} out of 0..255")
         if self.signal is not None and not 1 <= self.signal <= 64:
             raise PlanError(f"signal {self.signal} out of 1..64")
+        if self.first_rank is not None and self.first_rank < 0:
+            raise PlanError(f"rank {self.first_rank} is negative")
 
     @classmethod
-    def of_wait_status(cls, status: int) -> CommandStatus:
+    def of_wait_status(cls, status: int, first_rank: int | None = None) -> CommandStatus:
         """From ``waitpid``'s status word."""
         if os.WIFSIGNALED(status):
-            return cls(signal=os.WTERMSIG(status))
-        return cls(exit_status=os.waitstatus_to_exitcode(status) & 0xFF)
+            return cls(signal=os.WTERMSIG(status), first_rank=first_rank)
+        return cls(exit_status=os.waitstatus_to_exitcode(status) & 0xFF, first_rank=first_rank)
 
     @property
     def ok(self) -> bool:
         return self.exit_status == 0
 
     def describe(self) -> str:
-        """``exited with status 3`` or ``was killed by signal 9 (SIGKILL)``."""
+        """``exited with status 3`` or ``was killed by signal 9 (SIGKILL)``; a failed MPI
+        program's ends ``..., rank 1 ended first``."""
         if self.signal is not None:
-            return f"was killed by signal {self.signal} ({signal_name(self.signal)})"
-        return f"exited with status {self.exit_status}"
+            text = f"was killed by signal {self.signal} ({signal_name(self.signal)})"
+        else:
+            text = f"exited with status {self.exit_status}"
+        if self.first_rank is not None and not self.ok:
+            text += f", rank {self.first_rank} ended first"
+        return text
 
     def dump(self) -> bytes:
-        if self.signal is not None:
-            return f"signal {self.signal}\n".encode()
-        return f"exit {self.exit_status}\n".encode()
+        text = f"signal {self.signal}" if self.signal is not None else f"exit {self.exit_status}"
+        if self.first_rank is not None:
+            text += f" rank {self.first_rank}"
+        return f"{text}\n".encode()
 
     @classmethod
     def load(cls, data: bytes) -> CommandStatus:
+        bad = f"status file is not 'exit N' or 'signal N' [rank R]: {data[:40]!r}"
         try:
-            what, number = data.decode("ascii").split()
-            value = int(number)
+            words = data.decode("ascii").split()
+            numbers = [int(w) for w in words[1::2]]
         except (ValueError, UnicodeDecodeError):
-            raise PlanError(f"status file is not 'exit N' or 'signal N': {data[:40]!r}") from None
-        if what == "exit":
-            return cls(exit_status=value)
-        if what == "signal":
-            return cls(signal=value)
-        raise PlanError(f"status file is not 'exit N' or 'signal N': {data[:40]!r}")
+            raise PlanError(bad) from None
+        if len(words) not in (2, 4) or (len(words) == 4 and words[2] != "rank"):
+            raise PlanError(bad)
+        first = numbers[1] if len(numbers) == 2 else None
+        if words[0] == "exit":
+            return cls(exit_status=numbers[0], first_rank=first)
+        if words[0] == "signal":
+            return cls(signal=numbers[0], first_rank=first)
+        raise PlanError(bad)
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> CommandStatus | None:

@@ -256,6 +256,12 @@ def _stat(pid: int) -> tuple[int, int, bytes] | None:
     return int(fields[1]), int(fields[19]), fields[0]
 
 
+def parent(pid: int) -> int | None:
+    """The parent of ``pid``, None if it is gone."""
+    stat = _stat(pid)
+    return None if stat is None else stat[0]
+
+
 def descendants(root: int) -> dict[int, int]:
     """Every live process below ``root`` (not itself): pid -> start time."""
     children: dict[int, list[tuple[int, int]]] = {}
@@ -322,18 +328,36 @@ def become_subreaper() -> None:
 
 # -- pinning -------------------------------------------------------------------------
 
+PIN_PASSES = 20
+"""At most this many passes over a tree's threads (each after the first only finds
+threads created during the one before)."""
+
 
 def pin_tree(pids: Iterable[int], cores: Iterable[int]) -> int:
-    """Pin every thread of every process in ``pids`` to ``cores``; threads pinned."""
+    """Pin every thread of every process in ``pids`` to ``cores``; threads moved.
+
+    A thread created while a pass runs copies its creator's mask, the old one if
+    its creator was not pinned yet, and may not be listed by then (a program in
+    its start-up, as MPI's initialisation is, starts threads at any moment). So
+    passes repeat until one finds every thread already there: from then on, every
+    thread that exists is pinned, and any new one inherits its creator's mask.
+    """
     wanted = set(cores)
-    pinned = 0
-    for pid in pids:
-        try:
-            threads = os.listdir(f"/proc/{pid}/task")
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        for tid in threads:
-            with contextlib.suppress(OSError):  # gone, or a core it may not use
-                os.sched_setaffinity(int(tid), wanted)
-                pinned += 1
-    return pinned
+    members = tuple(pids)
+    moved = 0
+    for _ in range(PIN_PASSES):
+        changed = 0
+        for pid in members:
+            try:
+                threads = os.listdir(f"/proc/{pid}/task")
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            for tid in threads:
+                with contextlib.suppress(OSError):  # gone, or a core it may not use
+                    if os.sched_getaffinity(int(tid)) != wanted:
+                        os.sched_setaffinity(int(tid), wanted)
+                        changed += 1
+        moved += changed
+        if not changed:
+            break
+    return moved

@@ -87,6 +87,8 @@ def test_the_working_directory_is_this_one_by_default(
         (["submit", "-o", "x.out"], "go with a command"),
         (["submit", "-o", "x-%q.out", "--", "ls"], "%q is not one of"),
         (["submit", "--iterations", "3", "--", "ls"], "only for --workload mpi"),
+        (["submit", "--mpi", "openmpi"], "go with a command"),
+        (["submit", "--mpi", "lam", "--", "./app"], "Invalid value for '--mpi'"),
     ],
 )
 def test_a_bad_submission_is_one_line_and_exit_2(
@@ -136,6 +138,26 @@ def test_batch_reads_directives_and_the_command_line_wins(
     # Options stop at the script: the rest is the script's own arguments.
     assert spec.command.argv == ("arg1", "-n", "arg3")
     assert (spec.command.output, spec.command.name) == ("run %j.log", "from-script")
+
+
+def test_mpi_names_the_library_on_the_command_line_or_in_a_directive(
+    sent: list[JobSpec], tmp_path: Path
+) -> None:
+    result = runner.invoke(app, ["submit", "-n", "4", "--mpi", "openmpi", "--", "./cg", "-i", "9"])
+    assert result.exit_code == 0, result.output
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#ACCORDION -n 2 --mpi mpich\n$ACCORDION_MPIRUN ./cg\n")
+    result = runner.invoke(app, ["batch", str(script)])
+    assert result.exit_code == 0, result.output
+    plain = runner.invoke(app, ["submit", "--", "./cg"])
+    assert plain.exit_code == 0, plain.output
+    program, batch, serial = (s.command for s in sent)
+    assert program is not None
+    assert (program.mpi, program.argv) == ("openmpi", ("./cg", "-i", "9"))
+    assert batch is not None
+    assert batch.mpi == "mpich"
+    assert serial is not None
+    assert serial.mpi is None
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from broker.command_spec import CommandSpec, HostSlots
 from broker.messages import JobSpec, StartPart
+from broker.vocabulary import MpiLibrary
 from nodeagent.agent.commands import CommandSettings
 from nodeagent.agent.node_agent import AgentSettings
 from tests.nodeagent.clock import ManualClock
@@ -37,6 +38,7 @@ def command_job(
     script: str | None = None,
     output: str = "accordion-%j.out",
     error: str | None = None,
+    mpi: MpiLibrary | None = None,
 ) -> JobSpec:
     return JobSpec(
         id=job_id,
@@ -47,7 +49,12 @@ def command_job(
         user=owner or "nobody",
         owner=owner,
         command=CommandSpec(
-            argv=tuple(argv), script=script, chdir=str(where), output=output, error=error
+            argv=tuple(argv),
+            script=script,
+            chdir=str(where),
+            output=output,
+            error=error,
+            mpi=mpi,
         ),
     )
 
@@ -84,6 +91,7 @@ def settings_for(
     lines: str | None = None,
     cgroups: bool = True,
     base: AgentSettings = FAST,
+    mpi_shims: str | None = None,
 ) -> AgentSettings:
     """``base`` settings with commands on: ``alice`` maps to the tests' own account."""
     own = _own_account()
@@ -92,6 +100,7 @@ def settings_for(
         user_map=str(user_map(folder, mapping)) if os.geteuid() == 0 else None,
         jobs_dir=str(folder / "jobs"),
         cgroups=cgroups,
+        mpi_shims=mpi_shims,
     )
     return replace(base, commands=commands)
 
@@ -110,10 +119,11 @@ async def commands_agent(
     lines: str | None = None,
     cgroups: bool = True,
     clock: ManualClock | None = None,
+    mpi_shims: str | None = None,
 ) -> AsyncIterator[Running]:
     """An agent running commands; on ``clock`` (stopped settings) when one is given."""
     base = FAST if clock is None else STOPPED
-    settings = settings_for(folder, lines=lines, cgroups=cgroups, base=base)
+    settings = settings_for(folder, lines=lines, cgroups=cgroups, base=base, mpi_shims=mpi_shims)
     async with running_agent(cpus=cpus, settings=settings, clock=clock) as run:
         yield run
 

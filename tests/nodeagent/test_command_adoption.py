@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import shutil
 import signal
 import sys
 import uuid
@@ -24,14 +25,25 @@ from pathlib import Path
 import pytest
 
 from broker.command_spec import CommandSpec
-from broker.messages import AgentOffline, AgentOnline, JobSpec, PartFinished, PartStarted, StartPart
+from broker.messages import (
+    AgentOffline,
+    AgentOnline,
+    CancelPart,
+    JobSpec,
+    PartFinished,
+    PartStarted,
+    ResizePart,
+    StartPart,
+)
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
+from broker.vocabulary import MpiLibrary
 from nodeagent.launch.jobtree import cgroup2_mount, cgroup_base, own_cgroup
 from tests.integration.conftest import BrokerEndpoint
 from tests.nodeagent.commands_harness import alive, file_says
 from tests.nodeagent.harness import Scheduler
 from tests.nodeagent.test_forkserver_agent_kill import gone
+from tests.nodeagent.test_mpi_commands import CG, CORES, on_cores, ranks_when
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,5 +228,56 @@ async def test_a_sigkilled_supervisor_leaves_nothing_behind(
             ended = await scheduler.expect(PartFinished, lambda f: f.job_id == "k1")
             assert ended.reason == "failed"
             await gone(daemon)  # its agent killed what the supervisor left (its cgroup)
+        finally:
+            await stop(agent)
+
+
+@pytest.mark.skipif(
+    shutil.which("mpirun.openmpi") is None or not CG.is_file() or len(CORES) < 2,
+    reason="needs Debian's Open MPI, examples/mpi built (scripts/setup) and two cores",
+)
+async def test_a_restarted_agent_adopts_mpi_ranks_and_repins_them_at_a_resize(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    topics = Topics(f"cadopt-{uuid.uuid4().hex[:6]}/v1")
+    spec = JobSpec(
+        id="mpi1",
+        procs=2,
+        walltime=1e6,
+        work=1e6,
+        workload="command",
+        user=ME,
+        owner=ME,
+        command=CommandSpec(
+            argv=(str(CG), "-n", "20000", "-i", "100000000"),
+            chdir=str(tmp_path),
+            mpi=MpiLibrary.OPENMPI,
+        ),
+    )
+    a, b = str(CORES[0]), str(CORES[1])
+    async with watching(mosquitto, topics) as scheduler:
+        agent = await start_agent(mosquitto, topics, tmp_path)
+        try:
+            first = await scheduler.expect(AgentOnline)
+            await scheduler.send(StartPart(job=spec, cpus=2, time_scale=1.0))
+            started = await scheduler.expect(PartStarted, lambda p: p.job_id == "mpi1")
+            ranks = await ranks_when(started.pid, on_cores(a, b))
+            await kill(agent)
+            await scheduler.expect(AgentOffline)
+            agent = await start_agent(mosquitto, topics, tmp_path)
+            second = await scheduler.expect(
+                AgentOnline, lambda o: o.incarnation != first.incarnation
+            )
+            assert [p.job_id for p in second.running] == ["mpi1"]
+            # The ranks ran on through the restart, on their cores; the new incarnation
+            # folds them at a resize as its predecessor would have.
+            await scheduler.send(ResizePart(job_id="mpi1", cpus=1, job_cpus=1, attempt=1))
+            folded = await ranks_when(started.pid, on_cores(a, a))
+            assert {r.root for r in folded.values()} == {r.root for r in ranks.values()}
+            await scheduler.send(CancelPart(job_id="mpi1", attempt=1))
+            ended = await scheduler.expect(PartFinished, lambda f: f.job_id == "mpi1")
+            assert ended.reason == "cancelled", ended
+            for rank in ranks.values():
+                await gone(rank.root)
         finally:
             await stop(agent)

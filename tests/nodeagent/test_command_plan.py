@@ -45,6 +45,8 @@ def test_a_plan_reads_back_as_written() -> None:
     assert CommandPlan.load(written.dump()) == written
     holder = plan(batch=False, argv=(), run_as=None, cgroup=None)
     assert CommandPlan.load(holder.dump()) == holder
+    mpi = plan(mpi_ranks=4)
+    assert CommandPlan.load(mpi.dump()) == mpi
 
 
 @pytest.mark.parametrize(
@@ -56,6 +58,7 @@ def test_a_plan_reads_back_as_written() -> None:
         {"argv": ("a\x00",)},
         {"env": (("A=B", "1"),)},
         {"term_grace": float("nan")},
+        {"mpi_ranks": -1},
     ],
 )
 def test_a_bad_plan_is_refused(change: dict[str, object]) -> None:
@@ -73,6 +76,7 @@ def test_a_bad_plan_is_refused(change: dict[str, object]) -> None:
         json.dumps({**json.loads(plan().dump()), "batch": 1}).encode(),
         json.dumps({**json.loads(plan().dump()), "run_as": {"user": "u"}}).encode(),
         json.dumps({**json.loads(plan().dump()), "env": [["A"]]}).encode(),
+        json.dumps({**json.loads(plan().dump()), "mpi_ranks": "2"}).encode(),
     ],
 )
 def test_a_plan_file_that_does_not_read_is_no_plan(data: bytes) -> None:
@@ -86,7 +90,25 @@ def test_a_status_is_an_exit_status_or_a_signal() -> None:
     assert CommandStatus.of_wait_status(3 << 8) == CommandStatus(exit_status=3)
     assert CommandStatus.of_wait_status(9) == CommandStatus(signal=9)
     assert CommandStatus(signal=9).describe() == "was killed by signal 9 (SIGKILL)"
-    for bad in (b"exit", b"exit x", b"quit 3", b"exit 300", b"signal 0"):
+    ranked = CommandStatus(exit_status=3, first_rank=1)
+    assert CommandStatus.load(ranked.dump()) == ranked
+    assert ranked.dump() == b"exit 3 rank 1\n"
+    assert ranked.describe() == "exited with status 3, rank 1 ended first"
+    # A program that succeeded: which rank ended first means nothing.
+    assert CommandStatus(exit_status=0, first_rank=1).describe() == "exited with status 0"
+    killed = CommandStatus(signal=11, first_rank=0)
+    assert killed.describe() == "was killed by signal 11 (SIGSEGV), rank 0 ended first"
+    for bad in (
+        b"exit",
+        b"exit x",
+        b"quit 3",
+        b"exit 300",
+        b"signal 0",
+        b"exit 3 rank",
+        b"exit 3 node 1",
+        b"exit 3 rank -1",
+        b"exit 3 rank 1 rank 2",
+    ):
         with pytest.raises(PlanError):
             CommandStatus.load(bad)
     with pytest.raises(PlanError):
