@@ -223,3 +223,6 @@ class WaitReason(StrEnum):
     HELD = "held"
     #: Its user's running jobs hold the per-user CPU limit: it waits for them to end.
     USER_LIMIT = "user_limit"
+    #: It needs machines that can do something (a command: machines that run commands),
+    #: and those online cannot hold it: none, or too few CPUs.
+    NO_CAPABLE_MACHINE = "no_capable_machine"

@@ -12,12 +12,19 @@ FCFS-malleable paper ("all the jobs are candidate to be shrunk", sec. 2):
 virtual malleability needs nothing from the job, it only packs its processes
 on fewer CPUs. Only a policy that folds jobs (``fcfs-malleable``) reads the
 flag; the others always run a job on ``procs`` CPUs.
+
+A job may need capabilities of its machines (``needs``, ``model.machine``):
+every part of it then goes to a machine that has them all. A user's own
+command needs a machine that runs commands; the built-in workloads need
+nothing, and neither does any job of a trace.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from model.machine import Capability
 
 
 class JobError(ValueError):
@@ -44,6 +51,8 @@ class Job:
     #: The application the job runs (a kernel's name), None if not known: the
     #: ``calibrated`` execution model's key to its measured ``u`` and ``OV``.
     app: str | None = None
+    #: What every machine it runs on must be able to do (``model.machine.Capability``).
+    needs: frozenset[Capability] = frozenset()
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> JobError:

@@ -3,6 +3,14 @@
 A machine has a CPU count and a benchmark speed (EG-EDF paper, sec. 2: ``R_m``
 and ``BM_m``). An allocation is a tuple of parts ``(machine, cpus)``; its pace,
 rate and the rest are ``model.allocation``'s.
+
+A machine may also have *capabilities*, what it can do beyond giving CPUs to
+the built-in workloads, and a job may *need* some (``Job.needs``): such a job
+runs only on machines that have every capability it needs, as a Slurm job with
+``--constraint`` runs only on nodes with those features. Unlike a machine's
+free ``labels`` (its operator's words, for display), a capability is the
+scheduler's fact about the machine: the live scheduler sets it from what the
+agent's registration says it does, never from a label an operator typed.
 """
 
 from __future__ import annotations
@@ -10,10 +18,18 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 class MachineError(ValueError):
     """A machine description that cannot be used."""
+
+
+class Capability(StrEnum):
+    """What a machine can do that not every machine does (module docstring)."""
+
+    #: It runs users' own commands (an agent started with ``--allow-commands``).
+    COMMANDS = "commands"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -24,6 +40,7 @@ class Machine:
     cpus: int
     speed: float = 1.0
     labels: tuple[str, ...] = ()
+    capabilities: frozenset[Capability] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.id:

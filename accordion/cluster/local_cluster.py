@@ -48,7 +48,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -184,6 +184,7 @@ class LocalCluster:
         users: Sequence[str] = (),
         extra_agents: Sequence[str] = (),
         commands: bool | None = False,
+        commands_off: Collection[str] = (),
         sharing: Sharing | None = None,
         drain_on_stop: bool = False,
         journal: Path | None = None,
@@ -220,6 +221,8 @@ class LocalCluster:
                 "commands need logins (--auth, Mosquitto): on an open broker anyone who "
                 "reaches it could run commands as you"
             )
+        #: Machines whose agents run no commands even so (a cluster where only some do).
+        self.commands_off = frozenset(commands_off)
         #: The scheduler's limits and association files (``wiring.Sharing``).
         self.sharing = sharing or Sharing()
         self.heartbeat = heartbeat
@@ -535,7 +538,9 @@ class LocalCluster:
             walltime_grace=self.walltime_grace,
             state_dir=self.run_dir / "agents" / machine.id,
             commands=(
-                (self.user_map, self.run_dir / "jobs" / machine.id) if self.commands else None
+                (self.user_map, self.run_dir / "jobs" / machine.id)
+                if self.commands and machine.id not in self.commands_off
+                else None
             ),
             drain_on_stop=self.drain_on_stop,
         )

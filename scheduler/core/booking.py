@@ -6,13 +6,16 @@ appear twice, and the total must lie between the fewest CPUs the job may hold
 and its process count. A decision that breaks any of these is a bug in the
 policy and raises :class:`~scheduler.core.answers.PolicyError`; what was booked
 before the faulty part is the caller's to give back (the core checks before
-it books where it must stay unchanged).
+it books where it must stay unchanged). A job that needs capabilities
+(``Job.needs``) must also be on machines that have them (:func:`check_needs`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
+
 from model.job import Job
-from model.machine import Part
+from model.machine import Capability, Part
 from scheduler.core.answers import PolicyError
 
 
@@ -52,3 +55,19 @@ def release(free: dict[str, int], parts: tuple[Part, ...]) -> None:
     """Give ``parts``' CPUs back to ``free``."""
     for part in parts:
         free[part.machine] += part.cpus
+
+
+def check_needs(
+    job: Job,
+    parts: tuple[Part, ...],
+    capabilities: Mapping[str, frozenset[Capability]],
+    held: Set[str] = frozenset(),
+) -> None:
+    """Raise :class:`PolicyError` if a part of ``job`` is on a known machine without a
+    capability the job needs; machines in ``held`` (where a resized job runs already)
+    are not asked, and an unknown machine is :func:`book`'s to refuse."""
+    for p in parts:
+        got = capabilities.get(p.machine)
+        if got is not None and p.machine not in held and not job.needs <= got:
+            lacks = ", ".join(sorted(job.needs - got))
+            raise PolicyError(f"job {job.id!r} placed on {p.machine!r}, which lacks {lacks}")

@@ -12,6 +12,12 @@ ledger for what it held. The running jobs themselves are the
 index; the index hears of every start and end, and the ledger of every name
 that ever held CPUs.
 
+A machine's capabilities (``model.machine``) may change while it stays
+(:meth:`Cluster.change`: its agent came back as a new process that adopted its
+parts, and says it does other things now); the CPUs of the machines with each
+set of capabilities are worked out once and kept until a machine comes, goes
+or changes (:meth:`Cluster.capacity`).
+
 Job states are not the cluster's: the core moves them around these calls.
 """
 
@@ -19,11 +25,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from model.allocation import AllocationMemo
 from model.execution import ExecutionModel
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Capability, Machine, Part
 from scheduler.core.answers import PolicyError
 from scheduler.core.booking import book, release
 from scheduler.core.queue_index import QueueIndex
@@ -38,8 +45,10 @@ class Cluster:
 
     __slots__ = (
         "_allocs",
+        "_capacity",
         "_index",
         "_noted",
+        "capabilities",
         "free",
         "machines",
         "running",
@@ -61,6 +70,7 @@ class Cluster:
         #: or goes, so a snapshot holding the old list can tell.
         self.machines: Sequence[Machine] = []
         self.speeds: dict[str, float] = {}
+        self.capabilities: dict[str, frozenset[Capability]] = {}
         self.free: dict[str, int] = {}
         self.total = 0
         self.running = running
@@ -70,6 +80,8 @@ class Cluster:
         self._allocs = AllocationMemo(self.speeds, execution)
         # (user, group) pairs already noted in the ledger (see hold).
         self._noted: set[tuple[str, str]] = set()
+        # The CPUs of the machines with each set of capabilities asked about (capacity()).
+        self._capacity: dict[frozenset[Capability], int] = {}
         for m in machines:
             self.join(m)
 
@@ -83,9 +95,11 @@ class Cluster:
         bisect.insort(machines, machine, key=machine_order)
         self.machines = machines
         self.speeds[machine.id] = machine.speed
+        self.capabilities[machine.id] = machine.capabilities
         self.free[machine.id] = machine.cpus
         self.total += machine.cpus
         self._allocs.clear()
+        self._capacity.clear()
 
     def leave(self, machine_id: str) -> None:
         """A machine is gone; every job that had a part there has left it already."""
@@ -93,9 +107,34 @@ class Cluster:
             raise KeyError(f"machine {machine_id!r} is not known")
         self.machines = [m for m in self.machines if m.id != machine_id]
         del self.speeds[machine_id]
+        del self.capabilities[machine_id]
         self._allocs.clear()
+        self._capacity.clear()
         # Every job with a part here has left, so all of the machine's CPUs are free.
         self.total -= self.free.pop(machine_id)
+
+    def change(self, machine_id: str, capabilities: frozenset[Capability]) -> None:
+        """A known machine now has ``capabilities``; its CPUs, speed and jobs stay."""
+        if machine_id not in self.speeds:
+            raise KeyError(f"machine {machine_id!r} is not known")
+        # A new list, as for a join: a snapshot holding the old one can tell.
+        self.machines = [
+            replace(m, capabilities=capabilities) if m.id == machine_id else m
+            for m in self.machines
+        ]
+        self.capabilities[machine_id] = capabilities
+        self._capacity.clear()
+
+    def capacity(self, needs: frozenset[Capability]) -> int:
+        """The CPUs of the machines that have every capability in ``needs``."""
+        if not needs:
+            return self.total
+        known = self._capacity.get(needs)
+        if known is None:
+            known = self._capacity[needs] = sum(
+                m.cpus for m in self.machines if needs <= m.capabilities
+            )
+        return known
 
     def hold(
         self,

@@ -24,6 +24,12 @@ and the :class:`~scheduler.core.recovery.Recovery` (the lost-machine rule and
 the journal restore). This module adds the events of a normal life (submit,
 finish, cancel) and the scheduling step.
 
+*Capabilities.* A job that needs capabilities (``Job.needs``) goes only to
+machines that have them (``scheduler.planning.placement.machines_for``; every
+start and resize is checked, ``scheduler.core.booking``) and waits hidden while
+those online are too few (``scheduler.core.job_queue``). A machine whose
+capabilities change keeps its jobs; a promise there that no longer holds is dropped.
+
 *Cordoned machines.* A caller may pass a set of machine ids it edits
 (``cordoned``: the live scheduler's SUSPECT and HELD agents, Slurm's DRAIN
 without the admin): the policy sees none of their CPUs free, so no new part
@@ -52,7 +58,7 @@ from dataclasses import replace
 
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Capability, Machine, Part
 from scheduler.core.answers import (
     Accepted,
     Left,
@@ -62,6 +68,7 @@ from scheduler.core.answers import (
     Rejected,
     too_wide,
 )
+from scheduler.core.booking import check_needs
 from scheduler.core.cluster import Cluster
 from scheduler.core.job_book import JobBook
 from scheduler.core.job_lifecycle import JobState
@@ -244,6 +251,16 @@ class SchedulerCore:
         }
         return lost
 
+    def machine_changed(self, machine_id: str, capabilities: frozenset[Capability]) -> None:
+        """A known machine now has ``capabilities`` (module docstring, "Capabilities")."""
+        self._cluster.change(machine_id, capabilities)
+        # A promise that can no longer be kept there: the policy plans the job afresh.
+        self._reservations = {
+            jid: r
+            for jid, r in self._reservations.items()
+            if r.job.needs <= capabilities or all(p.machine != machine_id for p in r.parts)
+        }
+
     def job_lost(self, job_id: str, now: float, *, charged: bool = True) -> Left:
         """The lost-machine rule for one job (``Recovery.job_lost``)."""
         return self._recovery.job_lost(job_id, now, charged=charged)
@@ -419,12 +436,12 @@ class SchedulerCore:
         cluster = self._cluster
         total = cluster.total
         waiting = self._queue
-        if waiting.widest <= total:
-            # No queued job can be too wide (``JobQueue.visible``), the usual case.
+        if waiting.widest <= total and not waiting.needs:
+            # No queued job can be hidden (``JobQueue.visible``), the usual case.
             queue: Sequence[Job] = waiting.jobs
             index: QueueIndex | None = waiting.index
         else:
-            queue, index = waiting.visible(total)
+            queue, index = waiting.visible(total, cluster.capacity)
         held = self._user_limit
         if held is not None:
             # A fold is at least half its processes: twice the queue's widest bounds them.
@@ -538,6 +555,8 @@ class SchedulerCore:
         book = self._book
         if book.states.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
+        if job.needs:
+            check_needs(job, parts, self._cluster.capabilities)
         self._cluster.hold(job, parts, job.min_cpus if self._folds else job.procs, now)
         book.move(job.id, JobState.RUNNING)
 
@@ -547,4 +566,7 @@ class SchedulerCore:
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
         if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
+        if job.needs:
+            # Where it runs already it stays, even on a machine that changed since.
+            check_needs(job, parts, self._cluster.capabilities, {p.machine for p in run.parts})
         self._cluster.move(run, parts, self.cpus_needed(job), now)

@@ -14,14 +14,22 @@ cluster was bigger) stays queued but is hidden from the policy
 (:meth:`JobQueue.visible`) until enough machines are back, so it never blocks
 the jobs behind it. The queue remembers the widest job it ever held: while the
 cluster has that many CPUs, nothing can be hidden and nothing is filtered.
+
+The same holds for a job that needs capabilities (``Job.needs``): it is hidden
+while the machines online that have them hold fewer CPUs than it needs (none
+at all, when no agent runs commands), so it blocks no job behind it under an
+in-order policy, and shown again once enough such machines are back. The queue
+counts its waiting jobs by what they need, so a queue where every need is met
+by at least the widest job's CPUs is not filtered either.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from model.job import Job
+from model.machine import Capability
 from scheduler.core.queue_index import QueueIndex
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import RunningJob
@@ -30,7 +38,7 @@ from scheduler.core.snapshot import RunningJob
 class JobQueue:
     """Waiting jobs in arrival order (see the module docstring)."""
 
-    __slots__ = ("_folds", "_running", "index", "jobs", "order", "widest")
+    __slots__ = ("_folds", "_running", "index", "jobs", "needs", "order", "widest")
 
     def __init__(self, *, running: RunningSet, folds: bool) -> None:
         #: The waiting jobs, in arrival order.
@@ -44,6 +52,9 @@ class JobQueue:
         self.index = QueueIndex(self.order, source=self._index_source)
         #: The most CPUs any queued job ever needed (module docstring).
         self.widest = 0
+        #: How many waiting jobs need each set of capabilities (jobs that need none
+        #: are not counted): what :meth:`visible` checks before it filters.
+        self.needs: dict[frozenset[Capability], int] = {}
 
     def _index_source(self) -> tuple[Iterable[Job], Iterable[RunningJob]]:
         """What a dormant queue index builds itself from."""
@@ -59,6 +70,8 @@ class JobQueue:
         # Job.min_cpus or procs, inline: this runs once per job of a replay.
         self.widest = max(self.widest, job.min_cpus if self._folds else job.procs)
         self.jobs.append(job)
+        if job.needs:
+            self._count(job, 1)
         index = self.index
         if index.awake:
             index.add(job)
@@ -69,6 +82,8 @@ class JobQueue:
         self.widest = max(self.widest, job.min_cpus if self._folds else job.procs)
         order = self.order
         bisect.insort_right(self.jobs, job, key=lambda j: order[j.id])
+        if job.needs:
+            self._count(job, 1)
         if self.index.awake:
             self.index.add(job)
 
@@ -87,6 +102,10 @@ class JobQueue:
             if queue[at].id != job.id:
                 raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
             del queue[at]
+        if self.needs:
+            for job in started:
+                if job.needs:
+                    self._count(job, -1)
         index = self.index
         if index.awake:
             for job in started:
@@ -95,6 +114,8 @@ class JobQueue:
     def remove(self, job: Job) -> None:
         """A queued job leaves the queue without starting (cancelled)."""
         self.jobs = [j for j in self.jobs if j.id != job.id]
+        if job.needs:
+            self._count(job, -1)
         if self.index.awake:
             self.index.remove(job)
 
@@ -104,17 +125,44 @@ class JobQueue:
             return
         gone = {j.id for j in jobs}
         self.jobs = [j for j in self.jobs if j.id not in gone]
+        for job in jobs:
+            if job.needs:
+                self._count(job, -1)
         if self.index.awake:
             for job in jobs:
                 self.index.remove(job)
 
-    def visible(self, total_cpus: int) -> tuple[Sequence[Job], QueueIndex | None]:
-        """The queue the policy sees on a cluster of ``total_cpus``, and the index when
-        it describes that queue (None when jobs too wide are hidden: it holds them)."""
-        if self.widest <= total_cpus:
+    def _count(self, job: Job, by: int) -> None:
+        needs = self.needs
+        left = needs.get(job.needs, 0) + by
+        if left:
+            needs[job.needs] = left
+        else:
+            del needs[job.needs]
+
+    def hides_nothing(
+        self, total_cpus: int, capacity: Callable[[frozenset[Capability]], int]
+    ) -> bool:
+        """True when no waiting job can be hidden on a cluster of ``total_cpus`` whose
+        machines with capabilities ``n`` hold ``capacity(n)`` CPUs (module docstring)."""
+        widest = self.widest
+        return widest <= total_cpus and all(capacity(n) >= widest for n in self.needs)
+
+    def visible(
+        self, total_cpus: int, capacity: Callable[[frozenset[Capability]], int]
+    ) -> tuple[Sequence[Job], QueueIndex | None]:
+        """The queue the policy sees on a cluster of ``total_cpus`` (``capacity``: as for
+        :meth:`hides_nothing`), and the index when it describes that queue (None when
+        jobs are hidden: it holds them)."""
+        if self.hides_nothing(total_cpus, capacity):
             return self.jobs, self.index
         folds = self._folds
-        queue = [j for j in self.jobs if (j.min_cpus if folds else j.procs) <= total_cpus]
+        room = {n: capacity(n) for n in self.needs}
+        queue = [
+            j
+            for j in self.jobs
+            if (j.min_cpus if folds else j.procs) <= (room[j.needs] if j.needs else total_cpus)
+        ]
         if len(queue) < len(self.jobs):
             return queue, None
         return queue, self.index

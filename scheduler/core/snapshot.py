@@ -5,6 +5,12 @@ running jobs, the queue in arrival order, usage history) and returns
 :class:`Decisions` (start job J on parts, resize job J to parts, reservations
 for display).
 
+The queue a policy sees holds only jobs the machines could ever run: the
+core hides a job wider than the CPUs online, or than those of the machines
+with the capabilities it needs (``Job.needs``). A policy still places such a
+job only on those machines (``scheduler.planning.placement.machines_for``);
+on a cluster of one machine, every job it sees runs there.
+
 The view is read-only by type: every member is a read-only property, so a
 policy that assigns to one fails the type check. What stands behind it is a
 :class:`Snapshot`, a plain mutable value: the core owns one and refreshes it

@@ -21,6 +21,9 @@ is charged to the jobs' requeue budgets, nor for a part it reports
 ``stopped`` (``scheduler.live.coupling``). A heartbeat of a stopped
 incarnation (in flight) does not bring it back; its next incarnation does.
 
+*Capabilities.* What an agent's machine can do (run users' commands) is
+read from each registration (``scheduler.live.capabilities``).
+
 *Drains.* An agent that drains as it stops announces it
 (``AgentOnline.draining``); an admin drains a machine by request
 (``scheduler.live.drains``). Either puts it in DRAINING: nothing new is placed
@@ -86,7 +89,7 @@ from broker.messages import (
 )
 from broker.vocabulary import BadMessage
 from model.machine import Machine
-from scheduler.live import agent_hold, drains, reconcile
+from scheduler.live import agent_hold, capabilities, drains, reconcile
 from scheduler.live.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.live.context import Agent, Context, Ended
 from scheduler.live.coupling import PartEvent, Reported, ToJob, agent_moved, part_event, part_rule
@@ -231,7 +234,13 @@ def _register(ctx: Context, agent: str, message: AgentOnline, now: float) -> Non
         ctx.count_bad(BadMessage.UNEXPECTED, why)
         return
     running = _reports(message.running)
-    machine = Machine(id=spec.id, cpus=spec.cpus, speed=spec.speed, labels=spec.labels)
+    machine = Machine(
+        id=spec.id,
+        cpus=spec.cpus,
+        speed=spec.speed,
+        labels=spec.labels,
+        capabilities=capabilities.of(message),
+    )
     ag = ctx.agents.get(agent)
     if ag is not None and ag.life.incarnation == message.incarnation:
         # A retained replay or a re-announcement after a reconnection (or to say it
@@ -262,6 +271,7 @@ def _register(ctx: Context, agent: str, message: AgentOnline, now: float) -> Non
             ag.life.renew(message.incarnation, lease=lease, adopts=adopts)
             ag.last_heartbeat = now
             _check_lease(ctx, agent, message.lease)
+            capabilities.changed(ctx, agent, machine.capabilities)
             agent_moved(ctx, agent, move, now, "incarnation", listed=running)
             drains.settle(ctx, agent, now)
             _reported(ctx, agent, running, now, complete=False)

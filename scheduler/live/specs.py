@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from broker.messages import JobSpec
 from model.job import Job
+from model.machine import Capability
+
+#: What a user's command needs of its machines (an agent started with --allow-commands).
+COMMAND_NEEDS = frozenset({Capability.COMMANDS})
 
 
 class SpecError(ValueError):
@@ -30,8 +34,8 @@ def job_from_spec(spec: JobSpec, submit: float) -> Job:
     """The core's job for a client's spec submitted at ``submit`` (cluster seconds).
 
     ``work`` becomes the job's run time at its reference speed; the relative
-    deadline becomes absolute. Raises :class:`~model.job.JobError` for values a
-    job cannot have.
+    deadline becomes absolute; a user's command needs a machine that runs commands.
+    Raises :class:`~model.job.JobError` for values a job cannot have.
     """
     return Job(
         id=spec.id,
@@ -46,4 +50,5 @@ def job_from_spec(spec: JobSpec, submit: float) -> Job:
         malleable=spec.malleable,
         cpu_util=spec.cpu_util,
         ref_speed=spec.ref_speed,
+        needs=COMMAND_NEEDS if spec.workload == "command" else frozenset(),
     )

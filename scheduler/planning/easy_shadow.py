@@ -12,6 +12,10 @@ A running job gives its CPUs back at its *planned* end: its expected end,
 or, once it has outlived its estimate, the instant ``scheduler.planning.overdue``
 plans for it (the one rule every planner shares).
 
+A job that needs capabilities (``Job.needs``) is reserved on the machines
+that have them only (``scheduler.planning.placement.machines_for``); the CPUs
+of the others are still replayed forward, for the extra CPUs at its start.
+
 A reservation once given is kept if the new computation would move it later
 (on heterogeneous machines the placement rule can pick other machines as the
 profile changes); with exact estimates that keeps EASY's promise that
@@ -28,7 +32,7 @@ from model.job import Job
 from model.machine import Machine, Part, parts_cpus
 from scheduler.core.snapshot import Reservation, RunningJob, SnapshotView, Start
 from scheduler.planning.overdue import in_planned_order, planned_end
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,9 @@ def shadow_for(
     """The earliest reservation for ``job`` as the running jobs end; None if never."""
     need = job.procs if cpus is None else cpus
     found: tuple[float, tuple[Part, ...]] | None = None
+    able = machines_for(job, machines)
+    if not able:
+        return None
     if len(machines) == 1:
         only = machines[0].id
         ends = [(t, parts_cpus(parts)) for t, parts in started]
@@ -85,8 +92,12 @@ def shadow_for(
         if at is not None:
             found = (at, (Part(only, need),))
     else:
-        found, avail = _walk(need, now, free, running, started, machines, placement)
-    if previous is not None and (found is None or previous.start < found[0]):
+        found, avail = _walk(need, now, free, running, started, able, placement)
+    if (
+        previous is not None
+        and (found is None or previous.start < found[0])
+        and (able is machines or _on(previous.parts, able))
+    ):
         # Keep an earlier promise when its CPUs are still free at its start.
         earlier = _avail_at(previous.start, free, merged_releases(now, running, started))
         if _fits(previous.parts, earlier):
@@ -189,6 +200,12 @@ def _avail_at(t: float, free: Mapping[str, int], releases: Iterable[Release]) ->
         for p in parts:
             avail[p.machine] += p.cpus
     return avail
+
+
+def _on(parts: tuple[Part, ...], machines: Sequence[Machine]) -> bool:
+    """Whether every part is on one of ``machines``."""
+    ids = {m.id for m in machines}
+    return all(p.machine in ids for p in parts)
 
 
 def _fits(parts: tuple[Part, ...], avail: Mapping[str, int]) -> bool:

@@ -18,6 +18,13 @@ order ``(-speed, id)``, fastest first, so ties are total.
 ``single``
     Never span machines; the fastest machine that fits (the EG-EDF paper's
     model: "parallel jobs are always executed on only one machine").
+
+*Eligibility.* A job that needs capabilities (``Job.needs``, ``model.machine``)
+is placed, and planned, only on the machines that have them all:
+:func:`machines_for` is the subset every policy and planner hands the rule for
+such a job (the same sequence, uncopied, for a job that needs nothing, so a
+trace replay pays nothing for it). The rule itself never sees a job: it places
+CPUs on the machines it is given.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from model.job import Job
 from model.machine import Machine, Part
 
 
@@ -43,6 +51,20 @@ def machine_order(machine: Machine) -> tuple[float, str]:
 def sort_machines(machines: Sequence[Machine]) -> list[Machine]:
     """The canonical machine order: fastest first, then by id."""
     return sorted(machines, key=machine_order)
+
+
+def runs_on(job: Job, machine: Machine) -> bool:
+    """Whether ``machine`` has every capability ``job`` needs."""
+    return job.needs <= machine.capabilities
+
+
+def machines_for(job: Job, machines: Sequence[Machine]) -> Sequence[Machine]:
+    """The machines of ``machines`` that ``job`` may run on, in their order: ``machines``
+    itself when the job needs nothing (module docstring, "Eligibility")."""
+    needs = job.needs
+    if not needs:
+        return machines
+    return [m for m in machines if needs <= m.capabilities]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,7 +49,9 @@ waiting for them to start at once.
 
 Cordoned machines (the live scheduler's suspect and held agents) take no
 part in the plan: their CPUs are never planned free, since nothing new may
-start there until they are back.
+start there until they are back. A job that needs capabilities is planned
+only on the machines that have them (``scheduler.planning.placement``), and
+has no place when none of the machines the plan uses does.
 
 Cost: building the profile is ``O(R log R)`` for ``R`` running jobs; the
 ``reservations`` rule then reads the policy's reservations, ``O(Q)`` for
@@ -77,7 +79,7 @@ from model.machine import Machine, Part
 from scheduler.core.snapshot import Policy, Reservation, SnapshotView
 from scheduler.planning.one_machine_plan import lay_one_machine
 from scheduler.planning.overdue import planned_end, planned_releases
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, runs_on
 from scheduler.planning.profile import Profile
 
 
@@ -280,6 +282,11 @@ def _lay_on_one(
     mid = machine.id
     now = plan.now
     order = plan.order
+    if len(snapshot.machines) > 1 and any(j.needs for j in order):
+        # The one machine left (the others cordoned) may not run every job: the others
+        # have no place, and hold nothing up. (On a cluster of one machine the core
+        # shows the policy only the jobs it can run.)
+        order = tuple(j for j in order if runs_on(j, machine))
     releases = [
         (t, sum(p.cpus for p in parts if p.machine == mid))
         for t, parts in planned_releases(now, snapshot.running)

@@ -61,7 +61,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from model.allocation import pace
 from model.job import Job
 from model.machine import Machine, Part
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.profile_batch import Booking, sweep_many, sweep_one
 from scheduler.planning.step_function import merge, scan, split
 
@@ -190,9 +190,17 @@ class Profile:
         On one machine the earliest fit is ``not_before`` or an instant where
         free CPUs go up (a fit at a breakpoint where they go down would fit at
         the previous one too), that is, a running or booked job's end.
+
+        A job that needs capabilities is placed on the machines of ``machines``
+        that have them (``scheduler.planning.placement.machines_for``); None if
+        there are none.
         """
         if cpus < 1:
             raise ValueError(f"job {job.id!r}: cannot place {cpus} CPUs")
+        if job.needs:
+            machines = machines_for(job, machines)
+            if not machines:
+                return None
         times = self._times
         nb = max(not_before, times[0])
         if nb >= before:
@@ -300,6 +308,8 @@ class Profile:
         """
         start, _, parts = booking
         cpus = parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)
+        if job.needs and not machines_for(job, machines):
+            return None
         times = self._times
         # ``may_fit_before`` inlined: called for every promise at every event.
         stop = bisect_left(times, start)

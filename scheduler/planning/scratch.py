@@ -10,7 +10,7 @@ from collections.abc import MutableMapping, Sequence
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.snapshot import Start
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 
 
 def take(free: MutableMapping[str, int], parts: tuple[Part, ...]) -> None:
@@ -37,7 +37,11 @@ def start_while_fit(
     total_free = sum(free.values())
     starts: list[Start] = []
     for i, job in enumerate(order):
-        parts = placement.place(job.procs, free, machines) if job.procs <= total_free else None
+        parts = (
+            placement.place(job.procs, free, machines_for(job, machines))
+            if job.procs <= total_free
+            else None
+        )
         if parts is None:
             return starts, i
         take(free, parts)

@@ -17,6 +17,13 @@ In the order below, the first that holds is the job's reason (Slurm's
     ``AssocGrpCpuLimit``): the core offers it to no policy, so it has no
     predicted start, until enough of its user's jobs end. Detail: the CPUs its
     user runs, the limit and what it needs.
+``no_capable_machine``
+    It needs capabilities of its machines (``Job.needs``: a user's command
+    needs a machine that runs commands) and the machines online that have
+    them cannot hold it: there are none, they hold fewer CPUs than it needs
+    (the core hides it from the policy until enough of them are online), or
+    the placement rule finds no place on them. Detail: what it needs, and
+    the CPUs of such machines online.
 ``wider_than_online``
     It needs more CPUs than the machines online can give (the core hides it
     from the policy until enough machines are back), or more than any place
@@ -60,9 +67,9 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from model.job import Job
-from model.machine import Machine
+from model.machine import Capability, Machine
 from scheduler.core.snapshot import Policy, SnapshotView
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.prediction import (
     Meaning,
     Plan,
@@ -86,6 +93,11 @@ class WaitWhy(StrEnum):
     CORDONED = "cordoned"
     HELD = "held"
     USER_LIMIT = "user_limit"
+    NO_CAPABLE_MACHINE = "no_capable_machine"
+
+
+#: What a machine with each capability does, as a detail says it ("machines that ...").
+_DOES = {Capability.COMMANDS: "run commands"}
 
 
 class Wait(NamedTuple):
@@ -124,10 +136,7 @@ def wait_reasons(
     if held is not None:
         return {j.id: Wait(WaitWhy.HELD, held) for j in (*plan.order, *hidden, *limited)}
     online = sum(m.cpus for m in snapshot.machines)
-    reasons = {
-        j.id: Wait(WaitWhy.WIDER_THAN_ONLINE, f"needs {j.procs} CPUs; {online} online")
-        for j in hidden
-    }
+    reasons = {j.id: _hidden(j, snapshot.machines, online) for j in hidden}
     running = user_cpus or {}
     for j in limited:
         reasons[j.id] = Wait(
@@ -174,8 +183,8 @@ class _Asker:
     #: free CPUs from each, which only grow.
     times: list[float]
     frees: list[dict[str, int]]
-    _fits: dict[int, bool] = field(default_factory=dict)
-    _alone: dict[int, float | None] = field(default_factory=dict)
+    _fits: dict[tuple[int, frozenset[Capability]], bool] = field(default_factory=dict)
+    _alone: dict[tuple[int, frozenset[Capability]], float | None] = field(default_factory=dict)
 
     def why(
         self, job: Job, k: int, planned: PlannedJob | None, reserved: PlannedJob | None
@@ -184,17 +193,26 @@ class _Asker:
         if planned is None:
             if self.cordoned and self._fits_with_cordoned(job, ever=True):
                 return Wait(WaitWhy.CORDONED, self._cordoned_detail("fits only with"))
-            widest = max((m.cpus for m in self.machines), default=0)
+            widest = max((m.cpus for m in machines_for(job, self.machines)), default=0)
+            if job.needs:
+                return Wait(
+                    WaitWhy.NO_CAPABLE_MACHINE,
+                    f"needs {job.procs} CPUs on machines {_that(job)}; no place on those "
+                    f"usable now (widest: {widest})",
+                )
             return Wait(
                 WaitWhy.WIDER_THAN_ONLINE,
                 f"needs {job.procs} CPUs; no place on the machines online (widest: {widest})",
             )
         parts = planned.parts
         cpus = parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)
-        fits_now = self._fits.get(cpus)
+        # By width, and by needs: a job that needs capabilities has fewer machines.
+        width = (cpus, job.needs)
+        fits_now = self._fits.get(width)
         if fits_now is None:
-            fits_now = self._fits[cpus] = (
-                self.placement.place(cpus, self.free_now, self.machines) is not None
+            fits_now = self._fits[width] = (
+                self.placement.place(cpus, self.free_now, machines_for(job, self.machines))
+                is not None
             )
         if not fits_now and self.cordoned and self._fits_with_cordoned(job, ever=False):
             return Wait(WaitWhy.CORDONED, self._cordoned_detail("would start now on"))
@@ -209,22 +227,25 @@ class _Asker:
                 return Wait(WaitWhy.PRIORITY, _behind(k))
             return Wait(WaitWhy.RESOURCES, "its CPUs are free now: it starts at the next decision")
         if k > 0:
-            alone = self._alone_start(cpus)
+            alone = self._alone_start(job, cpus)
             if alone is not None and planned.start > alone:
                 return Wait(WaitWhy.PRIORITY, _behind(k))
         if planned.meaning is Meaning.RESERVED:
             return Wait(WaitWhy.RESOURCES, f"its reservation at {when(planned.start)}")
         return Wait(WaitWhy.RESOURCES, f"its CPUs are planned free at {when(planned.start)}")
 
-    def _alone_start(self, cpus: int) -> float | None:
-        """When a job of ``cpus`` CPUs would start were it the only job waiting: the
+    def _alone_start(self, job: Job, cpus: int) -> float | None:
+        """When ``job`` on ``cpus`` CPUs would start were it the only job waiting: the
         first breakpoint of the running jobs' profile where the placement rule fits it
         (the profile only gains CPUs, so it fits from then on, for any duration)."""
-        if cpus in self._alone:
-            return self._alone[cpus]
+        width = (cpus, job.needs)
+        if width in self._alone:
+            return self._alone[width]
         frees = self.frees
         times = self.times
         found: float | None = None
+        # A job with a place in the plan can run on one machine at least: a cluster
+        # of one machine runs it.
         if len(self.machines) == 1:
             (only,) = self.machines
             counts = [f[only.id] for f in frees]
@@ -232,7 +253,7 @@ class _Asker:
             found = times[i] if i < len(times) else None
         else:
             place = self.placement.place
-            machines = self.machines
+            machines = machines_for(job, self.machines)
             lo, hi = 0, len(times)
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -241,7 +262,7 @@ class _Asker:
                 else:
                     hi = mid
             found = times[lo] if lo < len(times) else None
-        self._alone[cpus] = found
+        self._alone[width] = found
         return found
 
     def _fits_with_cordoned(self, job: Job, *, ever: bool) -> bool:
@@ -264,12 +285,38 @@ class _Asker:
                 m.id: m.cpus - held.get(m.id, 0) if m.id in self.cordoned else everything[m.id]
                 for m in snapshot.machines
             }
-        return self.placement.place(job.procs, everything, snapshot.machines) is not None
+        machines = machines_for(job, snapshot.machines)
+        return self.placement.place(job.procs, everything, machines) is not None
 
     def _cordoned_detail(self, how: str) -> str:
         names = self.cordoned
         more = f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
         return f"{how} cordoned machines: {', '.join(names[:_NAMED])}{more}"
+
+
+def _hidden(job: Job, machines: Sequence[Machine], online: int) -> Wait:
+    """Why ``job``, hidden by the core, waits: too few CPUs on the machines it may run
+    on (``no_capable_machine``), or on all of them (``wider_than_online``)."""
+    if job.needs:
+        able = machines_for(job, machines)
+        if not able:
+            return Wait(
+                WaitWhy.NO_CAPABLE_MACHINE,
+                f"needs machines {_that(job)}; none of the {len(machines)} online does",
+            )
+        capacity = sum(m.cpus for m in able)
+        # Where every machine has what it needs, it is simply too wide.
+        if capacity < min(job.procs, online):
+            return Wait(
+                WaitWhy.NO_CAPABLE_MACHINE,
+                f"needs {job.procs} CPUs on machines {_that(job)}; {capacity} online",
+            )
+    return Wait(WaitWhy.WIDER_THAN_ONLINE, f"needs {job.procs} CPUs; {online} online")
+
+
+def _that(job: Job) -> str:
+    """The machines ``job`` needs, in words: "that run commands"."""
+    return "that " + " and ".join(_DOES.get(c, f"have {c}") for c in sorted(job.needs))
 
 
 def _behind(k: int) -> str:

@@ -86,10 +86,10 @@ from typing import ClassVar, Literal
 
 from model.allocation import pace
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Capability, Machine, Part
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import give, start_while_fit, take
 from scheduler.priority import PrioritySource
@@ -399,9 +399,10 @@ def _search_many(
     procs = [job.procs for job in jobs]
     left = _suffix_sums(procs)
     covered: list[int] = []
-    last: dict[tuple[int, float], int] = {}
+    last: dict[tuple[int, float, frozenset[Capability]], int] = {}
     for k, job in enumerate(jobs):
-        key = (job.procs, job.walltime * job.ref_speed)
+        # Twins need the same machines too: a command job is no twin of a sleep job.
+        key = (job.procs, job.walltime * job.ref_speed, job.needs)
         covered.append(last.get(key, -1))
         last[key] = k
     total_free = sum(free.values())
@@ -418,13 +419,14 @@ def _search_many(
 
     def fit(job: Job) -> tuple[tuple[Part, ...], bool] | None:
         """The job's parts now and whether they run past the shadow time (EASY's test)."""
-        parts = placement.place(job.procs, free, machines)
+        able = machines_for(job, machines)
+        parts = placement.place(job.procs, free, able)
         if parts is None:
             return None
         if now + job.estimate_on(pace(parts, speeds)) <= shadow_time:
             return parts, False
         caps = {m: min(f, extra[m]) for m, f in free.items()}
-        parts = placement.place(job.procs, caps, machines)
+        parts = placement.place(job.procs, caps, able)
         return None if parts is None else (parts, True)
 
     while nexts and best_util < target:

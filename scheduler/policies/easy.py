@@ -38,7 +38,7 @@ from model.machine import Part
 from scheduler.core.run_history import Predictor
 from scheduler.core.snapshot import Decisions, Reservation, SnapshotView, Start
 from scheduler.planning.easy_shadow import head_shadow, one_machine_shadow
-from scheduler.planning.placement import Placement, PlacementRule
+from scheduler.planning.placement import Placement, PlacementRule, machines_for
 from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import start_while_fit, take
 from scheduler.priority import PrioritySource
@@ -114,7 +114,8 @@ class EasyBackfill:
             # (``Job.estimate_on`` written out: this line runs for most of a long queue.)
             if procs > extra_cap and now + job.walltime / (fastest / job.ref_speed) > shadow_time:
                 continue
-            parts = self.placement.place(procs, free, machines)
+            able = machines_for(job, machines)
+            parts = self.placement.place(procs, free, able)
             if parts is None:
                 continue
             if now + job.estimate_on(pace(parts, speeds)) > shadow_time:
@@ -122,7 +123,7 @@ class EasyBackfill:
                 if procs > extra_cap:
                     continue
                 caps = {m: min(f, extra[m]) for m, f in free.items()}
-                parts = self.placement.place(procs, caps, machines)
+                parts = self.placement.place(procs, caps, able)
                 if parts is None:
                     continue
                 take(extra, parts)

@@ -98,7 +98,12 @@ def insert(plan: Plan, job: Job) -> MachinePlan | None:
     """Place a new job by EG-EDF; None if no machine can ever hold it."""
     procs = job.procs
     # ``MachinePlan.holds`` written out: this runs for every machine per new job.
-    candidates = [mp for mp in plan.machines if procs <= mp.machine.cpus]
+    needs = job.needs
+    candidates = [
+        mp
+        for mp in plan.machines
+        if procs <= mp.machine.cpus and (not needs or needs <= mp.machine.capabilities)
+    ]
     if not candidates:
         return None
     gaps: list[tuple[MachinePlan, float]] = []

@@ -124,8 +124,8 @@ class MachinePlan:
         return (Part(self.machine.id, job.procs),)
 
     def holds(self, job: Job) -> bool:
-        """Whether the job fits this machine at all."""
-        return job.procs <= self.machine.cpus
+        """Whether the job fits this machine at all (wide enough, able to run it)."""
+        return job.procs <= self.machine.cpus and job.needs <= self.machine.capabilities
 
     def gap(self, job: Job) -> float | None:
         """The earliest gap for ``job`` (``scheduler.policies.eg_edf``), or None."""

@@ -107,7 +107,7 @@ from typing import ClassVar
 from model.job import Job
 from model.machine import Machine, Part
 from scheduler.core.snapshot import Decisions, Resize, RunningJob, SnapshotView, Start
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
@@ -161,9 +161,9 @@ class FcfsMalleable:
         plan = _Plan(snapshot, self.placement)
         blocked = False
         for job in self.priority.order(snapshot):
-            fit = plan.fit(job.procs)
+            fit = plan.fit(job, job.procs)
             if fit is None and job.min_cpus < job.procs:
-                fit = plan.fit(job.min_cpus)
+                fit = plan.fit(job, job.min_cpus)
             if fit is None:
                 # FCFS: the head waits, and nothing behind it may overtake it.
                 blocked = True
@@ -238,11 +238,12 @@ class _Plan:
 
     # -- starting ------------------------------------------------------------
 
-    def fit(self, want: int) -> tuple[tuple[Part, ...], list[_Take]] | None:
-        """A place for ``want`` CPUs and the shrinks that free it, or None."""
+    def fit(self, job: Job, want: int) -> tuple[tuple[Part, ...], list[_Take]] | None:
+        """A place for ``want`` CPUs of ``job`` and the shrinks that free it, or None."""
         free = self.free
+        machines = machines_for(job, self._machines)
         if want <= self.total_free:
-            parts = self._placement.place(want, free, self._machines)
+            parts = self._placement.place(want, free, machines)
             if parts is not None:
                 return parts, []
         if want > self.total_free + self.slack():
@@ -269,7 +270,7 @@ class _Plan:
             shed.append((h, gave))
             total += h.cpus - h.floor - give
             if total >= want:
-                parts = self._placement.place(want, scratch, self._machines)
+                parts = self._placement.place(want, scratch, machines)
                 if parts is not None:
                     break
         if parts is None:

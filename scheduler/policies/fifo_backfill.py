@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from scheduler.core.snapshot import Decisions, SnapshotView, Start
-from scheduler.planning.placement import Placement
+from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.prediction import PlanRule
 from scheduler.planning.scratch import take
 from scheduler.priority import PrioritySource
@@ -41,7 +41,7 @@ class FifoBackfill:
                 break
             if job.procs > total_free:
                 continue
-            parts = self.placement.place(job.procs, free, snapshot.machines)
+            parts = self.placement.place(job.procs, free, machines_for(job, snapshot.machines))
             if parts is None:
                 continue
             take(free, parts)

@@ -42,6 +42,7 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.topics import Topics
+from broker.vocabulary import CommandUsers
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
@@ -169,6 +170,7 @@ class FakeAgent:
         lease: float = 0.0,
         adopts: bool = False,
         ack_starts: bool = True,
+        commands: CommandUsers = CommandUsers.OFF,
     ) -> None:
         self.broker = broker
         self.id = agent_id
@@ -181,6 +183,8 @@ class FakeAgent:
         self.adopts = adopts
         #: False: a start is recorded but never answered (a process killed before it).
         self.ack_starts = ack_starts
+        #: Whom it says it runs users' commands as (``off``: it runs none).
+        self.runs_commands = commands
         self.commands: list[Message] = []
         self.running: dict[str, StartPart] = {}
         self.bus: MemoryBus | None = None
@@ -206,6 +210,7 @@ class FakeAgent:
             running=tuple(running),
             lease=self.lease,
             adopts=self.adopts,
+            commands=self.runs_commands,
         )
         await self.publish(TOPICS.agent_state(self.id), online, retain=True)
 

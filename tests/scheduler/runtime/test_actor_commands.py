@@ -22,7 +22,7 @@ from broker.messages import (
     SubmitJobs,
     in_stream,
 )
-from broker.vocabulary import BadMessage, JobEventKind
+from broker.vocabulary import BadMessage, CommandUsers, JobEventKind
 from scheduler.runtime.journal import SCHEMA_VERSION, Journal
 from tests.scheduler.runtime.harness import TOPICS, Cluster, eventually
 
@@ -34,6 +34,10 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     await c.client.start(TOPICS.events)
     yield c
     await c.stop()
+
+
+#: The agents that get command jobs run them (as themselves).
+RUNS = CommandUsers.AGENT
 
 
 def command_spec(
@@ -52,7 +56,7 @@ def command_spec(
 
 
 async def test_the_owner_is_who_the_topic_says_never_the_payload(cluster: Cluster) -> None:
-    agent = await cluster.agent("a1", 4)
+    agent = await cluster.agent("a1", 4, commands=RUNS)
     forged = command_spec("open", owner="root")
     await cluster.client.send_raw(encode(SubmitJobs(jobs=(forged,))))
     as_bob = command_spec("user", user="bob", owner="root")
@@ -77,8 +81,8 @@ async def test_the_owner_is_who_the_topic_says_never_the_payload(cluster: Cluste
 async def test_every_part_of_a_command_job_is_told_every_host_and_its_share(
     cluster: Cluster,
 ) -> None:
-    a1 = await cluster.agent("a1", 2)
-    a2 = await cluster.agent("a2", 2)
+    a1 = await cluster.agent("a1", 2, commands=RUNS)
+    a2 = await cluster.agent("a2", 2, commands=RUNS)
     await cluster.client.submit(command_spec("wide", 4))
     await eventually(lambda: a1.started("wide") and a2.started("wide"))
     (first,), (second,) = a1.starts(), a2.starts()
@@ -97,8 +101,8 @@ async def test_every_part_of_a_command_job_is_told_every_host_and_its_share(
 
 
 async def test_the_first_part_ends_the_job_with_its_exit_status(cluster: Cluster) -> None:
-    a1 = await cluster.agent("a1", 2)
-    a2 = await cluster.agent("a2", 2)
+    a1 = await cluster.agent("a1", 2, commands=RUNS)
+    a2 = await cluster.agent("a2", 2, commands=RUNS)
     await cluster.client.submit(command_spec("w", 4))
     await eventually(lambda: a1.started("w") and a2.started("w"))
     first = next(a for a in (a1, a2) if a.starts()[0].part == 0)
@@ -124,7 +128,7 @@ async def test_the_first_part_ends_the_job_with_its_exit_status(cluster: Cluster
 async def test_a_failed_command_says_its_status_and_why_and_the_journal_keeps_it(
     cluster: Cluster,
 ) -> None:
-    a1 = await cluster.agent("a1", 2)
+    a1 = await cluster.agent("a1", 2, commands=RUNS)
     await cluster.client.submit(command_spec("f", 1), command_spec("k", 1))
     await eventually(lambda: a1.started("f") and a1.started("k"))
     await a1.event(
@@ -173,7 +177,7 @@ async def test_a_failed_command_says_its_status_and_why_and_the_journal_keeps_it
 async def test_a_malformed_command_is_refused_whole_and_the_next_one_runs(
     cluster: Cluster,
 ) -> None:
-    agent = await cluster.agent("a1", 2)
+    agent = await cluster.agent("a1", 2, commands=RUNS)
     bad = msgspec.msgpack.encode(
         {
             "kind": "submit_jobs",
