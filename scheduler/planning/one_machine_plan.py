@@ -18,8 +18,8 @@ plan, where an insert moves little. And the laying remembers where a search
 ended: once a job of width ``c`` and duration ``d`` is found to fit no
 earlier than ``t``, no job at least as wide and as long can fit before ``t``
 for the rest of the pass, since bookings only take CPUs. So for each width it
-keeps these lower bounds, by duration (only those no shorter job's bound
-beats), and the search for the next job starts at the bound of the longest
+keeps these lower bounds, by duration (``scheduler.planning.fit_bounds``),
+and the search for the next job starts at the bound of the longest
 duration not above its own, instead of at ``now``: the jobs of a deep queue,
 which look alike, are each found in a few steps. (Not under ``in-order``
 laying, whose search starts after the job ahead anyway.)
@@ -31,6 +31,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence, Set
 
 from model.job import Job
+from scheduler.planning.fit_bounds import bound
 
 #: ``(start, end, cpus, reserved)`` of each job laid.
 Laid = tuple[float, float, int, bool]
@@ -127,7 +128,7 @@ def lay_one_machine(
                     # Every breakpoint before has fewer than c CPUs free: no job of
                     # that width, however short, fits before (a bound for length 0).
                     first = False
-                    _bound(known, 0.0, t)  # type: ignore[arg-type]
+                    bound(known, 0.0, t)  # type: ignore[arg-type]
                 end = t + d
                 j = i + 1
                 while j < n and times[j] < end:
@@ -138,7 +139,7 @@ def lay_one_machine(
                     break
                 i = j + 1
             if known is not None:
-                _bound(known, d, t)
+                bound(known, d, t)
             s = point(t)
             e = point(end)
             free[s:e] = [x - c for x in free[s:e]]
@@ -146,23 +147,3 @@ def lay_one_machine(
         if in_order and got[0] > not_before:
             not_before = got[0]
     return laid
-
-
-def _bound(known: tuple[list[float], list[float]], d: float, t: float) -> None:
-    """Nothing ``d`` long (or longer) fits before ``t``: keep it among ``known``'s bounds,
-    dropping those it beats (longer durations whose bound is no later)."""
-    ds, ts = known
-    k = bisect_right(ds, d)
-    if k > 0 and ts[k - 1] >= t:
-        return  # a shorter duration's bound says as much already
-    if k > 0 and ds[k - 1] == d:
-        k -= 1
-        ts[k] = t
-    else:
-        ds.insert(k, d)
-        ts.insert(k, t)
-    stop = k + 1
-    while stop < len(ds) and ts[stop] <= t:
-        stop += 1
-    del ds[k + 1 : stop]
-    del ts[k + 1 : stop]

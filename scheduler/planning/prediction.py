@@ -59,8 +59,10 @@ Cost: building the profile is ``O(R log R)`` for ``R`` running jobs; the
 ``B`` breakpoints. On one machine (a trace's, a homogeneous partition) the
 laying is ``scheduler.planning.one_machine_plan``'s, in plain lists with
 lower bounds that keep most searches short; on several it is the general
-profile's (``Profile.earliest_fit`` and ``Profile.reserve``), which costs
-about what conservative backfilling's own decision on the same queue costs.
+profile's (``Profile.book_earliest``, the same call conservative backfilling
+lays its newcomers with), whose search keeps the same kind of bounds
+(``scheduler.planning.profile_search``): a job is found a few candidates
+after where the last job of its width and no longer length began to fit.
 ``bench/live/prediction.py`` times a pass over a queue of 10,000 jobs on
 both. The reasons each job waits are ``scheduler.planning.wait_reasons``'s.
 """
@@ -336,32 +338,24 @@ def _lay(  # noqa: PLR0917 - the laying loop's state, passed once per job
     folds: bool,
 ) -> PlannedJob | None:
     """``job`` at its earliest fit on ``profile`` from ``not_before``, booked there."""
-    fit = profile.earliest_fit(
-        job,
-        job.procs,
-        placement=placement,
-        machines=machines,
-        speeds=speeds,
-        not_before=not_before,
+    booked = profile.book_earliest(
+        job, job.procs, placement=placement, machines=machines, speeds=speeds, not_before=not_before
     )
-    planned_job = job
-    if fit is None and folds and job.min_cpus < job.procs:
+    if booked is None and folds and job.min_cpus < job.procs:
         # Wider than any place at full width: on its floor of CPUs, for its estimate
         # times its MPL (module docstring).
-        planned_job = replace(job, walltime=job.walltime * job.procs / job.min_cpus)
-        fit = profile.earliest_fit(
-            planned_job,
+        folded = replace(job, walltime=job.walltime * job.procs / job.min_cpus)
+        booked = profile.book_earliest(
+            folded,
             job.min_cpus,
             placement=placement,
             machines=machines,
             speeds=speeds,
             not_before=not_before,
         )
-    if fit is None:
+    if booked is None:
         return None
-    start, parts = fit
-    end = start + planned_job.estimate_on(pace(parts, speeds))
-    profile.reserve(start, end, parts)
+    start, end, parts = booked
     return PlannedJob(job, start, end, parts, Meaning.ESTIMATED)
 
 

@@ -25,7 +25,11 @@ indexing of small vectors), and a one-machine cluster, the common case of a
 trace replay, is a single flat list. On several machines one more column
 holds the total over machines: a job needs that many CPUs in total over its
 shortest possible run, a necessary condition checked as cheaply as on one
-machine before the placement rule is asked at all. Equal adjacent values are
+machine before the placement rule is asked at all. The search on several
+machines is ``scheduler.planning.profile_search``'s: a sharper necessary
+condition per machine speed, bounds that let a laying start each search
+where the last similar job's began to fit, and a memo of the rule's answers.
+Equal adjacent values are
 merged after every change, so breakpoints are exactly the instants where
 something changes; that keeps the lists short and, on one machine, makes
 every earliest fit start at ``now`` or at an instant where CPUs are given back
@@ -39,8 +43,12 @@ per booked reservation):
 * :meth:`Profile.earliest_fit`: ``O(B)`` on one machine (each breakpoint is
   looked at about once: a failed window lets the search skip past the
   breakpoint that broke it); on several machines the same scan over the
-  totals, plus, at each candidate it lets through, one placement and
-  ``O(W M)`` for the window's minimum;
+  totals, from the job's bound when a laying has one, plus, at each
+  candidate it lets through, ``O(W M)`` for the necessary condition and,
+  where that holds, one (remembered) placement and ``O(W M)`` for the
+  window's minimum;
+* :meth:`Profile.book_earliest`: the search, then the booking without
+  checking again what the search found free;
 * :meth:`Profile.reserve`, :meth:`Profile.release`: ``O(log B + B M)``, the
   ``B M`` being at most two list inserts per column (memory moves), plus
   ``O(W)`` per part to update the window;
@@ -63,6 +71,7 @@ from model.job import Job
 from model.machine import Machine, Part
 from scheduler.planning.placement import Placement, machines_for
 from scheduler.planning.profile_batch import Booking, sweep_many, sweep_one
+from scheduler.planning.profile_search import SeveralMachines
 from scheduler.planning.step_function import merge, scan, split
 
 
@@ -74,7 +83,7 @@ class Profile:
     in canonical order, which the snapshot's do.
     """
 
-    __slots__ = ("_cols", "_fastest", "_ids", "_pos", "_times", "_total")
+    __slots__ = ("_cols", "_ids", "_many", "_pos", "_times", "_total")
 
     def __init__(
         self,
@@ -108,8 +117,11 @@ class Profile:
         self._cols = cols
         self._ids = ids
         self._pos = pos
-        self._fastest = max(m.speed for m in machines)
         self._total = self._totals(cols)
+        # On several machines, the search's own state (scheduler.planning.profile_search).
+        self._many = (
+            None if len(cols) == 1 else SeveralMachines(machines, tuple([c[-1] for c in cols]))
+        )
 
     @staticmethod
     def _totals(cols: list[list[int]]) -> list[int]:
@@ -195,6 +207,39 @@ class Profile:
         that have them (``scheduler.planning.placement.machines_for``); None if
         there are none.
         """
+        fit = self._fit(job, cpus, placement, machines, speeds, not_before, before)
+        return None if fit is None else (fit[0], fit[2])
+
+    def book_earliest(
+        self,
+        job: Job,
+        cpus: int,
+        *,
+        placement: Placement,
+        machines: Sequence[Machine],
+        speeds: Mapping[str, float],
+        not_before: float,
+    ) -> Booking | None:
+        """``job`` on ``cpus`` CPUs at its :meth:`earliest_fit`, booked there: its
+        ``(start, end, parts)``, the end its estimate on the parts; None (nothing
+        booked) if it fits nowhere. What laying a queue does with each job, the
+        prediction's and conservative backfilling's alike."""
+        fit = self._fit(job, cpus, placement, machines, speeds, not_before, math.inf)
+        if fit is not None:
+            self._take(*fit)
+        return fit
+
+    def _fit(  # noqa: PLR0917 - earliest_fit's and book_earliest's arguments, passed on
+        self,
+        job: Job,
+        cpus: int,
+        placement: Placement,
+        machines: Sequence[Machine],
+        speeds: Mapping[str, float],
+        not_before: float,
+        before: float,
+    ) -> Booking | None:
+        """:meth:`earliest_fit` with the end of the job's run on its parts."""
         if cpus < 1:
             raise ValueError(f"job {job.id!r}: cannot place {cpus} CPUs")
         if job.needs:
@@ -202,29 +247,23 @@ class Profile:
             if not machines:
                 return None
         times = self._times
-        nb = max(not_before, times[0])
+        nb = not_before if not_before > times[0] else times[0]
         if nb >= before:
             return None
+        many = self._many
+        if many is not None:
+            return many.earliest(
+                times, self._cols, self._total, job, cpus, placement, machines, speeds, nb, before
+            )
         first = bisect_right(times, nb) - 1
         stop = bisect_left(times, before, first + 1)
-        if len(self._cols) == 1:
-            only = self._ids[0]
-            i = self._scan(
-                self._total, cpus, job.estimate_on(speeds[only]), first=first, stop=stop, nb=nb
-            )
-            if i < 0:
-                return None
-            return (times[i] if i > first else nb), (Part(only, cpus),)
-        return self._earliest_many(
-            job,
-            cpus,
-            placement=placement,
-            machines=machines,
-            speeds=speeds,
-            nb=nb,
-            first=first,
-            stop=stop,
-        )
+        only = self._ids[0]
+        duration = job.estimate_on(speeds[only])
+        i = self._scan(self._total, cpus, duration, first=first, stop=stop, nb=nb)
+        if i < 0:
+            return None
+        t = times[i] if i > first else nb
+        return t, t + duration, (Part(only, cpus),)
 
     def _scan(
         self,
@@ -239,50 +278,6 @@ class Profile:
     ) -> int:
         """:func:`scheduler.planning.step_function.scan` over this profile's breakpoints."""
         return scan(self._times, col, cpus, duration, first, stop, nb, cap)
-
-    def _earliest_many(
-        self,
-        job: Job,
-        cpus: int,
-        *,
-        placement: Placement,
-        machines: Sequence[Machine],
-        speeds: Mapping[str, float],
-        nb: float,
-        first: int,
-        stop: int,
-    ) -> tuple[float, tuple[Part, ...]] | None:
-        times = self._times
-        cols = self._cols
-        ids = self._ids
-        pos = self._pos
-        # After every running job and booking has ended the profile holds its
-        # last value for ever: a job the rule cannot place there never fits.
-        last = {mid: col[-1] for mid, col in zip(ids, cols, strict=True)}
-        if placement.place(cpus, last, machines) is None:
-            return None
-        # Whatever parts it gets, the job holds ``cpus`` CPUs in total for at
-        # least its run on the fastest machine: candidates that fail that on the
-        # totals column are skipped without asking the placement rule.
-        shortest = job.estimate_on(self._fastest)
-        i = first
-        while True:
-            i = self._scan(self._total, cpus, shortest, first=i, stop=stop, nb=nb)
-            if i < 0:
-                return None
-            t = times[i] if times[i] > nb else nb
-            here = [col[i] for col in cols]
-            parts = placement.place(cpus, dict(zip(ids, here, strict=True)), machines)
-            while parts is not None:
-                e = bisect_left(times, t + job.estimate_on(pace(parts, speeds)), i + 1)
-                if all(min(cols[pos[p.machine]][i:e]) >= p.cpus for p in parts):
-                    return t, parts
-                # Lower ``here`` to the window's minimum and ask the rule again; some
-                # part did not fit, so ``here`` strictly decreases and this ends.
-                for k, col in enumerate(cols):
-                    here[k] = min(here[k], *col[i:e])
-                parts = placement.place(cpus, dict(zip(ids, here, strict=True)), machines)
-            i += 1
 
     def move_earlier(
         self,
@@ -318,7 +313,8 @@ class Profile:
         nb = not_before if not_before > times[0] else times[0]
         if nb >= start:
             return None
-        if len(self._cols) == 1:
+        many = self._many
+        if many is None:
             only = self._ids[0]
             duration = job.estimate_on(speeds[only])
             first = bisect_right(times, nb, 0, stop) - 1
@@ -334,7 +330,7 @@ class Profile:
         # job's shortest possible run, rules out most jobs before anything is
         # released; candidates before the first it lets through fail for good.
         first = bisect_right(times, nb, 0, stop) - 1
-        shortest = job.estimate_on(self._fastest)
+        shortest = job.estimate_on(many.fastest)
         i = self._scan(self._total, cpus, shortest, first=first, stop=stop, nb=nb, cap=start)
         if i < 0:
             return None
@@ -394,21 +390,31 @@ class Profile:
         return True
 
     def _add(self, start: float, end: float, parts: tuple[Part, ...], sign: int) -> None:
-        if not end > start:
-            return  # an empty interval books nothing
-        i = self._split(start)
-        e = self._split(end)
-        cols = self._cols
-        pos = self._pos
         if sign < 0:
             # Check every part before changing any, so a refusal leaves the profile as it was.
             for p in parts:
-                if min(cols[pos[p.machine]][i:e]) < p.cpus:
-                    self._merge(e)
-                    self._merge(i)
+                if end > start and not self.fits(start, end, (p,)):
                     raise ValueError(
                         f"{p.cpus} CPUs of {p.machine!r} are not free over [{start}, {end})"
                     )
+        elif self._many is not None:
+            self._many.bounds.clear()  # CPUs given back: a job may now fit before its bound
+        self._shift(start, end, parts, sign)
+
+    def _take(self, start: float, end: float, parts: tuple[Part, ...]) -> None:
+        """Book ``parts`` over ``[start, end)``, known to be free there (a fit just found)."""
+        self._shift(start, end, parts, -1)
+
+    def _shift(self, start: float, end: float, parts: tuple[Part, ...], sign: int) -> None:
+        """Add ``sign`` times ``parts`` over ``[start, end)``, unchecked."""
+        if not end > start:
+            return  # an empty interval books nothing
+        lists = self._lists()
+        times = self._times
+        i = split(times, lists, start)
+        e = split(times, lists, end)
+        cols = self._cols
+        pos = self._pos
         total = 0
         for p in parts:
             col = cols[pos[p.machine]]
@@ -421,8 +427,8 @@ class Profile:
         # Only the two ends of the interval can now equal their neighbour: inside
         # it every value moved by the same amount. The later one first, so ``i``
         # still points at the same breakpoint.
-        self._merge(e)
-        self._merge(i)
+        merge(times, lists, e)
+        merge(times, lists, i)
 
     def _segment(self, t: float) -> int:
         """Index of the breakpoint whose value holds at ``t``."""
@@ -434,14 +440,6 @@ class Profile:
     def _lists(self) -> list[list[int]]:
         """Every column the breakpoints index: the machines', and the totals' if apart."""
         return self._cols if len(self._cols) == 1 else [*self._cols, self._total]
-
-    def _split(self, t: float) -> int:
-        """Index of a breakpoint at ``t``, inserting one (same values as before it) if needed."""
-        return split(self._times, self._lists(), t)
-
-    def _merge(self, i: int) -> None:
-        """Drop breakpoint ``i`` if it changes nothing (never the first one, ``now``)."""
-        merge(self._times, self._lists(), i)
 
 
 def _time(release: tuple[float, object]) -> float:

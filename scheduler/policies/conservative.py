@@ -120,7 +120,8 @@ class ConservativeBackfill:
                     booked[job.id] = (start, end, old.parts)
 
         def earliest(job: Job) -> Booking | None:
-            fit = profile.earliest_fit(
+            """``job`` at its earliest fit, booked there."""
+            return profile.book_earliest(
                 job,
                 job.procs,
                 placement=placement,
@@ -128,10 +129,6 @@ class ConservativeBackfill:
                 speeds=speeds,
                 not_before=now,
             )
-            if fit is None:
-                return None
-            start, parts = fit
-            return start, start + job.estimate_on(pace(parts, speeds)), parts
 
         # 3. Compress, in priority order.
         for job in promised:
@@ -156,7 +153,6 @@ class ConservativeBackfill:
             # earliest fit; this is the only way a reservation moves later.
             new = earliest(job)
             if new is not None:
-                profile.reserve(*new)
                 booked[job.id] = new
 
         # 4. Newcomers fill what is left, in priority order.
@@ -166,7 +162,6 @@ class ConservativeBackfill:
             new = earliest(job)
             if new is None:
                 continue  # never fits on these machines: no reservation, blocks nothing
-            profile.reserve(*new)
             booked[job.id] = new
 
         free = dict(snapshot.free)
