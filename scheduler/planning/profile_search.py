@@ -30,7 +30,13 @@ what it finds:
   every machine, to the last bit.
 * *A memo of the rule's answers*, by width and free CPUs per machine: laying a
   queue asks it about the same few vectors over and over, and the answer is
-  a function of them (the machines are fixed for the profile's life).
+  a function of them and of the machines it may use (the profile's, fixed for
+  its life, or a job's capable subset of them, each with a memo of its own).
+
+A job that may use only some machines (``scheduler.planning.placement.machines_for``)
+is searched with the condition and the bounds of all of them: both are
+necessary for a fit on any subset too, so they still skip only candidates
+where the rule would have found nothing.
 
 The condition is checked at a candidate before the rule is asked there and
 before anything is recorded, so a skipped candidate is one where the rule
@@ -55,6 +61,10 @@ Parts = tuple[Part, ...]
 #: Per speed, fastest first: the speed, the positions of the machines at least that
 #: fast, and their CPUs (a job wider never runs at that speed).
 Level = tuple[float, list[int], int]
+
+
+#: The placement rule's answers by width and free CPUs per machine position.
+_Memo = dict[tuple[int, tuple[int, ...]], Parts | None]
 
 
 class SeveralMachines:
@@ -82,7 +92,9 @@ class SeveralMachines:
         # finite intervals, so this never changes.
         self._last = last
         self.bounds = FitBounds()
-        self._placed: dict[Placement, dict[tuple[int, tuple[int, ...]], Parts | None]] = {}
+        #: The rule's answers, per rule and per set of machines it may use (the whole
+        #: profile's, or a job's capable subset: ``placement.machines_for``).
+        self._placed: dict[tuple[Placement, tuple[str, ...] | None], _Memo] = {}
 
     def earliest(  # noqa: PLR0917 - one search over the profile's lists, per job
         self,
@@ -99,10 +111,12 @@ class SeveralMachines:
     ) -> tuple[float, float, Parts] | None:
         """The earliest ``(start, end, parts)`` of ``job`` on ``cpus`` CPUs in
         ``[nb, before)``, ``nb`` no earlier than the profile's start; None if none."""
-        placed = self._placed.get(placement)
-        if placed is None:
-            placed = self._placed[placement] = {}
         ids = self._ids
+        # The same rule answers differently on a subset of the machines: a memo of its own.
+        subset = None if len(machines) == len(ids) else tuple(m.id for m in machines)
+        placed = self._placed.get((placement, subset))
+        if placed is None:
+            placed = self._placed[placement, subset] = {}
         # After every running job and booking has ended the profile holds its last
         # value for ever: a job the rule cannot place there never fits.
         if _place(placed, placement, machines, ids, cpus, self._last) is None:
@@ -182,7 +196,7 @@ def could_fit(  # noqa: PLR0917 - the search's hot test, on its locals
 
 
 def _place(  # noqa: PLR0917 - the memo's lookup, on the search's locals
-    placed: dict[tuple[int, tuple[int, ...]], Parts | None],
+    placed: _Memo,
     placement: Placement,
     machines: Sequence[Machine],
     ids: list[str],

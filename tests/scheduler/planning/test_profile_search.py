@@ -12,19 +12,20 @@ no totals, no necessary condition, no memo.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Capability, Machine, Part
 from scheduler.planning.fit_bounds import FitBounds
-from scheduler.planning.placement import Placement, PlacementRule, sort_machines
+from scheduler.planning.placement import Placement, PlacementRule, machines_for, sort_machines
 from scheduler.planning.profile import Profile
 from tests.builders import job
 
 Parts = tuple[Part, ...]
+CMD = frozenset({Capability.COMMANDS})
 Booking = tuple[float, float, Parts]
 
 
@@ -66,12 +67,13 @@ class Reference:
         self, j: Job, cpus: int, placement: Placement, not_before: float
     ) -> Booking | None:
         speeds = {m.id: m.speed for m in self.machines}
+        able = machines_for(j, self.machines)
         steps = self.breakpoints()
         nb = max(not_before, self.now)
         candidates = [nb] + [t for t, _ in steps if t > nb]
         for t in candidates:
             here = self.free_at(t)
-            parts = placement.place(cpus, here, self.machines)
+            parts = placement.place(cpus, here, able) if able else None
             while parts is not None:
                 end = t + j.estimate_on(min(speeds[p.machine] for p in parts))
                 window = [t] + [u for u, _ in steps if t < u < end]
@@ -80,18 +82,20 @@ class Reference:
                 for u in window:
                     later = self.free_at(u)
                     here = {m: min(v, later[m]) for m, v in here.items()}
-                parts = placement.place(cpus, here, self.machines)
+                parts = placement.place(cpus, here, able)
         return None
 
 
+#: Machines: CPUs, speed, and whether they run commands.
 MACHINES = st.lists(
-    st.tuples(st.sampled_from([2, 4, 6]), st.sampled_from([0.5, 1.0, 2.0])),
+    st.tuples(st.sampled_from([2, 4, 6]), st.sampled_from([0.5, 1.0, 2.0]), st.booleans()),
     min_size=2,
     max_size=4,
 )
 #: A laying, step by step: give a booking back (one step in ten: which one, by
 #: index), or lay a job (width, wall time, reference speed, how far ``not_before``
-#: moves).
+#: moves, whether it needs machines that run commands: searched on a subset, with a
+#: memo of the rule's answers that must not be the whole profile's).
 STEPS = st.lists(
     st.tuples(
         st.integers(0, 9),
@@ -100,6 +104,7 @@ STEPS = st.lists(
         st.sampled_from([1, 2, 3, 5, 8, 13]),
         st.sampled_from([1.0, 1.0, 1.0, 2.0]),
         st.sampled_from([0] * 20 + [2, 5, 10, -3, -20]),
+        st.sampled_from([False, False, False, True]),
     ),
     min_size=10,
     max_size=50,
@@ -116,13 +121,16 @@ STEPS = st.lists(
     rule=st.sampled_from(list(PlacementRule)),
 )
 def test_laying_a_queue_matches_the_reference(
-    shape: list[tuple[int, float]],
+    shape: list[tuple[int, float, bool]],
     running: list[tuple[int, int, int]],
-    steps: list[tuple[int, int, int, int, float, int]],
+    steps: list[tuple[int, int, int, int, float, int, bool]],
     rule: PlacementRule,
 ) -> None:
     machines = sort_machines(
-        [Machine(id=f"m{k}", cpus=c, speed=s) for k, (c, s) in enumerate(shape)]
+        [
+            Machine(id=f"m{k}", cpus=c, speed=s, capabilities=CMD if able else frozenset())
+            for k, (c, s, able) in enumerate(shape)
+        ]
     )
     by_id = {m.id: m for m in machines}
     speeds = {m.id: m.speed for m in machines}
@@ -139,7 +147,7 @@ def test_laying_a_queue_matches_the_reference(
     reference = Reference(now=0.0, machines=machines, free=dict(free), ends=ends)
     placement = Placement(rule=rule)
     not_before = 0.0
-    for n, (kind, index, procs, walltime, ref_speed, move) in enumerate(steps):
+    for n, (kind, index, procs, walltime, ref_speed, move, needs) in enumerate(steps):
         if kind == 0:
             if reference.bookings:
                 booking = reference.bookings.pop(index % len(reference.bookings))
@@ -147,6 +155,8 @@ def test_laying_a_queue_matches_the_reference(
         else:
             not_before = max(0.0, not_before + move)
             j = job(f"j{n}", procs, walltime=float(walltime), ref_speed=ref_speed)
+            if needs:
+                j = replace(j, needs=CMD)
             expected = reference.earliest(j, procs, placement, not_before)
             got = profile.book_earliest(
                 j,
