@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 
 POLL = 0.01
 """Wall seconds between two looks at a tree being ended (it empties within milliseconds)."""
+RANK_LOOK = 0.02
+"""Wall seconds between two looks for an MPI program's ranks until all are watched."""
 
 
 def read_plan(launch: Launch) -> CommandPlan:
@@ -177,7 +179,10 @@ class CommandJob(SleepJob):
                     self._conclude()
                     return EXIT_LOST
                 self._reap()
-                delivery = await self._next_or_exit(self._settings.step)
+                step = self._settings.step
+                if self._ranks is not None and not self._ranks.complete:
+                    step = min(step, RANK_LOOK)  # a rank may fail right after it starts
+                delivery = await self._next_or_exit(step)
                 if delivery is not None:
                     await self._handle(delivery)
             # The command is gone: what it left behind goes with it.

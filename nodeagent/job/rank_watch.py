@@ -7,7 +7,10 @@ ranks in its tree (``nodeagent.launch.mpi_ranks``), holds a pidfd on each
 rank's first process (readable once that process has exited, whoever its
 parent is), and notes the first to end. When the program fails, that is the
 rank that failed (the others are ended by the launcher after it); when it
-succeeds, the order means nothing and is not said.
+succeeds, the order means nothing and is not said. The first end is known
+only if every rank was watched before any ended: a rank that ended before it
+was found (a crash at once) leaves the order unknown, and nothing is said
+rather than the name of a rank the launcher ended afterwards.
 """
 
 from __future__ import annotations
@@ -29,12 +32,22 @@ class RankWatch:
         self._loop = loop
         self._fds: dict[int, int] = {}  # local rank -> pidfd
         self._seen: set[int] = set()
-        #: The first rank (its number in the job) seen to end, once one has.
-        self.first: int | None = None
+        self._ended_first: int | None = None
+        self._unknown = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether every rank is watched (or the order is known to be lost)."""
+        return len(self._seen) >= self._count or self._unknown
+
+    @property
+    def first(self) -> int | None:
+        """The first rank (its number in the job) to end, if that is known."""
+        return None if self._unknown else self._ended_first
 
     def look(self) -> None:
         """Watch the ranks that exist now and are not watched yet (cheap once all are)."""
-        if len(self._seen) >= self._count or self.first is not None:
+        if self.complete or self._ended_first is not None:
             return
         for local, rank in ranks_among(self._tree.pids()).items():
             if local not in self._seen:
@@ -44,17 +57,21 @@ class RankWatch:
         try:
             fd = os.pidfd_open(rank.root)
         except ProcessLookupError:
-            return  # ended before it was watched: its end is not ordered
+            self._unknown = True  # ended before it was watched: the order is lost
+            return
         if rank_numbers(rank.root) != (rank.rank, rank.local):
-            os.close(fd)  # the pid was reused meanwhile: not this rank
+            os.close(fd)  # ended (or its pid reused) meanwhile: the order is lost
+            self._unknown = True
             return
         self._seen.add(local)
         self._fds[local] = fd
         self._loop.add_reader(fd, self._ended, local, rank.rank)
 
     def _ended(self, local: int, rank: int) -> None:
-        if self.first is None:
-            self.first = rank
+        if self._ended_first is None:
+            if len(self._seen) < self._count:
+                self._unknown = True  # others were not watched yet: they may have ended
+            self._ended_first = rank
         self._forget(local)
 
     def _forget(self, local: int) -> None:

@@ -199,3 +199,18 @@ async def test_an_mpi_job_the_host_cannot_launch_is_refused_with_the_reason(
     assert across.reason == "failed"
     assert across.detail is not None
     assert "across 2 machines" in across.detail, across.detail
+
+
+@needs_openmpi
+async def test_a_rank_that_fails_at_once_is_never_mistaken_for_another(folder: Path) -> None:
+    # Rank 2 fails before the supervisor can have watched every rank: the order of
+    # the ends is lost, and no other rank (ended by the launcher after it) is named.
+    script = '[ "$OMPI_COMM_WORLD_RANK" = 2 ] && exit 5; exec sleep 1000'
+    spec = command_job("m7", ["sh", "-c", script], folder, procs=4, mpi=MpiLibrary.OPENMPI)
+    async with commands_agent(folder, cpus=2) as run:
+        await run.scheduler.send(start_command(spec, cpus=2))
+        ended = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "m7")
+    assert (ended.reason, ended.exit_status) == ("failed", 5), ended
+    assert ended.detail is not None
+    named = [f"rank {r} ended first" in ended.detail for r in range(4)]
+    assert named in ([False] * 4, [False, False, True, False]), ended.detail
