@@ -60,7 +60,7 @@ from broker.messages import (
 )
 from broker.vocabulary import MpiLibrary
 from nodeagent.agent.commands import CommandSettings
-from nodeagent.launch.jobtree import DescendantTree
+from nodeagent.launch.jobtree import DescendantTree, thread_masks
 from nodeagent.launch.mpi_ranks import ranks_among
 
 CG = KERNEL_NAMES["cg"]
@@ -70,20 +70,10 @@ OWN = pwd.getpwuid(os.geteuid()).pw_name
 
 
 def masks(supervisor: int) -> list[frozenset[int]] | None:
-    """Each rank's threads' CPU masks (None while not every thread of a rank agrees)."""
+    """Each rank's threads' CPU mask (None while not every thread of a rank agrees)."""
     found = []
     for _, rank in sorted(ranks_among(DescendantTree(supervisor).pids()).items()):
-        seen = set()
-        for pid in rank.pids:
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except FileNotFoundError:
-                continue
-            for tid in tids:
-                try:
-                    seen.add(frozenset(os.sched_getaffinity(int(tid))))
-                except OSError:
-                    continue
+        seen = thread_masks(rank.pids)
         if len(seen) != 1:
             return None
         found.append(seen.pop())
@@ -106,17 +96,7 @@ def command_pids(supervisor: int) -> set[int]:
 
 def tree_mask(supervisor: int) -> frozenset[int] | None:
     """The one mask of every thread of the command (None while they differ)."""
-    seen = set()
-    for pid in command_pids(supervisor):
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            try:
-                seen.add(frozenset(os.sched_getaffinity(int(tid))))
-            except OSError:
-                continue
+    seen = thread_masks(command_pids(supervisor))
     return seen.pop() if len(seen) == 1 else None
 
 

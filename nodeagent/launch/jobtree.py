@@ -361,3 +361,17 @@ def pin_tree(pids: Iterable[int], cores: Iterable[int]) -> int:
         if not changed:
             break
     return moved
+
+
+def thread_masks(pids: Iterable[int]) -> set[frozenset[int]]:
+    """The distinct CPU masks of the threads of ``pids`` (one mask: they agree)."""
+    seen: set[frozenset[int]] = set()
+    for pid in pids:
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for tid in threads:
+            with contextlib.suppress(OSError):  # gone meanwhile
+                seen.add(frozenset(os.sched_getaffinity(int(tid))))
+    return seen

@@ -19,7 +19,8 @@ import pytest
 
 from broker.messages import CancelPart, PartFinished, PartStarted, ResizePart
 from broker.vocabulary import MpiLibrary
-from nodeagent.launch.jobtree import DescendantTree
+from nodeagent.agent.cpuset import format_cpuset
+from nodeagent.launch.jobtree import DescendantTree, thread_masks
 from nodeagent.launch.mpi_ranks import RankProcesses, ranks_among
 from tests.nodeagent.commands_harness import alive, command_job, commands_agent, start_command
 from tests.nodeagent.harness import HANG
@@ -41,23 +42,9 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def thread_masks(rank: RankProcesses) -> set[str]:
-    """The ``Cpus_allowed_list`` of every thread of every process of ``rank``."""
-    masks = set()
-    for pid in rank.pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            try:
-                status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
-            except FileNotFoundError:
-                continue
-            for line in status.splitlines():
-                if line.startswith("Cpus_allowed_list:"):
-                    masks.add(line.split(":", 1)[1].strip())
-    return masks
+def cores_of(rank: RankProcesses) -> set[str]:
+    """The CPU masks of every thread of every process of ``rank``, as lists (``0-1``)."""
+    return {format_cpuset(mask) for mask in thread_masks(rank.pids)}
 
 
 async def ranks_when(
@@ -73,7 +60,7 @@ async def ranks_when(
                     return ranks
                 await asyncio.sleep(0.02)
     except TimeoutError:
-        seen = {k: sorted(thread_masks(r)) for k, r in ranks.items()}
+        seen = {k: sorted(cores_of(r)) for k, r in ranks.items()}
         raise AssertionError(f"ranks under {supervisor}: {seen}") from None
 
 
@@ -82,7 +69,7 @@ def on_cores(*per_rank: str) -> Callable[[dict[int, RankProcesses]], bool]:
 
     def holds(ranks: dict[int, RankProcesses]) -> bool:
         return len(ranks) == len(per_rank) and all(
-            thread_masks(ranks[i]) == {core} for i, core in enumerate(per_rank)
+            cores_of(ranks[i]) == {core} for i, core in enumerate(per_rank)
         )
 
     return holds
