@@ -180,16 +180,24 @@ def could_fit(  # noqa: PLR0917 - the search's hot test, on its locals
     """Whether any parts of ``cpus`` CPUs in total could stay free from candidate ``i``
     (at ``t``) for the job's run on them: for some speed (``levels``: the job's
     estimate at it, and the positions of the machines at least that fast), the least
-    free CPUs of those machines over that run add up to ``cpus`` (module docstring)."""
+    free CPUs of those machines over that run add up to ``cpus`` (module docstring).
+
+    A level is first summed at the candidate alone: the least free CPUs over a run
+    are no more than those at its start, so a level short there fails without
+    taking a minimum over the run (most candidates the totals scan lets through fail
+    every level), and one whose run ends within the candidate's step holds."""
     for duration, ks in levels:
-        e = bisect_left(times, t + duration, i + 1)
         got = 0
+        for k in ks:
+            got += cols[k][i]
+        if got < cpus:
+            continue
+        e = bisect_left(times, t + duration, i + 1)
         if e == i + 1:
-            for k in ks:
-                got += cols[k][i]
-        else:
-            for k in ks:
-                got += min(cols[k][i:e])
+            return True
+        got = 0
+        for k in ks:
+            got += min(cols[k][i:e])
         if got >= cpus:
             return True
     return False
