@@ -15,7 +15,8 @@ launcher, each pinned by the agent.
   the same kernel launched by hand (``bench.mpi.launch``, the library's
   launcher under a CPU mask, yielding on), folded over expanded; the model's
   ``1 + (m - 1) u`` is 2 for a kernel that computes all the time. Target:
-  folded at most 2.1 times expanded through the agent, as by hand.
+  folded at most 2.1 times expanded through the agent, as by hand; not judged
+  when by hand folding costs under 1.8 times (other work holds a core).
 - **Resizes.** A running job is shrunk to 1 CPU and expanded to 2, ``--resizes``
   times; each latency runs from the ``ResizePart`` published to every thread of
   both ranks seen on its new core in ``/proc`` (polled every 0.2 ms). The
@@ -66,6 +67,8 @@ from nodeagent.launch.mpi_ranks import ranks_among
 CG = KERNEL_NAMES["cg"]
 M = TypeVar("M", bound=Message)
 POLL = 0.0002
+FREE_CORES = 1.8
+"""The yardstick's folded/expanded ratio under which the two cores are not free."""
 OWN = pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -251,8 +254,16 @@ def report(
             f"{ratio(times):.2f}",
         )
     console.print(fold)
-    verdict = "met" if ratio(through) <= 2.1 else "NOT met"
-    console.print(f"target: folded <= 2.1 x expanded through the agent: {verdict}")
+    if ratio(by_hand) < FREE_CORES:
+        # Expanded runs that gain little over folded ones by hand: other work holds the
+        # second core, so a ratio through the agent says nothing about folding.
+        console.print(
+            f"target not judged: by hand folding costs only {ratio(by_hand):.2f}x "
+            f"(under {FREE_CORES}): the cores are not free"
+        )
+    else:
+        verdict = "met" if ratio(through) <= 2.1 else "NOT met"
+        console.print(f"target: folded <= 2.1 x expanded through the agent: {verdict}")
     sizes = Table(title=f"resize to every thread on its new core: ms ({len(mpi_times)} resizes)")
     for column in ("job", "p50", "p90", "max"):
         sizes.add_column(column, justify="right")
