@@ -12,6 +12,8 @@ with the same reply rules (``scheduler.live.requests``).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 from broker.fields import Cpus, Id, Message, PartSpec
@@ -62,6 +64,13 @@ class SnapshotRequest(Message, tag="snapshot_request", frozen=True, kw_only=True
     reply_to: Id = "-"
 
 
+Capabilities = Annotated[
+    tuple[Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]{1,32}$")], ...],
+    msgspec.Meta(max_length=16),
+]
+"""Capability names, the core's words (``model.machine.Capability``'s values)."""
+
+
 class SnapshotJob(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """A job as the scheduler knows it (times in cluster seconds; ``deadline`` absolute).
     ``predicted``: the run time EASY++'s predictor gives it from its user's last jobs
@@ -79,6 +88,8 @@ class SnapshotJob(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cpu_util: float = 1.0
     ref_speed: float = 1.0
     predicted: float | None = None
+    #: The capabilities its machines must have (``commands``: it runs a user's command).
+    needs: Capabilities = ()
 
 
 class SnapshotRun(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -100,6 +111,8 @@ class SnapshotMachine(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     cpus: int
     speed: float
     cordoned: bool = False
+    #: What it can do that not every machine does (``commands``: its agent runs them).
+    capabilities: Capabilities = ()
 
 
 class SnapshotReservation(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

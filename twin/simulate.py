@@ -128,10 +128,13 @@ def simulate(
         for r, (end, version) in zip(resume.running, restore(resume, core, agents), strict=True):
             heapq.heappush(ends, (end, seq, r.job.id, version))
             seq += 1
-        wakes = sorted(resume.wakes)
+        # A decision at the snapshot's instant first: another policy than the one that
+        # made the snapshot may start a queued job at once (and with nothing running
+        # there would be no later event to decide at).
+        wakes = sorted([resume.now, *resume.wakes])
         total += len(resume.running) + len(resume.queue)
     stop = inf if stop_at is None else stop_at
-    while next_job < n or ends:
+    while next_job < n or ends or wakes:
         t_arrival = jobs[next_job].submit if next_job < n else inf
         t_end = ends[0][0] if ends else inf
         now = t_arrival if t_arrival < t_end else t_end

@@ -36,15 +36,16 @@ time they have already waited counts), and each of their predicted starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from accordion.errors import UserError
 from broker.insight import SnapshotJob, SnapshotReply
 from model.allocation import Allocation
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
-from model.machine import Machine, Part
+from model.machine import Capability, Machine, Part
 from model.metrics import DEFAULT_TAU
 from scheduler.planning.overdue import planned_end
 from scheduler.planning.placement import PlacementRule
@@ -90,7 +91,20 @@ def _job(spec: SnapshotJob, runtime: float) -> Job:
         cpu_util=spec.cpu_util,
         qos=spec.qos,
         ref_speed=spec.ref_speed,
+        needs=capabilities(spec.needs),
     )
+
+
+def capabilities(names: Iterable[str]) -> frozenset[Capability]:
+    """The core's capabilities of a snapshot's names; UserError for one this client does
+    not know (a newer scheduler's: the twin could not honour it)."""
+    try:
+        return frozenset(Capability(name) for name in names)
+    except ValueError as exc:
+        raise UserError(
+            f"the snapshot names a machine capability this client does not know ({exc}): "
+            "update the client to the scheduler's version"
+        ) from None
 
 
 def _total(done: float, total: float, rate: float, now: float) -> float:
@@ -113,7 +127,10 @@ def state_of(
     """The twin state of a scheduler's snapshot, with the run times ``runtimes`` assumes;
     ``reservations``: keep the policy's promises (the same policy is replayed)."""
     now = reply.now
-    machines = tuple(Machine(id=m.id, cpus=m.cpus, speed=m.speed) for m in reply.machines)
+    machines = tuple(
+        Machine(id=m.id, cpus=m.cpus, speed=m.speed, capabilities=capabilities(m.capabilities))
+        for m in reply.machines
+    )
     speeds = {m.id: m.speed for m in machines}
     predicted = runtimes is RunTimes.PREDICTED
     running: list[RunningState] = []

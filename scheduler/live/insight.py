@@ -191,6 +191,7 @@ def snapshot_reply(ctx: Context, now: float, request_id: str = "-") -> SnapshotR
             cpu_util=submitted.cpu_util,
             ref_speed=submitted.ref_speed,
             predicted=None if history is None else history.prediction(submitted),
+            needs=tuple(sorted(submitted.needs)),
         )
 
     running = [
@@ -219,7 +220,13 @@ def snapshot_reply(ctx: Context, now: float, request_id: str = "-") -> SnapshotR
         now=now,
         policy=core.policy.name,
         machines=tuple(
-            SnapshotMachine(id=m.id, cpus=m.cpus, speed=m.speed, cordoned=m.id in cordoned)
+            SnapshotMachine(
+                id=m.id,
+                cpus=m.cpus,
+                speed=m.speed,
+                cordoned=m.id in cordoned,
+                capabilities=tuple(sorted(m.capabilities)),
+            )
             for m in core.machines
         ),
         running=tuple(running),

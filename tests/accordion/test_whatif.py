@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from accordion.errors import UserError
 from accordion.experiments.whatif import RunTimes, state_of, what_if
 from broker.insight import (
     SnapshotJob,
@@ -182,3 +183,75 @@ def test_a_running_job_past_its_estimate_ends_by_the_overdue_rule() -> None:
     assert late.job.runtime == 100.0 + 1024.0  # 900 s over: the allowance is 1,024 s
     (answer,) = what_if(reply, ["fcfs"])
     assert answer.starts["next"] == 1124.0
+
+
+def test_a_command_job_is_replayed_on_the_machines_that_run_commands_only() -> None:
+    # The faster machine runs no commands: the replay must not put the command job
+    # there (it would end at 50, not 100), as the live scheduler would not.
+    reply = SnapshotReply(
+        request_id="-",
+        now=0.0,
+        policy="fcfs",
+        machines=(
+            SnapshotMachine("fast", 4, 2.0),
+            SnapshotMachine("able", 4, 1.0, capabilities=("commands",)),
+        ),
+        running=(),
+        queue=(
+            SnapshotJob(
+                id="cmd",
+                user="u",
+                group="g",
+                procs=2,
+                walltime=100.0,
+                submit=0.0,
+                needs=("commands",),
+            ),
+            SnapshotJob(id="plain", user="u", group="g", procs=2, walltime=100.0, submit=0.0),
+        ),
+        reservations=(),
+    )
+    (answer,) = what_if(reply, ["fcfs"])
+    assert (answer.starts["cmd"], answer.ends["cmd"]) == (0.0, 100.0)
+    assert (answer.starts["plain"], answer.ends["plain"]) == (0.0, 50.0)
+    unknown = SnapshotReply(
+        request_id="-",
+        now=0.0,
+        policy="fcfs",
+        machines=(SnapshotMachine("gpu", 4, 1.0, capabilities=("gpus",)),),
+        running=(),
+        queue=(),
+        reservations=(),
+    )
+    with pytest.raises(UserError, match="capability this client does not know"):
+        what_if(unknown, ["fcfs"])
+
+
+def test_another_policy_may_start_a_queued_job_at_the_snapshot_instant() -> None:
+    # FCFS holds the small job behind the wide head until the running job ends at 100;
+    # EASY backfills it at once: its replay decides at the snapshot's instant first.
+    def queued(job_id: str, procs: int, walltime: float) -> SnapshotJob:
+        return SnapshotJob(
+            id=job_id, user="u", group="g", procs=procs, walltime=walltime, submit=0.0
+        )
+
+    reply = SnapshotReply(
+        request_id="-",
+        now=10.0,
+        policy="fcfs",
+        machines=(SnapshotMachine("m", 8, 1.0),),
+        running=(
+            SnapshotRun(
+                job=queued("run", 4, 100.0),
+                start=0.0,
+                parts=(PartSpec(machine="m", cpus=4),),
+                done=10.0,
+                est_end=100.0,
+            ),
+        ),
+        queue=(queued("head", 8, 50.0), queued("small", 2, 20.0)),
+        reservations=(),
+    )
+    fcfs, easy = what_if(reply, ["fcfs", "easy"])
+    assert fcfs.starts == {"head": 100.0, "small": 150.0}
+    assert easy.starts == {"head": 100.0, "small": 10.0}
