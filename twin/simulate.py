@@ -134,7 +134,9 @@ def simulate(
         wakes = sorted([resume.now, *resume.wakes])
         total += len(resume.running) + len(resume.queue)
     stop = inf if stop_at is None else stop_at
-    while next_job < n or ends or wakes:
+    # A wake matters only with jobs queued (else it is a reservation's, since started):
+    # a run that ended before without that case ends the same now.
+    while next_job < n or ends or (wakes and core.queue):
         t_arrival = jobs[next_job].submit if next_job < n else inf
         t_end = ends[0][0] if ends else inf
         now = t_arrival if t_arrival < t_end else t_end
