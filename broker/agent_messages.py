@@ -25,6 +25,7 @@ from broker.fields import (
 from broker.job_spec import JobSpec, MachineSpec
 from broker.vocabulary import (
     CommandUsers,
+    MpiLibrary,
 )
 
 
@@ -67,6 +68,10 @@ class AgentOnline(Message, tag="agent_online", frozen=True, kw_only=True):
     #: and, for ``agent``, its own OS account, which every command job here runs as.
     commands: CommandUsers = CommandUsers.OFF
     runs_as: Name | None = None
+    #: The MPI libraries whose programs it can launch (``CommandSpec.mpi``): those whose
+    #: launcher, and for MPICH the yield shim, its host has. Empty with commands off.
+    #: The scheduler places an MPI job only on an agent that names its library.
+    mpi: Annotated[tuple[MpiLibrary, ...], msgspec.Meta(max_length=8)] = ()
     #: True while the agent drains (stopped by its operator with ``--drain-on-stop``):
     #: it runs its parts to their end, takes no new one, then says goodbye. The
     #: scheduler places nothing on it meanwhile.

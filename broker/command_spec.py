@@ -87,9 +87,10 @@ class CommandSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_on
     files, relative to ``chdir`` unless absolute; ``error`` None sends stderr to
     ``output`` too. ``name`` is the job's name (``-J``), for ``%x`` and the job's
     environment. ``mpi`` launches ``argv`` as an MPI program with that library,
-    one rank per process of the job, on all its parts (as ``srun`` launches
-    one); a batch ``script`` runs once, and starts its MPI program itself with
-    the launcher its environment names (``ACCORDION_MPIRUN``).
+    one rank per process of the job (as ``srun`` launches one), on one
+    machine whose agent has that library (``AgentOnline.mpi``); a batch
+    ``script`` runs once, and starts its MPI program itself with the launcher
+    its environment names (``ACCORDION_MPIRUN``).
     """
 
     argv: Annotated[tuple[Arg, ...], msgspec.Meta(max_length=MAX_ARGS)] = ()

@@ -44,7 +44,9 @@ A job may run its user's own command (``JobSpec.command``,
 (``JobSpec.owner``, set by the scheduler), on the hosts its ``StartPart``
 names; its end says the command's exit status or signal (``PartFinished``,
 ``JobEvent``), and an agent says whom it runs commands as
-(``AgentOnline.commands``). What the scheduler plans: a queued job's status row
+(``AgentOnline.commands``) and which MPI libraries it can launch a user's MPI
+program with (``AgentOnline.mpi``, ``CommandSpec.mpi``), the scheduler keeping
+such a job on one machine that has its library. What the scheduler plans: a queued job's status row
 says its predicted start and why it waits (``JobStatus.predicted_start``,
 ``reason``), and the scheduler answers each queued job's priority by factor and
 a what-if snapshot (``broker.insight``). A peer of an older version cannot read

@@ -17,6 +17,12 @@ A job may need capabilities of its machines (``needs``, ``model.machine``):
 every part of it then goes to a machine that has them all. A user's own
 command needs a machine that runs commands; the built-in workloads need
 nothing, and neither does any job of a trace.
+
+A job may also have to run on *one machine* (``one_machine``): every policy
+places it whole on a single machine, whatever its placement rule (the
+``single`` rule for that job, ``scheduler.planning.placement``). A user's MPI
+program is one, since its launcher starts every rank on the host it runs on;
+no job of a trace is.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Job:
     app: str | None = None
     #: What every machine it runs on must be able to do (``model.machine.Capability``).
     needs: frozenset[Capability] = frozenset()
+    #: True when its CPUs must all be on one machine (module docstring).
+    one_machine: bool = False
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> JobError:

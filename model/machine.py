@@ -30,6 +30,10 @@ class Capability(StrEnum):
 
     #: It runs users' own commands (an agent started with ``--allow-commands``).
     COMMANDS = "commands"
+    #: It launches MPI programs' ranks with Open MPI, or with MPICH (its agent found
+    #: the launcher, and for MPICH the yield shim, on its host).
+    OPENMPI = "openmpi"
+    MPICH = "mpich"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -159,6 +159,6 @@ MpiOpt = Annotated[
     typer.Option(
         "--mpi",
         help="run the command as an MPI program with this MPI, one rank per process, "
-        "on all the job's parts (a batch script gets the launcher in $ACCORDION_MPIRUN)",
+        "on one machine whose agent has it (a batch script gets the launcher in $ACCORDION_MPIRUN)",
     ),
 ]

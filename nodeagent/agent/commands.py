@@ -53,7 +53,7 @@ from pathlib import Path
 
 from broker.command_spec import HostSlots, expand_pattern
 from broker.messages import StartPart
-from broker.vocabulary import CommandUsers
+from broker.vocabulary import CommandUsers, MpiLibrary
 from nodeagent.agent.accounts import (
     CommandRefusedError,
     UserMapFile,
@@ -61,7 +61,12 @@ from nodeagent.agent.accounts import (
     mapped_account,
 )
 from nodeagent.agent.cpuset import SlotPool, format_cpuset, placement
-from nodeagent.agent.mpi_launch import DEFAULT_SHIMS, MpiUnavailableError, mpi_launch
+from nodeagent.agent.mpi_launch import (
+    DEFAULT_SHIMS,
+    MpiUnavailableError,
+    mpi_launch,
+    mpi_libraries,
+)
 from nodeagent.launch.command_plan import CommandPlan, CommandStatus, PlanError, RunAs
 from nodeagent.launch.contract import Launch, part_key
 from nodeagent.launch.jobtree import (
@@ -168,6 +173,18 @@ class Commands:
         """The agent's own account, when every command runs as it."""
         return None if self._own is None else self._own.user
 
+    @property
+    def mpi(self) -> tuple[MpiLibrary, ...]:
+        """The MPI libraries this agent can launch a command's ranks with, as its host
+        is now (its registration says them): none with commands off."""
+        if self._settings is None:
+            return ()
+        return mpi_libraries(self._shims(self._settings))
+
+    @staticmethod
+    def _shims(settings: CommandSettings) -> Path:
+        return Path(settings.mpi_shims) if settings.mpi_shims else DEFAULT_SHIMS
+
     def close(self) -> None:
         """At the agent's clean end (its parts ended): its scratch directory and its
         cgroups' parent go. A killed agent leaves the parent for its next incarnation."""
@@ -239,7 +256,7 @@ class Commands:
         mpi_ranks = 0
         if spec.mpi is not None:
             as_root = (os.geteuid() if run_as is None else run_as.uid) == 0
-            shims = Path(self._settings.mpi_shims) if self._settings.mpi_shims else DEFAULT_SHIMS
+            shims = self._shims(self._settings)
             try:
                 mpi = mpi_launch(
                     spec.mpi, ranks=job.procs, machines=len(hosts), as_root=as_root, shims=shims

@@ -21,9 +21,13 @@ steps. Three settings make the ranks the runtime's to place:
 
 Open MPI refuses to run as root unless told (``--allow-run-as-root``): it is
 told when the command runs as root, as a local cluster started by root does.
-A job whose parts span machines would need the launcher to reach the other
-parts' agents (Open MPI's ``plm_rsh_agent``); that is not built, so such a
-part is refused with that reason.
+The agent says in its registration which libraries it can launch
+(:func:`mpi_libraries`, ``AgentOnline.mpi``), by the same tests a launch
+makes, and the scheduler places an MPI job only on one machine whose agent
+names its library. A job whose parts span machines would need the launcher
+to reach the other parts' agents (Open MPI's ``plm_rsh_agent``); that is not
+built, so such a part, which the scheduler never makes, is still refused with
+that reason: a second line of defence against a scheduler that did.
 """
 
 from __future__ import annotations
@@ -59,6 +63,24 @@ class MpiLaunch:
         return shlex.join(self.argv)
 
 
+def mpi_libraries(shims: Path = DEFAULT_SHIMS) -> tuple[MpiLibrary, ...]:
+    """The libraries whose programs this host can launch: :func:`mpi_launch` would not
+    refuse them for a launcher or a shim it lacks."""
+    return tuple(lib for lib in MpiLibrary if _missing(lib, shims) is None)
+
+
+def _missing(library: MpiLibrary, shims: Path) -> str | None:
+    """Why ``library`` cannot run on this host, for its user; None if it can."""
+    if shutil.which(LAUNCHERS[library]) is None:
+        return f"{library.value} is not installed on this agent's host ({LAUNCHERS[library]})"
+    if library is MpiLibrary.MPICH and not (shims / library.value / SHIM).is_file():
+        return (
+            f"{library.value}: the yield shim {shims / library.value / SHIM} is not built on "
+            "this agent's host (scripts/setup builds it)"
+        )
+    return None
+
+
 def mpi_launch(
     library: MpiLibrary,
     *,
@@ -72,24 +94,19 @@ def mpi_launch(
     if machines > 1:
         raise MpiUnavailableError(
             f"an MPI job across {machines} machines: launching ranks on other agents is "
-            "not built (run it on one machine)"
+            "not built, and the scheduler keeps an MPI job on one machine"
         )
+    missing = _missing(library, shims)
+    if missing is not None:
+        raise MpiUnavailableError(missing)
     launcher = shutil.which(LAUNCHERS[library])
-    if launcher is None:
-        raise MpiUnavailableError(
-            f"{library.value} is not installed on this agent's host ({LAUNCHERS[library]})"
-        )
+    assert launcher is not None  # _missing looked it up
     if library is MpiLibrary.OPENMPI:
         argv = [launcher, "--bind-to", "none", "--oversubscribe", "-np", str(ranks)]
         if as_root:
             argv.insert(1, "--allow-run-as-root")
         return MpiLaunch(argv=tuple(argv), env=(("OMPI_MCA_mpi_yield_when_idle", "1"),))
     shim = shims / library.value / SHIM
-    if not shim.is_file():
-        raise MpiUnavailableError(
-            f"{library.value}: the yield shim {shim} is not built on this agent's host "
-            "(scripts/setup builds it)"
-        )
     argv = [launcher, "-n", str(ranks), "-bind-to", "none"]
     argv += ["-genv", "LD_PRELOAD", str(shim), "-genv", "ACCORDION_MPI_YIELD", "1"]
     return MpiLaunch(argv=tuple(argv), env=())

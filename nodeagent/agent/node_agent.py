@@ -533,6 +533,7 @@ class NodeAgent:
             adopts=self.adopts,
             commands=self._users_commands.mode,
             runs_as=self._users_commands.runs_as,
+            mpi=self._users_commands.mpi,
             draining=self.stopping == "drain",
         )
 

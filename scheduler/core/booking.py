@@ -7,7 +7,8 @@ and its process count. A decision that breaks any of these is a bug in the
 policy and raises :class:`~scheduler.core.answers.PolicyError`; what was booked
 before the faulty part is the caller's to give back (the core checks before
 it books where it must stay unchanged). A job that needs capabilities
-(``Job.needs``) must also be on machines that have them (:func:`check_needs`).
+(``Job.needs``) must also be on machines that have them, and one that must run
+on one machine (``Job.one_machine``) on one machine only (:func:`check_needs`).
 """
 
 from __future__ import annotations
@@ -63,9 +64,14 @@ def check_needs(
     capabilities: Mapping[str, frozenset[Capability]],
     held: Set[str] = frozenset(),
 ) -> None:
-    """Raise :class:`PolicyError` if a part of ``job`` is on a known machine without a
-    capability the job needs; machines in ``held`` (where a resized job runs already)
-    are not asked, and an unknown machine is :func:`book`'s to refuse."""
+    """Raise :class:`PolicyError` if ``job`` must run on one machine and ``parts`` are
+    on several, or if a part of it is on a known machine without a capability the job
+    needs; machines in ``held`` (where a resized job runs already) are not asked about
+    capabilities, and an unknown machine is :func:`book`'s to refuse."""
+    if job.one_machine and len(parts) > 1:
+        raise PolicyError(
+            f"job {job.id!r} must run on one machine; placed on {len(parts)} machines"
+        )
     for p in parts:
         got = capabilities.get(p.machine)
         if got is not None and p.machine not in held and not job.needs <= got:

@@ -15,7 +15,8 @@ that ever held CPUs.
 A machine's capabilities (``model.machine``) may change while it stays
 (:meth:`Cluster.change`: its agent came back as a new process that adopted its
 parts, and says it does other things now); the CPUs of the machines with each
-set of capabilities are worked out once and kept until a machine comes, goes
+set of capabilities (in all, or on the largest of them, for a job that must
+run on one machine) are worked out once and kept until a machine comes, goes
 or changes (:meth:`Cluster.capacity`).
 
 Job states are not the cluster's: the core moves them around these calls.
@@ -33,6 +34,7 @@ from model.job import Job
 from model.machine import Capability, Machine, Part
 from scheduler.core.answers import PolicyError
 from scheduler.core.booking import book, release
+from scheduler.core.job_queue import Where
 from scheduler.core.queue_index import QueueIndex
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import RunningJob
@@ -81,7 +83,7 @@ class Cluster:
         # (user, group) pairs already noted in the ledger (see hold).
         self._noted: set[tuple[str, str]] = set()
         # The CPUs of the machines with each set of capabilities asked about (capacity()).
-        self._capacity: dict[frozenset[Capability], int] = {}
+        self._capacity: dict[Where, int] = {}
         for m in machines:
             self.join(m)
 
@@ -125,15 +127,16 @@ class Cluster:
         self.capabilities[machine_id] = capabilities
         self._capacity.clear()
 
-    def capacity(self, needs: frozenset[Capability]) -> int:
-        """The CPUs of the machines that have every capability in ``needs``."""
-        if not needs:
+    def capacity(self, where: Where) -> int:
+        """The most CPUs a job that may run in ``where`` can have: those of the machines
+        with every capability it needs, or of the largest of them if it must run on one."""
+        needs, one_machine = where
+        if not (needs or one_machine):
             return self.total
-        known = self._capacity.get(needs)
+        known = self._capacity.get(where)
         if known is None:
-            known = self._capacity[needs] = sum(
-                m.cpus for m in self.machines if needs <= m.capabilities
-            )
+            able = [m.cpus for m in self.machines if needs <= m.capabilities]
+            known = self._capacity[where] = max(able, default=0) if one_machine else sum(able)
         return known
 
     def hold(

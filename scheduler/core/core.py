@@ -27,7 +27,10 @@ finish, cancel) and the scheduling step.
 *Capabilities.* A job that needs capabilities (``Job.needs``) goes only to
 machines that have them (``scheduler.planning.placement.machines_for``; every
 start and resize is checked, ``scheduler.core.booking``) and waits hidden while
-those online are too few (``scheduler.core.job_queue``). A machine whose
+those online are too few (``scheduler.core.job_queue``). A job that must run on
+one machine (``Job.one_machine``) is placed whole on one by every policy
+(``Placement.for_job``), a start or resize of it on several is refused, and it
+waits hidden while no machine it may run on is that wide. A machine whose
 capabilities change keeps its jobs; a promise there that no longer holds is dropped.
 
 *Cordoned machines.* A caller may pass a set of machine ids it edits
@@ -436,7 +439,7 @@ class SchedulerCore:
         cluster = self._cluster
         total = cluster.total
         waiting = self._queue
-        if waiting.widest <= total and not waiting.needs:
+        if waiting.widest <= total and not waiting.where:
             # No queued job can be hidden (``JobQueue.visible``), the usual case.
             queue: Sequence[Job] = waiting.jobs
             index: QueueIndex | None = waiting.index
@@ -555,7 +558,7 @@ class SchedulerCore:
         book = self._book
         if book.states.get(job.id) is not JobState.QUEUED:
             raise PolicyError(f"policy started job {job.id!r}, which is not queued")
-        if job.needs:
+        if job.needs or job.one_machine:
             check_needs(job, parts, self._cluster.capabilities)
         self._cluster.hold(job, parts, job.min_cpus if self._folds else job.procs, now)
         book.move(job.id, JobState.RUNNING)
@@ -566,7 +569,7 @@ class SchedulerCore:
             raise PolicyError(f"policy resized job {job.id!r}, which is not running")
         if not (job.malleable and self._folds):
             raise PolicyError(f"policy resized rigid job {job.id!r}")
-        if job.needs:
+        if job.needs or job.one_machine:
             # Where it runs already it stays, even on a machine that changed since.
             check_needs(job, parts, self._cluster.capabilities, {p.machine for p in run.parts})
         self._cluster.move(run, parts, self.cpus_needed(job), now)

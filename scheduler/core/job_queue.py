@@ -18,9 +18,11 @@ cluster has that many CPUs, nothing can be hidden and nothing is filtered.
 The same holds for a job that needs capabilities (``Job.needs``): it is hidden
 while the machines online that have them hold fewer CPUs than it needs (none
 at all, when no agent runs commands), so it blocks no job behind it under an
-in-order policy, and shown again once enough such machines are back. The queue
-counts its waiting jobs by what they need, so a queue where every need is met
-by at least the widest job's CPUs is not filtered either.
+in-order policy, and shown again once enough such machines are back. A job
+that must run on one machine (``Job.one_machine``) is hidden likewise while no
+such machine online is that wide. The queue counts its waiting jobs by where
+they may run (:data:`Where`), so a queue where every such place holds at least
+the widest job's CPUs is not filtered either.
 """
 
 from __future__ import annotations
@@ -34,11 +36,16 @@ from scheduler.core.queue_index import QueueIndex
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import RunningJob
 
+#: Where a job may run: the capabilities it needs and whether on one machine only.
+#: The queue counts its jobs by it, the cluster says how many CPUs each such place
+#: holds (``Cluster.capacity``).
+Where = tuple[frozenset[Capability], bool]
+
 
 class JobQueue:
     """Waiting jobs in arrival order (see the module docstring)."""
 
-    __slots__ = ("_folds", "_running", "index", "jobs", "needs", "order", "widest")
+    __slots__ = ("_folds", "_running", "index", "jobs", "order", "where", "widest")
 
     def __init__(self, *, running: RunningSet, folds: bool) -> None:
         #: The waiting jobs, in arrival order.
@@ -52,9 +59,10 @@ class JobQueue:
         self.index = QueueIndex(self.order, source=self._index_source)
         #: The most CPUs any queued job ever needed (module docstring).
         self.widest = 0
-        #: How many waiting jobs need each set of capabilities (jobs that need none
-        #: are not counted): what :meth:`visible` checks before it filters.
-        self.needs: dict[frozenset[Capability], int] = {}
+        #: How many waiting jobs may run in each :data:`Where` (jobs that need nothing
+        #: and may span machines are not counted): what :meth:`visible` checks before
+        #: it filters.
+        self.where: dict[Where, int] = {}
 
     def _index_source(self) -> tuple[Iterable[Job], Iterable[RunningJob]]:
         """What a dormant queue index builds itself from."""
@@ -70,7 +78,7 @@ class JobQueue:
         # Job.min_cpus or procs, inline: this runs once per job of a replay.
         self.widest = max(self.widest, job.min_cpus if self._folds else job.procs)
         self.jobs.append(job)
-        if job.needs:
+        if job.needs or job.one_machine:
             self._count(job, 1)
         index = self.index
         if index.awake:
@@ -82,7 +90,7 @@ class JobQueue:
         self.widest = max(self.widest, job.min_cpus if self._folds else job.procs)
         order = self.order
         bisect.insort_right(self.jobs, job, key=lambda j: order[j.id])
-        if job.needs:
+        if job.needs or job.one_machine:
             self._count(job, 1)
         if self.index.awake:
             self.index.add(job)
@@ -102,9 +110,9 @@ class JobQueue:
             if queue[at].id != job.id:
                 raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
             del queue[at]
-        if self.needs:
+        if self.where:
             for job in started:
-                if job.needs:
+                if job.needs or job.one_machine:
                     self._count(job, -1)
         index = self.index
         if index.awake:
@@ -114,7 +122,7 @@ class JobQueue:
     def remove(self, job: Job) -> None:
         """A queued job leaves the queue without starting (cancelled)."""
         self.jobs = [j for j in self.jobs if j.id != job.id]
-        if job.needs:
+        if job.needs or job.one_machine:
             self._count(job, -1)
         if self.index.awake:
             self.index.remove(job)
@@ -126,30 +134,29 @@ class JobQueue:
         gone = {j.id for j in jobs}
         self.jobs = [j for j in self.jobs if j.id not in gone]
         for job in jobs:
-            if job.needs:
+            if job.needs or job.one_machine:
                 self._count(job, -1)
         if self.index.awake:
             for job in jobs:
                 self.index.remove(job)
 
     def _count(self, job: Job, by: int) -> None:
-        needs = self.needs
-        left = needs.get(job.needs, 0) + by
+        where = self.where
+        key = (job.needs, job.one_machine)
+        left = where.get(key, 0) + by
         if left:
-            needs[job.needs] = left
+            where[key] = left
         else:
-            del needs[job.needs]
+            del where[key]
 
-    def hides_nothing(
-        self, total_cpus: int, capacity: Callable[[frozenset[Capability]], int]
-    ) -> bool:
-        """True when no waiting job can be hidden on a cluster of ``total_cpus`` whose
-        machines with capabilities ``n`` hold ``capacity(n)`` CPUs (module docstring)."""
+    def hides_nothing(self, total_cpus: int, capacity: Callable[[Where], int]) -> bool:
+        """True when no waiting job can be hidden on a cluster of ``total_cpus`` where
+        a job that may run in ``w`` has ``capacity(w)`` CPUs (module docstring)."""
         widest = self.widest
-        return widest <= total_cpus and all(capacity(n) >= widest for n in self.needs)
+        return widest <= total_cpus and all(capacity(w) >= widest for w in self.where)
 
     def visible(
-        self, total_cpus: int, capacity: Callable[[frozenset[Capability]], int]
+        self, total_cpus: int, capacity: Callable[[Where], int]
     ) -> tuple[Sequence[Job], QueueIndex | None]:
         """The queue the policy sees on a cluster of ``total_cpus`` (``capacity``: as for
         :meth:`hides_nothing`), and the index when it describes that queue (None when
@@ -157,11 +164,12 @@ class JobQueue:
         if self.hides_nothing(total_cpus, capacity):
             return self.jobs, self.index
         folds = self._folds
-        room = {n: capacity(n) for n in self.needs}
+        room = {w: capacity(w) for w in self.where}
         queue = [
             j
             for j in self.jobs
-            if (j.min_cpus if folds else j.procs) <= (room[j.needs] if j.needs else total_cpus)
+            if (j.min_cpus if folds else j.procs)
+            <= (room[j.needs, j.one_machine] if j.needs or j.one_machine else total_cpus)
         ]
         if len(queue) < len(self.jobs):
             return queue, None

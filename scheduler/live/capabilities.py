@@ -2,11 +2,14 @@
 
 An agent says in its registration whether it runs users' commands
 (``AgentOnline.commands``: ``off`` unless it was started with
-``--allow-commands``). Its machine in the core then has the capability to
-(``model.machine.Capability``), and a command job is placed, and planned,
-only on machines that have it (``scheduler.planning.placement``). The wire's
-words become the core's here, so the core and the policies never see a wire
-type.
+``--allow-commands``), and which MPI libraries it can launch a user's MPI
+program with (``AgentOnline.mpi``). Its machine in the core then has the
+capability to (``model.machine.Capability``: ``commands``, and ``openmpi`` or
+``mpich`` for each library, only where it runs commands), and a command job
+is placed, and planned, only on machines that have what it needs
+(``scheduler.planning.placement``; an MPI job needs its library's too,
+``scheduler.live.specs``). The wire's words become the core's here, so the
+core and the policies never see a wire type.
 
 Every new incarnation says it afresh. One that leaves and joins the cluster
 (its parts not adopted) joins with what it says now; one that adopts its parts
@@ -23,7 +26,7 @@ import logging
 from dataclasses import replace
 
 from broker.messages import AgentOnline
-from broker.vocabulary import CommandUsers
+from broker.vocabulary import CommandUsers, MpiLibrary
 from model.machine import Capability
 from scheduler.live.context import Context
 
@@ -31,11 +34,18 @@ log = logging.getLogger(__name__)
 
 _NONE: frozenset[Capability] = frozenset()
 _COMMANDS = frozenset({Capability.COMMANDS})
+#: The capability of a machine whose agent launches each MPI library's programs.
+MPI_CAPABILITY = {MpiLibrary.OPENMPI: Capability.OPENMPI, MpiLibrary.MPICH: Capability.MPICH}
 
 
 def of(message: AgentOnline) -> frozenset[Capability]:
     """What the registering agent's machine can do."""
-    return _NONE if message.commands is CommandUsers.OFF else _COMMANDS
+    if message.commands is CommandUsers.OFF:
+        # An MPI program is a command: an agent that runs none launches none.
+        return _NONE
+    if not message.mpi:
+        return _COMMANDS
+    return _COMMANDS | {MPI_CAPABILITY[library] for library in message.mpi}
 
 
 def changed(ctx: Context, agent: str, capabilities: frozenset[Capability]) -> None:

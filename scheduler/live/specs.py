@@ -10,6 +10,7 @@ from __future__ import annotations
 from broker.messages import JobSpec
 from model.job import Job
 from model.machine import Capability
+from scheduler.live.capabilities import MPI_CAPABILITY
 
 #: What a user's command needs of its machines (an agent started with --allow-commands).
 COMMAND_NEEDS = frozenset({Capability.COMMANDS})
@@ -35,8 +36,14 @@ def job_from_spec(spec: JobSpec, submit: float) -> Job:
 
     ``work`` becomes the job's run time at its reference speed; the relative
     deadline becomes absolute; a user's command needs a machine that runs commands.
+    An MPI program (``CommandSpec.mpi``) needs one that also launches its library,
+    and runs on one machine: its launcher starts every rank on its own host.
     Raises :class:`~model.job.JobError` for values a job cannot have.
     """
+    needs: frozenset[Capability] = frozenset()
+    mpi = spec.command.mpi if spec.command is not None else None
+    if spec.workload == "command":
+        needs = COMMAND_NEEDS if mpi is None else COMMAND_NEEDS | {MPI_CAPABILITY[mpi]}
     return Job(
         id=spec.id,
         submit=submit,
@@ -50,5 +57,6 @@ def job_from_spec(spec: JobSpec, submit: float) -> Job:
         malleable=spec.malleable,
         cpu_util=spec.cpu_util,
         ref_speed=spec.ref_speed,
-        needs=COMMAND_NEEDS if spec.workload == "command" else frozenset(),
+        needs=needs,
+        one_machine=mpi is not None,
     )

@@ -14,7 +14,9 @@ plans for it (the one rule every planner shares).
 
 A job that needs capabilities (``Job.needs``) is reserved on the machines
 that have them only (``scheduler.planning.placement.machines_for``); the CPUs
-of the others are still replayed forward, for the extra CPUs at its start.
+of the others are still replayed forward, for the extra CPUs at its start;
+one that must run on one machine is reserved by the ``single`` rule
+(``Placement.for_job``).
 
 A reservation once given is kept if the new computation would move it later
 (on heterogeneous machines the placement rule can pick other machines as the
@@ -84,6 +86,7 @@ def shadow_for(
     able = machines_for(job, machines)
     if not able:
         return None
+    placement = placement.for_job(job)
     if len(machines) == 1:
         only = machines[0].id
         ends = [(t, parts_cpus(parts)) for t, parts in started]

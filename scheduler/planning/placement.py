@@ -25,6 +25,11 @@ is placed, and planned, only on the machines that have them all:
 such a job (the same sequence, uncopied, for a job that needs nothing, so a
 trace replay pays nothing for it). The rule itself never sees a job: it places
 CPUs on the machines it is given.
+
+*One machine.* A job that must run on one machine (``Job.one_machine``: a
+user's MPI program) is placed, and planned, by the ``single`` rule whatever
+the configured one: :meth:`Placement.for_job` is the rule every policy and
+planner asks for that job (the configured rule itself for any other job).
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ class Placement:
 
     rule: PlacementRule = PlacementRule.FASTEST
 
+    def for_job(self, job: Job) -> Placement:
+        """The rule that places ``job``: ``single`` for a job that must run on one
+        machine, this one for any other (module docstring, "One machine")."""
+        if job.one_machine and self.rule is not PlacementRule.SINGLE:
+            return _SINGLE
+        return self
+
     def place(
         self, cpus: int, free: Mapping[str, int], machines: Sequence[Machine]
     ) -> tuple[Part, ...] | None:
@@ -96,6 +108,10 @@ class Placement:
                 return (Part(best.id, cpus),)
             return _span(cpus, free, machines)
         return _fastest(cpus, free, machines)
+
+
+#: The rule of every job that must run on one machine (``Placement.for_job``).
+_SINGLE = Placement(rule=PlacementRule.SINGLE)
 
 
 def _fastest(

@@ -205,7 +205,8 @@ class Profile:
 
         A job that needs capabilities is placed on the machines of ``machines``
         that have them (``scheduler.planning.placement.machines_for``); None if
-        there are none.
+        there are none. One that must run on one machine is placed by the
+        ``single`` rule, whatever ``placement`` is (``Placement.for_job``).
         """
         fit = self._fit(job, cpus, placement, machines, speeds, not_before, before)
         return None if fit is None else (fit[0], fit[2])
@@ -253,7 +254,16 @@ class Profile:
         many = self._many
         if many is not None:
             return many.earliest(
-                times, self._cols, self._total, job, cpus, placement, machines, speeds, nb, before
+                times,
+                self._cols,
+                self._total,
+                job,
+                cpus,
+                placement.for_job(job),
+                machines,
+                speeds,
+                nb,
+                before,
             )
         first = bisect_right(times, nb) - 1
         stop = bisect_left(times, before, first + 1)

@@ -30,8 +30,10 @@ what it finds:
   every machine, to the last bit.
 * *A memo of the rule's answers*, by width and free CPUs per machine: laying a
   queue asks it about the same few vectors over and over, and the answer is
-  a function of them and of the machines it may use (the profile's, fixed for
-  its life, or a job's capable subset of them, each with a memo of its own).
+  a function of them, of the machines it may use (the profile's, fixed for
+  its life, or a job's capable subset of them) and of the rule (the profile's
+  caller's, or ``single`` for a job that must run on one machine,
+  ``Placement.for_job``), each pair with a memo of its own.
 
 A job that may use only some machines (``scheduler.planning.placement.machines_for``)
 is searched with the condition and the bounds of all of them: both are
@@ -92,8 +94,9 @@ class SeveralMachines:
         # finite intervals, so this never changes.
         self._last = last
         self.bounds = FitBounds()
-        #: The rule's answers, per rule and per set of machines it may use (the whole
-        #: profile's, or a job's capable subset: ``placement.machines_for``).
+        #: The rule's answers, per rule (rules are compared by value, so the ``single``
+        #: rule of a one-machine job has its own) and per set of machines it may use
+        #: (the whole profile's, or a job's capable subset: ``placement.machines_for``).
         self._placed: dict[tuple[Placement, tuple[str, ...] | None], _Memo] = {}
 
     def earliest(  # noqa: PLR0917 - one search over the profile's lists, per job

@@ -38,7 +38,7 @@ def start_while_fit(
     starts: list[Start] = []
     for i, job in enumerate(order):
         parts = (
-            placement.place(job.procs, free, machines_for(job, machines))
+            placement.for_job(job).place(job.procs, free, machines_for(job, machines))
             if job.procs <= total_free
             else None
         )

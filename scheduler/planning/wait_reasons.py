@@ -19,16 +19,20 @@ In the order below, the first that holds is the job's reason (Slurm's
     user runs, the limit and what it needs.
 ``no_capable_machine``
     It needs capabilities of its machines (``Job.needs``: a user's command
-    needs a machine that runs commands) and the machines online that have
-    them cannot hold it: there are none, they hold fewer CPUs than it needs
-    (the core hides it from the policy until enough of them are online), or
-    the placement rule finds no place on them. Detail: what it needs, and
-    the CPUs of such machines online.
+    needs a machine that runs commands, an MPI program one that also runs its
+    library) and the machines online that have them cannot hold it: there are
+    none, they hold fewer CPUs than it needs, or, for a job that must run on
+    one machine (``Job.one_machine``), none of them has that many CPUs (the
+    core hides it from the policy until enough of them are online), or the
+    placement rule finds no place on them. Detail: what it needs, and the
+    CPUs of such machines online (of the largest, for a one-machine job).
 ``wider_than_online``
     It needs more CPUs than the machines online can give (the core hides it
     from the policy until enough machines are back), or more than any place
     the policy's placement rule can find on them (one machine per job, and
-    none that wide). Detail: the CPUs it needs and the CPUs online.
+    none that wide; or a job that must run on one machine, and none online
+    that wide). Detail: the CPUs it needs and the CPUs online (of the largest
+    machine, for a one-machine job).
 ``cordoned``
     It fits only with the CPUs of cordoned machines (suspect or held agents,
     where nothing new starts): now, or ever. Detail: those machines.
@@ -94,10 +98,6 @@ class WaitWhy(StrEnum):
     HELD = "held"
     USER_LIMIT = "user_limit"
     NO_CAPABLE_MACHINE = "no_capable_machine"
-
-
-#: What a machine with each capability does, as a detail says it ("machines that ...").
-_DOES = {Capability.COMMANDS: "run commands"}
 
 
 class Wait(NamedTuple):
@@ -169,6 +169,11 @@ def wait_reasons(
     return reasons
 
 
+#: What the answers of :class:`_Asker` depend on: a job's width, what it needs of its
+#: machines (fewer of them) and whether it must run on one (another placement rule).
+_Width = tuple[int, frozenset[Capability], bool]
+
+
 @dataclass(slots=True, kw_only=True)
 class _Asker:
     """The questions :func:`wait_reasons` asks of each job, over one snapshot; the
@@ -183,8 +188,8 @@ class _Asker:
     #: free CPUs from each, which only grow.
     times: list[float]
     frees: list[dict[str, int]]
-    _fits: dict[tuple[int, frozenset[Capability]], bool] = field(default_factory=dict)
-    _alone: dict[tuple[int, frozenset[Capability]], float | None] = field(default_factory=dict)
+    _fits: dict[_Width, bool] = field(default_factory=dict)
+    _alone: dict[_Width, float | None] = field(default_factory=dict)
 
     def why(
         self, job: Job, k: int, planned: PlannedJob | None, reserved: PlannedJob | None
@@ -197,7 +202,7 @@ class _Asker:
             if job.needs:
                 return Wait(
                     WaitWhy.NO_CAPABLE_MACHINE,
-                    f"needs {job.procs} CPUs on machines {_that(job)}; no place on those "
+                    f"needs {job.procs} CPUs on {_where(job)}; no place on those "
                     f"usable now (widest: {widest})",
                 )
             return Wait(
@@ -206,13 +211,12 @@ class _Asker:
             )
         parts = planned.parts
         cpus = parts[0].cpus if len(parts) == 1 else sum(p.cpus for p in parts)
-        # By width, and by needs: a job that needs capabilities has fewer machines.
-        width = (cpus, job.needs)
+        width = (cpus, job.needs, job.one_machine)
         fits_now = self._fits.get(width)
         if fits_now is None:
+            place = self.placement.for_job(job).place
             fits_now = self._fits[width] = (
-                self.placement.place(cpus, self.free_now, machines_for(job, self.machines))
-                is not None
+                place(cpus, self.free_now, machines_for(job, self.machines)) is not None
             )
         if not fits_now and self.cordoned and self._fits_with_cordoned(job, ever=False):
             return Wait(WaitWhy.CORDONED, self._cordoned_detail("would start now on"))
@@ -238,7 +242,7 @@ class _Asker:
         """When ``job`` on ``cpus`` CPUs would start were it the only job waiting: the
         first breakpoint of the running jobs' profile where the placement rule fits it
         (the profile only gains CPUs, so it fits from then on, for any duration)."""
-        width = (cpus, job.needs)
+        width = (cpus, job.needs, job.one_machine)
         if width in self._alone:
             return self._alone[width]
         frees = self.frees
@@ -252,7 +256,7 @@ class _Asker:
             i = bisect_left(counts, cpus)
             found = times[i] if i < len(times) else None
         else:
-            place = self.placement.place
+            place = self.placement.for_job(job).place
             machines = machines_for(job, self.machines)
             lo, hi = 0, len(times)
             while lo < hi:
@@ -286,7 +290,7 @@ class _Asker:
                 for m in snapshot.machines
             }
         machines = machines_for(job, snapshot.machines)
-        return self.placement.place(job.procs, everything, machines) is not None
+        return self.placement.for_job(job).place(job.procs, everything, machines) is not None
 
     def _cordoned_detail(self, how: str) -> str:
         names = self.cordoned
@@ -296,14 +300,26 @@ class _Asker:
 
 def _hidden(job: Job, machines: Sequence[Machine], online: int) -> Wait:
     """Why ``job``, hidden by the core, waits: too few CPUs on the machines it may run
-    on (``no_capable_machine``), or on all of them (``wider_than_online``)."""
+    on (``no_capable_machine``), or on all of them (``wider_than_online``); for a job
+    that must run on one machine, on the largest of them."""
+    able = machines_for(job, machines)
+    if job.needs and not able:
+        return Wait(
+            WaitWhy.NO_CAPABLE_MACHINE,
+            f"needs machines {_that(job)}; none of the {len(machines)} online does",
+        )
+    if job.one_machine:
+        largest = max((m.cpus for m in able), default=0)
+        # Where the largest machine of all has what it needs, it is simply too wide.
+        why = (
+            WaitWhy.NO_CAPABLE_MACHINE
+            if job.needs and largest < max((m.cpus for m in machines), default=0)
+            else WaitWhy.WIDER_THAN_ONLINE
+        )
+        return Wait(
+            why, f"needs {job.procs} CPUs on {_where(job)}; the largest online has {largest}"
+        )
     if job.needs:
-        able = machines_for(job, machines)
-        if not able:
-            return Wait(
-                WaitWhy.NO_CAPABLE_MACHINE,
-                f"needs machines {_that(job)}; none of the {len(machines)} online does",
-            )
         capacity = sum(m.cpus for m in able)
         # Where every machine has what it needs, it is simply too wide.
         if capacity < min(job.procs, online):
@@ -314,9 +330,18 @@ def _hidden(job: Job, machines: Sequence[Machine], online: int) -> Wait:
     return Wait(WaitWhy.WIDER_THAN_ONLINE, f"needs {job.procs} CPUs; {online} online")
 
 
-def _that(job: Job) -> str:
-    """The machines ``job`` needs, in words: "that run commands"."""
-    return "that " + " and ".join(_DOES.get(c, f"have {c}") for c in sorted(job.needs))
+def _that(job: Job, *, one: bool = False) -> str:
+    """The machines ``job`` needs, in words: "that run commands and openmpi" (each
+    capability's value is the word for what such a machine runs)."""
+    return f"that {'runs' if one else 'run'} " + " and ".join(sorted(job.needs))
+
+
+def _where(job: Job) -> str:
+    """Where ``job`` may run, in words: "machines that run commands", "one machine
+    that runs commands and openmpi", "one machine"."""
+    if not job.one_machine:
+        return f"machines {_that(job)}"
+    return f"one machine {_that(job, one=True)}" if job.needs else "one machine"
 
 
 def _behind(k: int) -> str:

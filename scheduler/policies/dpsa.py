@@ -399,10 +399,11 @@ def _search_many(
     procs = [job.procs for job in jobs]
     left = _suffix_sums(procs)
     covered: list[int] = []
-    last: dict[tuple[int, float, frozenset[Capability]], int] = {}
+    last: dict[tuple[int, float, frozenset[Capability], bool], int] = {}
     for k, job in enumerate(jobs):
-        # Twins need the same machines too: a command job is no twin of a sleep job.
-        key = (job.procs, job.walltime * job.ref_speed, job.needs)
+        # Twins need the same machines too: a command job is no twin of a sleep job,
+        # nor a job that must run on one machine of one that may span.
+        key = (job.procs, job.walltime * job.ref_speed, job.needs, job.one_machine)
         covered.append(last.get(key, -1))
         last[key] = k
     total_free = sum(free.values())
@@ -420,13 +421,14 @@ def _search_many(
     def fit(job: Job) -> tuple[tuple[Part, ...], bool] | None:
         """The job's parts now and whether they run past the shadow time (EASY's test)."""
         able = machines_for(job, machines)
-        parts = placement.place(job.procs, free, able)
+        rule = placement.for_job(job)
+        parts = rule.place(job.procs, free, able)
         if parts is None:
             return None
         if now + job.estimate_on(pace(parts, speeds)) <= shadow_time:
             return parts, False
         caps = {m: min(f, extra[m]) for m, f in free.items()}
-        parts = placement.place(job.procs, caps, able)
+        parts = rule.place(job.procs, caps, able)
         return None if parts is None else (parts, True)
 
     while nexts and best_util < target:

@@ -115,7 +115,8 @@ class EasyBackfill:
             if procs > extra_cap and now + job.walltime / (fastest / job.ref_speed) > shadow_time:
                 continue
             able = machines_for(job, machines)
-            parts = self.placement.place(procs, free, able)
+            rule = self.placement.for_job(job)
+            parts = rule.place(procs, free, able)
             if parts is None:
                 continue
             if now + job.estimate_on(pace(parts, speeds)) > shadow_time:
@@ -123,7 +124,7 @@ class EasyBackfill:
                 if procs > extra_cap:
                     continue
                 caps = {m: min(f, extra[m]) for m, f in free.items()}
-                parts = self.placement.place(procs, caps, able)
+                parts = rule.place(procs, caps, able)
                 if parts is None:
                     continue
                 take(extra, parts)

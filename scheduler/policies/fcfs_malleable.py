@@ -242,8 +242,9 @@ class _Plan:
         """A place for ``want`` CPUs of ``job`` and the shrinks that free it, or None."""
         free = self.free
         machines = machines_for(job, self._machines)
+        placement = self._placement.for_job(job)
         if want <= self.total_free:
-            parts = self._placement.place(want, free, machines)
+            parts = placement.place(want, free, machines)
             if parts is not None:
                 return parts, []
         if want > self.total_free + self.slack():
@@ -270,7 +271,7 @@ class _Plan:
             shed.append((h, gave))
             total += h.cpus - h.floor - give
             if total >= want:
-                parts = self._placement.place(want, scratch, machines)
+                parts = placement.place(want, scratch, machines)
                 if parts is not None:
                     break
         if parts is None:

@@ -41,7 +41,8 @@ class FifoBackfill:
                 break
             if job.procs > total_free:
                 continue
-            parts = self.placement.place(job.procs, free, machines_for(job, snapshot.machines))
+            able = machines_for(job, snapshot.machines)
+            parts = self.placement.for_job(job).place(job.procs, free, able)
             if parts is None:
                 continue
             take(free, parts)

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.messages import CancelPart, PartFinished, PartStarted, ResizePart
+from broker.messages import AgentOnline, CancelPart, PartFinished, PartStarted, ResizePart
 from broker.vocabulary import MpiLibrary
 from nodeagent.agent.cpuset import format_cpuset
+from nodeagent.agent.mpi_launch import SHIM, mpi_libraries
 from nodeagent.launch.jobtree import DescendantTree, thread_masks
 from nodeagent.launch.mpi_ranks import RankProcesses, ranks_among
 from tests.nodeagent.commands_harness import alive, command_job, commands_agent, start_command
-from tests.nodeagent.harness import HANG
+from tests.nodeagent.harness import HANG, running_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 CG = ROOT / "examples" / "mpi" / "build" / "openmpi" / "cg"
@@ -185,7 +186,39 @@ async def test_an_mpi_job_the_host_cannot_launch_is_refused_with_the_reason(
         assert "is not built" in refused.detail, refused.detail
     assert across.reason == "failed"
     assert across.detail is not None
+    # The scheduler never splits an MPI job; the agent still refuses one that is.
     assert "across 2 machines" in across.detail, across.detail
+    assert "the scheduler keeps an MPI job on one machine" in across.detail, across.detail
+
+
+def test_a_host_launches_the_libraries_whose_launcher_and_shim_it_has(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    shims = folder / "shims"
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert mpi_libraries(shims) == ()
+    for launcher in ("mpirun.openmpi", "mpiexec.mpich"):
+        (bin_dir / launcher).write_text("#!/bin/sh\n")
+        (bin_dir / launcher).chmod(0o755)
+    # MPICH's ranks need the yield shim too: without it, Open MPI only.
+    assert mpi_libraries(shims) == (MpiLibrary.OPENMPI,)
+    (shims / "mpich").mkdir(parents=True)
+    (shims / "mpich" / SHIM).write_bytes(b"")
+    assert mpi_libraries(shims) == (MpiLibrary.OPENMPI, MpiLibrary.MPICH)
+
+
+async def test_the_agent_registers_the_libraries_it_can_launch(folder: Path) -> None:
+    empty = folder / "no-shims"
+    empty.mkdir()
+    async with commands_agent(folder, cpus=2, mpi_shims=str(empty)) as run:
+        (online,) = run.scheduler.all(AgentOnline)
+    assert online.mpi == mpi_libraries(empty)
+    assert MpiLibrary.MPICH not in online.mpi  # no shim, no MPICH
+    async with running_agent(cpus=2) as run:
+        (online,) = run.scheduler.all(AgentOnline)
+    assert online.mpi == ()  # commands off: no MPI program either
 
 
 @needs_openmpi

@@ -37,15 +37,15 @@ def test_the_queue_counts_what_its_jobs_need_until_they_leave_it() -> None:
     a, b, c, d = (command(n) for n in "abcd")
     for queued in (a, b, c, d, job("plain", 1, walltime=10.0)):
         waiting.add(queued)
-    assert waiting.needs == {CMD: 4}
+    assert waiting.where == {(CMD, False): 4}
     waiting.take([a])
     waiting.remove(b)
-    assert waiting.needs == {CMD: 2}
+    assert waiting.where == {(CMD, False): 2}
     waiting.put_back(a)
     waiting.remove_many([a, c, d])
     # Nothing that needs anything waits: the queue is shown as it is, unfiltered.
-    assert waiting.needs == {}
-    assert waiting.visible(1, lambda needs: 0) == (waiting.jobs, waiting.index)
+    assert waiting.where == {}
+    assert waiting.visible(1, lambda where: 0) == (waiting.jobs, waiting.index)
 
 
 def test_a_capable_machine_busy_holds_the_next_command_job_not_the_plain_one_behind() -> None:

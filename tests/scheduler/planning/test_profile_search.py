@@ -6,7 +6,8 @@ scratch: free CPUs at an instant are summed over the running jobs and the
 bookings, the breakpoints are the instants where that vector changes, and the
 earliest fit walks every candidate from ``not_before`` asking the placement rule
 as :meth:`~scheduler.planning.profile.Profile.earliest_fit` states it. No bounds,
-no totals, no necessary condition, no memo.
+no totals, no necessary condition, no memo. A job that must run on one machine
+is placed by the ``single`` rule, named here, not asked of ``Placement.for_job``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ class Reference:
     ) -> Booking | None:
         speeds = {m.id: m.speed for m in self.machines}
         able = machines_for(j, self.machines)
+        if j.one_machine:
+            placement = Placement(rule=PlacementRule.SINGLE)
         steps = self.breakpoints()
         nb = max(not_before, self.now)
         candidates = [nb] + [t for t, _ in steps if t > nb]
@@ -95,7 +98,9 @@ MACHINES = st.lists(
 #: A laying, step by step: give a booking back (one step in ten: which one, by
 #: index), or lay a job (width, wall time, reference speed, how far ``not_before``
 #: moves, whether it needs machines that run commands: searched on a subset, with a
-#: memo of the rule's answers that must not be the whole profile's).
+#: memo of the rule's answers that must not be the whole profile's; whether it must
+#: run on one machine: placed by another rule, whose memo must not be the profile's
+#: rule's either).
 STEPS = st.lists(
     st.tuples(
         st.integers(0, 9),
@@ -104,6 +109,7 @@ STEPS = st.lists(
         st.sampled_from([1, 2, 3, 5, 8, 13]),
         st.sampled_from([1.0, 1.0, 1.0, 2.0]),
         st.sampled_from([0] * 20 + [2, 5, 10, -3, -20]),
+        st.sampled_from([False, False, False, True]),
         st.sampled_from([False, False, False, True]),
     ),
     min_size=10,
@@ -123,7 +129,7 @@ STEPS = st.lists(
 def test_laying_a_queue_matches_the_reference(
     shape: list[tuple[int, float, bool]],
     running: list[tuple[int, int, int]],
-    steps: list[tuple[int, int, int, int, float, int, bool]],
+    steps: list[tuple[int, int, int, int, float, int, bool, bool]],
     rule: PlacementRule,
 ) -> None:
     machines = sort_machines(
@@ -147,7 +153,7 @@ def test_laying_a_queue_matches_the_reference(
     reference = Reference(now=0.0, machines=machines, free=dict(free), ends=ends)
     placement = Placement(rule=rule)
     not_before = 0.0
-    for n, (kind, index, procs, walltime, ref_speed, move, needs) in enumerate(steps):
+    for n, (kind, index, procs, walltime, ref_speed, move, needs, one) in enumerate(steps):
         if kind == 0:
             if reference.bookings:
                 booking = reference.bookings.pop(index % len(reference.bookings))
@@ -157,6 +163,8 @@ def test_laying_a_queue_matches_the_reference(
             j = job(f"j{n}", procs, walltime=float(walltime), ref_speed=ref_speed)
             if needs:
                 j = replace(j, needs=CMD)
+            if one:
+                j = replace(j, one_machine=True)
             expected = reference.earliest(j, procs, placement, not_before)
             got = profile.book_earliest(
                 j,

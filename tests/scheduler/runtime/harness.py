@@ -42,7 +42,7 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.topics import Topics
-from broker.vocabulary import CommandUsers
+from broker.vocabulary import CommandUsers, MpiLibrary
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.policies.registry import build_policy
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
@@ -171,6 +171,7 @@ class FakeAgent:
         adopts: bool = False,
         ack_starts: bool = True,
         commands: CommandUsers = CommandUsers.OFF,
+        mpi: tuple[MpiLibrary, ...] = (),
     ) -> None:
         self.broker = broker
         self.id = agent_id
@@ -185,6 +186,8 @@ class FakeAgent:
         self.ack_starts = ack_starts
         #: Whom it says it runs users' commands as (``off``: it runs none).
         self.runs_commands = commands
+        #: The MPI libraries it says it can launch.
+        self.mpi = mpi
         self.commands: list[Message] = []
         self.running: dict[str, StartPart] = {}
         self.bus: MemoryBus | None = None
@@ -211,6 +214,7 @@ class FakeAgent:
             lease=self.lease,
             adopts=self.adopts,
             commands=self.runs_commands,
+            mpi=self.mpi,
         )
         await self.publish(TOPICS.agent_state(self.id), online, retain=True)
 
