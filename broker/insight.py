@@ -90,6 +90,8 @@ class SnapshotJob(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     predicted: float | None = None
     #: The capabilities its machines must have (``commands``: it runs a user's command).
     needs: Capabilities = ()
+    #: It runs on one machine or not at all (an MPI program: ``CommandSpec.mpi``).
+    one_machine: bool = False
 
 
 class SnapshotRun(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

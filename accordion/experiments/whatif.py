@@ -92,6 +92,7 @@ def _job(spec: SnapshotJob, runtime: float) -> Job:
         qos=spec.qos,
         ref_speed=spec.ref_speed,
         needs=capabilities(spec.needs),
+        one_machine=spec.one_machine,
     )
 
 

@@ -192,6 +192,7 @@ def snapshot_reply(ctx: Context, now: float, request_id: str = "-") -> SnapshotR
             ref_speed=submitted.ref_speed,
             predicted=None if history is None else history.prediction(submitted),
             needs=tuple(sorted(submitted.needs)),
+            one_machine=submitted.one_machine,
         )
 
     running = [

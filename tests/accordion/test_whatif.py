@@ -255,3 +255,50 @@ def test_another_policy_may_start_a_queued_job_at_the_snapshot_instant() -> None
     fcfs, easy = what_if(reply, ["fcfs", "easy"])
     assert fcfs.starts == {"head": 100.0, "small": 150.0}
     assert easy.starts == {"head": 100.0, "small": 10.0}
+
+
+def test_an_mpi_job_is_replayed_whole_on_one_machine() -> None:
+    # Two half-free machines would start it at once across both; on one it waits for
+    # a running job to end (at its estimate, 100), as the scheduler would place it.
+    def job(job_id: str, procs: int, *, one: bool = False) -> SnapshotJob:
+        return SnapshotJob(
+            id=job_id,
+            user="u",
+            group="g",
+            procs=procs,
+            walltime=100.0,
+            submit=0.0,
+            one_machine=one,
+        )
+
+    def run(job_id: str, machine: str) -> SnapshotRun:
+        return SnapshotRun(
+            job=job(job_id, 2),
+            start=0.0,
+            parts=(PartSpec(machine=machine, cpus=2),),
+            done=0.0,
+            est_end=100.0,
+        )
+
+    reply = SnapshotReply(
+        request_id="-",
+        now=0.0,
+        policy="fcfs",
+        machines=(SnapshotMachine("a", 4, 1.0), SnapshotMachine("b", 4, 1.0)),
+        running=(run("ra", "a"), run("rb", "b")),
+        queue=(job("mpi", 4, one=True),),
+        reservations=(),
+    )
+    (answer,) = what_if(reply, ["fcfs"])
+    assert answer.starts == {"mpi": 100.0}
+    spanning = SnapshotReply(
+        request_id="-",
+        now=0.0,
+        policy="fcfs",
+        machines=reply.machines,
+        running=reply.running,
+        queue=(job("plain", 4),),
+        reservations=(),
+    )
+    (answer,) = what_if(spanning, ["fcfs"])
+    assert answer.starts == {"plain": 0.0}
