@@ -11,6 +11,7 @@ import msgspec
 
 from broker.events import JobEvent
 from broker.fields import (
+    Capabilities,
     Cpus,
     Id,
     Message,
@@ -224,6 +225,9 @@ class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     free: int
     online: bool
     state: MachineState | None = None
+    #: What it can do that not every machine does: its agent runs users' commands
+    #: (``commands``), launches MPI programs with a library (``openmpi``, ``mpich``).
+    capabilities: Capabilities = ()
 
 
 class UserTotals(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -39,6 +39,12 @@ Workload = Literal["sleep", "mpi", "command"]
 #: ``waitpid`` tells them apart.
 ExitStatus = Annotated[int, msgspec.Meta(ge=0, le=255)]
 Signal = Annotated[int, msgspec.Meta(ge=1, le=64)]
+Capabilities = Annotated[
+    tuple[Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]{1,32}$")], ...],
+    msgspec.Meta(max_length=16),
+]
+"""A machine's capabilities or a job's needs, in the core's words (``commands``,
+``openmpi``, ``mpich``: ``model.machine.Capability``'s values)."""
 
 
 class Message(

@@ -12,11 +12,9 @@ with the same reply rules (``scheduler.live.requests``).
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import msgspec
 
-from broker.fields import Cpus, Id, Message, PartSpec
+from broker.fields import Capabilities, Cpus, Id, Message, PartSpec
 
 
 class PriorityRequest(Message, tag="priority_request", frozen=True, kw_only=True):
@@ -62,13 +60,6 @@ class SnapshotRequest(Message, tag="snapshot_request", frozen=True, kw_only=True
 
     request_id: Id = "-"
     reply_to: Id = "-"
-
-
-Capabilities = Annotated[
-    tuple[Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9_-]{1,32}$")], ...],
-    msgspec.Meta(max_length=16),
-]
-"""Capability names, the core's words (``model.machine.Capability``'s values)."""
 
 
 class SnapshotJob(msgspec.Struct, forbid_unknown_fields=True, frozen=True):

@@ -169,12 +169,15 @@ def print_status(reply: StatusReply, *, user: str | None = None) -> None:
             title=f"machines: {len(online)} of {len(reply.machines)} online, {free} of {cpus} "
             f"CPUs free; cluster time {now:,.1f} s"
         )
-        for name in ("machine", "CPUs", "speed", "free", "state"):
-            machines.add_column(name, justify="left" if name in ("machine", "state") else "right")
+        for name in ("machine", "CPUs", "speed", "free", "state", "features"):
+            right = name in ("CPUs", "speed", "free")
+            machines.add_column(name, justify="right" if right else "left")
         for m in reply.machines:
             # The agent's state when the scheduler says it (draining, stopped, held ...).
             state = m.state.value if m.state is not None else "online" if m.online else "offline"
-            machines.add_row(m.id, str(m.cpus), f"{m.speed:g}", str(m.free), state)
+            # What only some machines do (sinfo's features): runs commands, launches MPI.
+            features = ",".join(m.capabilities) or "-"
+            machines.add_row(m.id, str(m.cpus), f"{m.speed:g}", str(m.free), state, features)
         out_console.print(machines)
     totals = reply.totals
     whose = f" of {user}" if user is not None else ""

@@ -167,6 +167,7 @@ def _machines(ctx: Context, page: _Page, cursor: Cursor) -> None:
             # online: nothing new starts there until an incarnation registers.
             online=ag.life.heard,
             state=MachineState(ag.life.state.value),
+            capabilities=tuple(sorted(ag.machine.capabilities)),
         )
         if not page.fits(row):
             page.next = Cursor("m", page.machines[-1].id) if page.machines else Cursor("m")

@@ -21,7 +21,7 @@ from broker.messages import JobSpec
 from broker.vocabulary import CommandUsers, MpiLibrary, WaitReason
 from tests.builders import spec
 from tests.scheduler.runtime.harness import SETTINGS, TOPICS, Cluster, eventually
-from tests.scheduler.runtime.test_actor_command_placement import waits_for
+from tests.scheduler.runtime.test_actor_command_placement import status, waits_for
 
 ON = CommandUsers.AGENT
 OPENMPI = (MpiLibrary.OPENMPI,)
@@ -63,6 +63,9 @@ async def test_an_mpi_job_lands_only_on_an_agent_with_its_library(fcfs: Cluster)
     assert not fast.started("mpi")
     (start,) = able.starts()
     assert [h.machine for h in start.hosts] == ["able"]
+    # The status says what each machine can do, as sinfo lists node features.
+    machines = {m.id: m.capabilities for m in (await status(fcfs)).machines}
+    assert machines == {"able": ("commands", "openmpi"), "fast": ("commands",)}
 
 
 async def test_an_mpi_job_is_not_split_where_a_plain_one_is(fcfs: Cluster) -> None:
