@@ -45,6 +45,8 @@ class Part:
     slots: tuple[int, ...] = ()
     #: Its MPI-like ranks' pids, once found (pinned one by one from then on).
     ranks: tuple[int, ...] = ()
+    #: The ranks of the MPI program its command runs (0: none), pinned one by one.
+    mpi_ranks: int = 0
     #: Where its process writes why it failed (read into ``PartFinished.detail``).
     failure_file: str | None = None
     #: When its run counts from (monotonic; None while launching): its fork, or the

@@ -210,7 +210,8 @@ class PartRuns:
         """Look for the ranks of a command's MPI program, if it runs one; pinned once found
         (``ranks_found``)."""
         part = self._parts[job_id]
-        if not self._commands.mpi_ranks(part.launch):
+        part.mpi_ranks = self._commands.mpi_ranks(part.launch)
+        if not part.mpi_ranks:
             return
         self._tasks.start(
             self._find_command_ranks(job_id, attempt, part.launch, supervisor),
@@ -391,19 +392,21 @@ class PartRuns:
                 part.signal(kill=True)
 
     def _pinned_ranks(self) -> Iterator[Part]:
-        """The running parts whose MPI program's ranks the agent pinned one by one."""
+        """The running parts whose MPI program's ranks the agent pins one by one: found
+        or not (a launcher slower than the search's patience), they are checked."""
         for part in self._parts.values():
-            if part.wall_clock and part.ranks and part.ending is None and part.process:
+            if part.mpi_ranks and part.ending is None and part.process:
                 yield part
 
     def _keep_ranks_pinned(self) -> None:
-        """Put back on its core any thread of a rank that moved.
+        """Put back on its core any thread of a rank that moved, and pin ranks found late.
 
-        An MPI library moves its own threads while it starts (its topology
-        discovery binds a thread to each core in turn, then restores the mask it
-        found): a rank pinned in that window gets its old mask back. A program may
-        also bind itself. The cores are the agent's to give, so it checks them
-        every heartbeat interval.
+        Open MPI was seen to move a rank's main thread to another core while it
+        starts and then restore a mask saved before the agent pinned it (not its
+        hwloc x86 discovery: turned off, it still did); a program may also bind
+        itself; a launcher slower than the rank search's patience starts ranks
+        after it gave up. The cores are the agent's to give, so it checks every
+        MPI part's ranks each heartbeat interval.
         """
         for part in self._pinned_ranks():
             pid = 0 if part.process is None else part.process.pid

@@ -13,6 +13,7 @@ import asyncio
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,14 @@ from nodeagent.agent.cpuset import format_cpuset
 from nodeagent.agent.mpi_launch import SHIM, mpi_libraries
 from nodeagent.launch.jobtree import DescendantTree, thread_masks
 from nodeagent.launch.mpi_ranks import RankProcesses, ranks_among
-from tests.nodeagent.commands_harness import alive, command_job, commands_agent, start_command
-from tests.nodeagent.harness import HANG, running_agent
+from tests.nodeagent.commands_harness import (
+    alive,
+    command_job,
+    commands_agent,
+    settings_for,
+    start_command,
+)
+from tests.nodeagent.harness import FAST, HANG, running_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 CG = ROOT / "examples" / "mpi" / "build" / "openmpi" / "cg"
@@ -234,3 +241,21 @@ async def test_a_rank_that_fails_at_once_is_never_mistaken_for_another(folder: P
     assert ended.detail is not None
     named = [f"rank {r} ended first" in ended.detail for r in range(4)]
     assert named in ([False] * 4, [False, False, True, False]), ended.detail
+
+
+@needs_openmpi
+@needs_two_cores
+async def test_ranks_the_search_gave_up_on_are_pinned_at_the_next_check(folder: Path) -> None:
+    # A launcher slower than the rank search's patience (none here): the agent's
+    # check every heartbeat interval finds the ranks and pins them all the same.
+    a, b = str(CORES[0]), str(CORES[1])
+    settings = settings_for(folder, base=replace(FAST, rank_search=0.0))
+    spec = command_job(
+        "m8", [str(CG), "-n", "20000", "-i", "100000000"], folder, procs=2, mpi=MpiLibrary.OPENMPI
+    )
+    async with running_agent(cpus=2, settings=settings) as run:
+        await run.scheduler.send(start_command(spec, cpus=2))
+        started = await run.scheduler.expect(PartStarted, lambda p: p.job_id == "m8")
+        await ranks_when(started.pid, on_cores(a, b))
+        await run.scheduler.send(CancelPart(job_id="m8"))
+        await run.scheduler.expect(PartFinished, lambda f: f.job_id == "m8")
