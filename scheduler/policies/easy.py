@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
@@ -45,11 +44,14 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
-    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
-    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "easy"
+
+    @property
+    def idle_on_empty_queue(self) -> bool:
+        """Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``)."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         if len(snapshot.machines) == 1:

@@ -102,7 +102,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
@@ -150,8 +149,11 @@ class FcfsMalleable:
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fcfs-malleable"
-    #: Tells the core that jobs may run on fewer CPUs than processes under this policy.
-    folds: ClassVar[bool] = True
+
+    @property
+    def folds(self) -> bool:
+        """Tells the core that jobs may run on fewer CPUs than processes under this policy."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         plan = _Plan(snapshot, self.placement)

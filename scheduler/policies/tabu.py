@@ -325,7 +325,10 @@ def _two_latest(machines: list[MachinePlan], src: MachinePlan) -> _Latest:
             continue
         end = mp.timeline.times[-1]
         if end > first[0]:
-            first, second = (end, mp), first
+            # Two statements, not ``first, second = (end, mp), first``: mypyc (1.x)
+            # mistypes that swap's tuple and refuses the None of an empty slot.
+            second = first
+            first = (end, mp)
         elif end > second[0]:
             second = (end, mp)
     return first, second
