@@ -14,7 +14,6 @@ without a core's numbers gives the parts alone and the agents compute them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from model.allocation import Allocation
 from model.execution import ExecutionModel
@@ -27,21 +26,38 @@ class ModelError(ValueError):
     """A job the model cannot run (e.g. no run time known)."""
 
 
-@dataclass(slots=True)
 class _Progress:
-    job: Job
-    #: Where the job runs now, and where it started (its expanded run time's).
-    alloc: Allocation
-    first: Allocation
-    start: float
-    since: float
-    done: float = 0.0
-    rate: float = 1.0
-    version: int = 0
-    #: The segments before the last resize, and the parts of each; None until the
-    #: first (most jobs never resize, and a list per job would be built for nothing).
-    segments: list[Segment] | None = None
-    segment_parts: list[tuple[Part, ...]] | None = None
+    """One running job's progress. A plain class, not a dataclass: the compiled
+    build (``compiled``) then builds one natively at every start, where a
+    dataclass's generated ``__init__`` would run as interpreted code."""
+
+    __slots__ = (
+        "alloc",
+        "done",
+        "first",
+        "job",
+        "rate",
+        "segment_parts",
+        "segments",
+        "since",
+        "start",
+        "version",
+    )
+
+    def __init__(self, job: Job, alloc: Allocation, now: float, rate: float) -> None:
+        self.job = job
+        #: Where the job runs now, and where it started (its expanded run time's).
+        self.alloc = alloc
+        self.first = alloc
+        self.start = now
+        self.since = now
+        self.done = 0.0
+        self.rate = rate
+        self.version = 0
+        #: The segments before the last resize, and the parts of each; None until the
+        #: first (most jobs never resize, and a list per job would be built for nothing).
+        self.segments: list[Segment] | None = None
+        self.segment_parts: list[tuple[Part, ...]] | None = None
 
 
 class ModelledAgents:
@@ -68,7 +84,7 @@ class ModelledAgents:
         if alloc is None or rate is None:
             alloc = Allocation.of(parts, self._speeds)
             rate = alloc.rate(job, self._execution)
-        prog = _Progress(job, alloc, alloc, now, now, rate=rate)
+        prog = _Progress(job, alloc, now, rate)
         self._jobs[job.id] = prog
         return now + job.runtime / rate, 0
 
