@@ -174,7 +174,13 @@ def pth_path() -> Path:
 
 def write_pth(out: Path) -> None:
     """Install the hook in every interpreter of this virtualenv (site runs the line)."""
-    pth_path().write_text(f"import compiled.hook as _h; _h.install({str(out)!r})\n")
+    # One line, run by ``site`` at start-up; it does nothing where the project is
+    # not importable (``site`` would print a traceback at every start otherwise).
+    line = (
+        "import importlib.util as _u; _u.find_spec('compiled') is not None and "
+        f"__import__('compiled.hook').hook.install({str(out)!r})\n"
+    )
+    pth_path().write_text(line)
 
 
 def remove(out: Path) -> None:
