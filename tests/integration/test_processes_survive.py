@@ -97,11 +97,11 @@ async def test_poison_and_a_broker_restart_end_no_process(
     async with (
         child(
             "-m", "scheduler", *common, "--journal", str(tmp_path / "j.sqlite"),
-            "--time-scale", "10", "--policy", "fcfs", "--heartbeat-interval", "0.5",
+            "--time-scale", "10", "--policy", "fcfs", "--heartbeat-interval", "2",
             log=tmp_path / "scheduler.log",
         ) as scheduler,
         child(
-            "-m", "nodeagent", *common, "--name", "n1", "--cpus", "2", "--heartbeat", "0.5",
+            "-m", "nodeagent", *common, "--name", "n1", "--cpus", "2", "--heartbeat", "2",
             "--state-dir", str(tmp_path / "state"),
             log=tmp_path / "agent.log",
         ) as agent,
