@@ -22,7 +22,8 @@ COPY accordion ./accordion
 # every dependency, direct or not, to its locked version; the build then fails if
 # anything got installed that the lock does not pin, so two builds a week apart
 # install the same wheels.
-RUN pip install -c requirements.lock . \
+# The dask extra: `accordion sweep --dask` and the compose profile's Dask workers.
+RUN pip install -c requirements.lock '.[dask]' \
  && pip freeze --exclude-editable | grep -v '^accordion[=@ ]' | sort > /tmp/installed \
  && grep -v '^#' requirements.lock | sort > /tmp/locked \
  && unpinned=$(comm -23 /tmp/installed /tmp/locked) \

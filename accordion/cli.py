@@ -6,6 +6,7 @@ The app and its commands, registered from the modules that hold them:
   ``generate``, ``policies``;
 - the live runtime's client, :mod:`accordion.commands.live`: ``submit``,
   ``status``, ``cancel``, ``replay``, ``watch``, ``scheduler``, ``agent``;
+- an admin's operations, :mod:`accordion.commands.operate`: ``drain``, ``resume``;
 - a local cluster, :mod:`accordion.commands.up`: ``up`` (``--demo`` to try it);
 - logins and ACLs for a broker of one's own, :mod:`accordion.commands.auth`: ``auth init``.
 - the same demo on a cluster already running (the compose testbed),
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import typer
 
-from accordion.commands import auth, demo, gantt, live, twin, ui, up
+from accordion.commands import auth, demo, gantt, live, operate, twin, ui, up
 
 app = typer.Typer(
     name="accordion",
@@ -36,6 +37,7 @@ app = typer.Typer(
 )
 twin.register(app)
 live.register(app)
+operate.register(app)
 up.register(app)
 auth.register(app)
 demo.register(app)

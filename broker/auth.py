@@ -28,7 +28,11 @@ whoever it logged in as. :func:`mosquitto_auth_config` therefore sets
 so a login can only ever take over itself. A login is one connection at a
 time: a user who wants two clients at once (``watch`` beside ``submit``) gets
 two logins of the same identity (:func:`user_accounts`); the ACL is written
-per login, so both speak for the same user.
+per login, so both speak for the same user. An agent gets a second login too,
+``<login>~probe`` (:func:`agent_accounts`, the same password): before it
+connects as its machine, an agent looks at the machine's topics through it
+(``nodeagent.survival.incarnation``), so a second agent for a machine whose
+agent is online sees so without taking that agent's connection over.
 
 Passwords are stored as Mosquitto's own ``$7$`` hashes (PBKDF2-SHA512, 101
 iterations, a 12-byte salt; what ``mosquitto_passwd`` writes), computed here
@@ -51,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal, get_args
 
-from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
+from broker.settings import ENV_PASSWORD_FILE, ENV_PROBE_USERNAME, ENV_USERNAME
 from broker.topics import Topics, valid_level
 
 Role = Literal["scheduler", "agent", "user", "admin"]
@@ -106,8 +110,24 @@ def scheduler_account(password: str | None = None) -> Account:
     return Account("scheduler", "scheduler", "scheduler", password or new_password())
 
 
+#: Appended to an agent's login for its probe's login (same identity, same password).
+PROBE_SUFFIX: Final = "~probe"
+
+
 def agent_account(machine: str, password: str | None = None) -> Account:
     return Account(f"agent-{machine}", "agent", machine, password or new_password())
+
+
+def probe_login(login: str) -> str:
+    """The login of the probe of the agent that logs in as ``login``."""
+    return f"{login}{PROBE_SUFFIX}"
+
+
+def agent_accounts(machine: str, password: str | None = None) -> tuple[Account, Account]:
+    """An agent's login and its probe's (the same password: the agent has one secret)."""
+    main = agent_account(machine, password)
+    probe = Account(probe_login(main.login), "agent", machine, main.password)
+    return main, probe
 
 
 def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[Account, ...]:
@@ -162,8 +182,9 @@ def grants(account: Account, topics: Topics) -> list[tuple[str, str]]:
         ]
     if account.role == "agent":
         return [
-            ("write", topics.agent_state(who)),
-            ("write", topics.agent_events(who)),
+            ("readwrite", topics.agent_state(who)),
+            # Read too: a new agent's probe looks for a live agent of its machine.
+            ("readwrite", topics.agent_events(who)),
             ("read", topics.agent_commands(who)),
             ("readwrite", f"{r}/agents/{who}/jobs/#"),
             # Its job processes' topics, relayed on the agent's own connection.
@@ -233,23 +254,28 @@ def write_auth_files(directory: Path, accounts: Iterable[Account], topics: Topic
     _write_private(acl, acl_file(accounts, topics))
     secret_files = {}
     env_files = {}
+    logins = {a.login for a in accounts}
     for account in accounts:
         path = secret_dir / account.login
         _write_private(path, account.password + "\n")
         secret_files[account.login] = path
         env = secret_dir / f"{account.login}.env"
-        _write_private(env, login_env(account, path.resolve()))
+        probe = probe_login(account.login)
+        text = login_env(account, path.resolve(), probe=probe if probe in logins else None)
+        _write_private(env, text)
         env_files[account.login] = env
     return AuthFiles(passwd, acl, secret_files, env_files)
 
 
-def login_env(account: Account, secret: Path) -> str:
-    """The ``KEY=value`` lines a process of ``account`` needs (the secret by path only)."""
-    return (
+def login_env(account: Account, secret: Path, *, probe: str | None = None) -> str:
+    """The ``KEY=value`` lines a process of ``account`` needs (the secret by path only);
+    ``probe``: an agent's probe login."""
+    lines = (
         f"{ENV_USERNAME}={account.login}\n"
         f"{ENV_PASSWORD_FILE}={secret}\n"
         f"ACCORDION_ROLE={account.role}\n"
     )
+    return lines + ("" if probe is None else f"{ENV_PROBE_USERNAME}={probe}\n")
 
 
 def mosquitto_auth_config(files: AuthFiles) -> str:
@@ -278,7 +304,7 @@ def cluster_accounts(
     """Fresh accounts of a cluster: the scheduler, each agent, each user and admin."""
     accounts = [scheduler_account()]
     for a in agents:
-        accounts.append(agent_account(a))
+        accounts += agent_accounts(a)
     for user in users:
         accounts += user_accounts(user, logins=logins)
     for admin in admins:
@@ -324,10 +350,14 @@ def internal_acl(topics: Topics) -> str:
     out.append(f"user {scheduler.login}")
     out.extend(f"topic {access} {topic}" for access, topic in grants(scheduler, topics))
     out.append("")
-    out.append("# every agent (one login): what it relays for its job processes, and the summary")
+    out.append("# every agent (one login): what it relays for its job processes, and the summary;")
+    out.append("# every agent's state and events, which a new agent's probe reads (under its")
+    out.append("# own client id) to find a live agent of its machine before it connects as it")
     out.append(f"user {AGENT_LOGIN}")
     out.append(f"topic readwrite {topics.root}/jobs/#")
     out.append(f"topic read {topics.cluster}")
+    out.append(f"topic read {topics.all_agent_states}")
+    out.append(f"topic read {topics.all_agent_events}")
     out.append("")
     out.append("# each agent on its own topics, by client id (= its machine id)")
     out.extend(f"pattern {access} {topic}" for access, topic in agent_patterns(topics))

@@ -18,11 +18,16 @@ wanted", ``attempt`` 0 for "not said", a ``pace`` of 1 (the reference speed,
 as a machine's ``speed``), None for a value an older sender did not send.
 States, event kinds and refusal codes are the enums of ``broker.vocabulary``.
 
-Protocol version 2 (``broker.topics.PROTOCOL_VERSION``): events carry an
-``event`` kind instead of a ``state`` that mixed states with what happened,
-refusals a ``code`` beside their text, a status its ``reconciling`` flag;
-required fields are required. A version-1 peer cannot read these messages
-(unknown fields), hence the new version and its own topic root.
+Protocol version 3 (``broker.topics.PROTOCOL_VERSION``): an agent says when
+its operator stops it (``AgentOffline(reason="stopping")``, parts it ends
+``PartFinished(reason="stopped")``) and when it drains (``AgentOnline.draining``);
+an admin drains and resumes machines (``DrainMachine``); job events carry
+their number in the stream they are published on (``JobEvent.stream``), which
+a watcher that missed some asks for (``EventsRequest``); a status says each
+machine's state. Version 2 gave events an ``event`` kind, refusals a ``code``
+and messages required fields. A peer of an older version cannot read these
+messages (unknown fields and values), hence each new version and its own
+topic root.
 """
 
 from __future__ import annotations
@@ -32,7 +37,15 @@ from typing import Annotated, Literal
 import msgspec
 
 from broker.topics import PROTOCOL_VERSION
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
+from broker.vocabulary import (
+    BadMessage,
+    CancelRefusal,
+    DrainRefusal,
+    JobEventKind,
+    JobState,
+    MachineState,
+    Rejection,
+)
 
 Id = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@-]+$")]
 #: A job's id: an :data:`Id` that is not ``.``, ``..`` (path-like, so unsafe as a file or
@@ -167,6 +180,29 @@ class HistoryRequest(Message, tag="history_request", frozen=True, kw_only=True):
     job_ids: Annotated[tuple[Id, ...], msgspec.Meta(max_length=10_000)]
 
 
+class EventsRequest(Message, tag="events_request", frozen=True, kw_only=True):
+    """The requester's event stream after number ``after`` (a watcher catching up on
+    what it missed, whichever jobs those were): at most ``limit`` events, in stream
+    order; answered by one ``EventsReply``. A user's stream holds their own jobs'
+    events; an admin's, or a request on a broker without logins, every job's."""
+
+    request_id: Id = "-"
+    reply_to: Id = "-"
+    after: Seq
+    limit: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+
+
+class DrainMachine(Message, tag="drain_machine", frozen=True, kw_only=True):
+    """An admin drains a machine (``drain``: no new part is placed on it, its running
+    parts go on to their end) or resumes it (``drain=False``); answered by one
+    ``DrainReply``. A drain outlasts its agent's restarts and the scheduler's."""
+
+    request_id: Id = "-"
+    reply_to: Id = "-"
+    machine: Id
+    drain: bool = True
+
+
 class SubmitResult(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """One job's answer: accepted (perhaps a ``duplicate`` of one accepted before), or
     refused with a ``code`` and a ``reason`` in words. A refusal without a code, or
@@ -224,11 +260,15 @@ class JobStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only
 
 
 class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A machine as the scheduler sees it: ``online`` when its agent is heard from,
+    ``state`` its agent's lifecycle state (None from an older scheduler)."""
+
     id: str
     cpus: int
     speed: float
     free: int
     online: bool
+    state: MachineState | None = None
 
 
 class StatusReply(Message, tag="status_reply", frozen=True, kw_only=True):
@@ -246,6 +286,32 @@ class HistoryReply(Message, tag="history_reply", frozen=True, kw_only=True):
     request_id: str
     events: tuple[JobEvent, ...]
     unknown: tuple[str, ...]
+
+
+class EventsReply(Message, tag="events_reply", frozen=True, kw_only=True):
+    """The requested stream's events after the request's ``after``, in order, each
+    with its ``stream`` number; ``last`` is the stream's last number now, ``more``
+    that events past these remain (the request's ``limit`` was reached). A number
+    up to ``last`` (or, with ``more``, up to the last event here) that is missing is
+    an event the journal does not hold: the scheduler could not write it."""
+
+    request_id: str
+    events: tuple[JobEvent, ...]
+    last: Seq
+    more: bool = False
+
+
+class DrainReply(Message, tag="drain_reply", frozen=True, kw_only=True):
+    """``draining``: whether ``machine`` drains now; ``running``: the jobs with a part
+    on it (a drained machine is empty once that is 0). A refusal has a ``code`` and
+    a ``reason`` in words."""
+
+    request_id: str
+    machine: str
+    draining: bool
+    running: Annotated[int, msgspec.Meta(ge=0)] = 0
+    reason: str | None = None
+    code: DrainRefusal | None = None
 
 
 class ErrorReply(Message, tag="error_reply", frozen=True, kw_only=True):
@@ -295,14 +361,22 @@ class AgentOnline(Message, tag="agent_online", frozen=True, kw_only=True):
     #: for the machine adopts them (``nodeagent.survival.adoption``): on its will, the scheduler
     #: holds its parts for the lease instead of requeueing them at once.
     adopts: bool = False
+    #: True while the agent drains (stopped by its operator with ``--drain-on-stop``):
+    #: it runs its parts to their end, takes no new one, then says goodbye. The
+    #: scheduler places nothing on it meanwhile.
+    draining: bool = False
 
 
 class AgentOffline(Message, tag="agent_offline", frozen=True, kw_only=True):
-    """The agent's Last Will (``lost``) or its clean goodbye (``goodbye``)."""
+    """How an agent left. ``lost``: its Last Will (the broker's). ``goodbye``: it
+    retires, its parts over. ``stopping``: its operator stopped it and it will be
+    back: its parts run on within its lease for its next incarnation to adopt (an
+    agent that ``adopts``), or it ended them, each reported ``stopped``. Either way
+    the scheduler charges no job's requeue budget for it."""
 
     agent_id: Id
     incarnation: Id
-    reason: Literal["lost", "goodbye"]
+    reason: Literal["lost", "goodbye", "stopping"]
 
 
 class Heartbeat(Message, tag="heartbeat", frozen=True, kw_only=True):
@@ -351,7 +425,11 @@ class PartFinished(Message, tag="part_finished", frozen=True, kw_only=True):
     at: float
     #: ``fenced``: the agent refused or stopped this attempt for fencing (a start
     #: delayed past its lease, or its lease lapsed): the job goes back to the queue.
-    reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"]
+    #: ``stopped``: its agent's operator stopped the agent, and the part with it (an
+    #: agent that does not adopt, a start that reached a stopping agent, or a part
+    #: a successor could not adopt after such a stop): the job goes back to the
+    #: queue without charging its requeue budget.
+    reason: Literal["done", "failed", "cancelled", "walltime", "lost", "fenced", "stopped"]
     attempt: Attempt = 0
     #: What went wrong, in words, when the part can say (e.g. which MPI rank died).
     detail: Annotated[str, msgspec.Meta(max_length=512)] | None = None
@@ -441,7 +519,11 @@ class ClusterSummary(Message, tag="cluster_summary", frozen=True, kw_only=True):
 class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     """One thing that happened to a job (``event``), journalled before it is published
     (QoS 1). ``seq`` counts a job's events from 1 without gaps, so a watcher that
-    sees a jump knows it missed some and asks for them (``HistoryRequest``)."""
+    sees a jump knows it missed some and asks for them (``HistoryRequest``).
+    ``stream`` numbers the events of the stream it is published on, from 1 without
+    gaps: every job's on ``events``, one user's on ``users/<user>/events``; a
+    watcher that sees a jump there (or reconnects) missed events of jobs it may
+    not know yet, and asks for them by number (``EventsRequest``)."""
 
     job_id: str
     event: JobEventKind
@@ -456,11 +538,18 @@ class JobEvent(Message, tag="job_event", frozen=True, kw_only=True):
     #: runs, for a chart of the schedule); empty on the other kinds, which place
     #: nothing.
     parts: Annotated[tuple[PartSpec, ...], msgspec.Meta(max_length=65_536)] = ()
+    #: None from an older sender; in a ``HistoryReply``, the scheduler-wide number.
+    stream: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
     @property
     def state(self) -> JobState:
         """The job's state once the event happened (a function of its kind)."""
         return self.event.state
+
+
+def in_stream(event: JobEvent, stream: int | None) -> JobEvent:
+    """``event`` as it is published on another stream: with that stream's number."""
+    return msgspec.structs.replace(event, stream=stream)
 
 
 AnyMessage = (
@@ -473,6 +562,10 @@ AnyMessage = (
     | ErrorReply
     | HistoryRequest
     | HistoryReply
+    | EventsRequest
+    | EventsReply
+    | DrainMachine
+    | DrainReply
     | AgentOnline
     | AgentOffline
     | Heartbeat

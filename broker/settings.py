@@ -31,6 +31,9 @@ ENV_CERT = "ACCORDION_MQTT_CERT"
 ENV_KEY = "ACCORDION_MQTT_KEY"
 #: ``1`` turns TLS on for a process given only ``--host/--port`` (the scheduler, an agent).
 ENV_TLS = "ACCORDION_MQTT_TLS"
+#: The login an agent's probe logs in as (``nodeagent.survival.incarnation``: it looks at
+#: the machine's topics before the agent connects as the machine); default: the agent's.
+ENV_PROBE_USERNAME = "ACCORDION_MQTT_PROBE_USERNAME"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,9 @@ import msgspec
 from broker.messages import JobSpec
 from broker.topics import PROTOCOL_VERSION
 
-#: Protocol 2 changed messages, not ``JobSpec``: a spec stored by protocol 1 reads as is.
-STORED_PROTOCOLS: Final = frozenset({1, PROTOCOL_VERSION})
+#: Protocols 2 and 3 changed messages, not ``JobSpec``: a spec stored by protocol 1 or
+#: 2 reads as is.
+STORED_PROTOCOLS: Final = frozenset({1, 2, PROTOCOL_VERSION})
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(JobSpec)

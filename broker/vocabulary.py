@@ -90,6 +90,9 @@ class Rejection(StrEnum):
     INVALID = "invalid"
     #: Its id is already used by a job with another spec.
     ID_REUSED = "id_reused"
+    #: The scheduler cannot journal it now (its disk is full or failing): not accepted,
+    #: try again later.
+    JOURNAL = "journal"
 
 
 class CancelRefusal(StrEnum):
@@ -99,6 +102,38 @@ class CancelRefusal(StrEnum):
     UNKNOWN_JOB = "unknown_job"
     #: The job had already finished or failed.
     ENDED = "ended"
+    #: The scheduler cannot journal the cancel now (its disk is full or failing).
+    JOURNAL = "journal"
+
+
+class DrainRefusal(StrEnum):
+    """Why a drain or resume did nothing (``DrainReply.code``)."""
+
+    #: No agent ever registered that machine.
+    UNKNOWN_MACHINE = "unknown_machine"
+    #: The scheduler cannot journal the drain now (its disk is full or failing).
+    JOURNAL = "journal"
+
+
+class MachineState(StrEnum):
+    """Where a machine's agent is in its lifecycle (``MachineStatus.state``); the
+    scheduler's own table (``scheduler.live.agent_lifecycle``) has the same states.
+
+    ``online``; ``suspect`` (a few heartbeats missed, nothing new placed there);
+    ``draining`` (an admin drained it, or its agent drains as it stops: its parts
+    run to their end, nothing new is placed there); ``held`` (its agent died, its
+    parts are held for a new incarnation to adopt); ``stopped`` (its operator
+    stopped its agent, its parts are held for the next incarnation); ``lost``;
+    ``gone`` (its agent retired).
+    """
+
+    ONLINE = "online"
+    SUSPECT = "suspect"
+    DRAINING = "draining"
+    HELD = "held"
+    STOPPED = "stopped"
+    LOST = "lost"
+    GONE = "gone"
 
 
 class BadMessage(StrEnum):

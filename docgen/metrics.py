@@ -18,6 +18,7 @@ from typing import Final
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
+from broker.vocabulary import MachineState
 from nodeagent.agent.exporter import AgentCollector
 from nodeagent.agent.settings import AgentStats
 from nodeagent.launch.exporter import LauncherCollector
@@ -76,6 +77,10 @@ def scheduler_families(process: bool = False) -> list[Metric]:
             cluster_time=10.0,
             time_scale=1.0,
             machines=(MachineGauge("m1", 4, 2, True), MachineGauge("m2", 4, 0, False)),
+            # Every state, as the scheduler counts them (zero where no machine is).
+            machine_states={
+                s.value: int(s in (MachineState.ONLINE, MachineState.LOST)) for s in MachineState
+            },
             job_cpus={"j1": 2},
             job_procs={"j1": 4},
         )

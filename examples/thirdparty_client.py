@@ -37,7 +37,7 @@ from typing import Any
 import msgpack
 import paho.mqtt.client as mqtt
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 FINAL = ("finished", "failed", "cancelled")
 
 
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=1883)
-    parser.add_argument("--root", default="accordion/v2", help="topic root (%(default)s)")
+    parser.add_argument("--root", default="accordion/v3", help="topic root (%(default)s)")
     parser.add_argument("--username", required=True, help="the login")
     parser.add_argument("--password-file", required=True, help="a file holding its password")
     parser.add_argument("--user", help="the identity it speaks for (default: the login's)")

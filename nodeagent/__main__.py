@@ -4,13 +4,19 @@ The bus is created with the agent's Last Will (``agent_will``). Job processes
 are forked by the agent's warm launcher (``nodeagent.launch.forkserver``) and reach
 the broker through the agent's own connection (``nodeagent.launch.relay``): they
 hold no credentials and open no connection. The loop is uvloop when
-installed, and SIGINT/SIGTERM ask for the clean shutdown of
-``nodeagent.agent.node_agent`` (parts ended and reported ``lost``, then a retained
-goodbye). Before it registers, it adopts the parts a killed predecessor for
-the same machine left running in its state directory (``--state-dir``;
-``nodeagent.survival.adoption``). Exit status: 0 after a clean goodbye, 1 if the broker
-connection failed or was lost (the broker has then published the will), 2 on a
-usage error or a state directory another agent holds.
+installed, and SIGINT/SIGTERM stop the agent by the stop rule of
+``nodeagent.agent.node_agent``: it leaves its parts running for its next
+incarnation (the default), drains them (``--drain-on-stop``), or, without
+adoption, ends them; no job's requeue budget is charged for it.
+
+Before it speaks as its machine, it checks that no other live agent holds the
+machine's name, through a probe connection that disturbs nobody
+(``nodeagent.survival.incarnation``), and notes its incarnation in its state
+directory; then it adopts the parts a predecessor for the same machine left
+running there (``--state-dir``; ``nodeagent.survival.adoption``). Exit status: 0
+after a stop, 1 if the broker connection failed or was lost (the broker has
+then published the will), 2 on a usage error, a state directory another agent
+holds, or a machine name another live agent holds.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import signal
 import socket
 import sys
@@ -26,8 +34,10 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry
 
+from broker.auth import PROBE_SUFFIX
 from broker.bus import BusError
 from broker.mqtt import MqttBus, MqttSettings
+from broker.settings import ENV_PROBE_USERNAME
 from broker.topics import DEFAULT_ROOT, Topics
 from model.machine import Machine, MachineError
 from nodeagent.agent.cpuset import checked_cpuset, parse_cpuset
@@ -35,6 +45,7 @@ from nodeagent.agent.exporter import serve_metrics
 from nodeagent.agent.node_agent import (
     AgentSettings,
     NodeAgent,
+    StopMode,
     agent_will,
     machine_spec,
     new_incarnation,
@@ -45,6 +56,15 @@ from nodeagent.launch.forkserver import ForkServer
 from nodeagent.launch.relay import Relay, RelaySpawn
 from nodeagent.launch.runner import run
 from nodeagent.survival.adoption import RejoinServer, adopted_key, survey
+from nodeagent.survival.incarnation import (
+    LEAST_PATIENCE,
+    NameTakenError,
+    Record,
+    check_name,
+    new_record,
+    read_record,
+    write_record,
+)
 from nodeagent.survival.lease import DEFAULT_LEASE
 from nodeagent.survival.state import StateDir, StateError, default_state_dir
 
@@ -118,8 +138,33 @@ def _parser() -> argparse.ArgumentParser:
         help="parts stop with their agent, and a restarted agent kills what it finds "
         "instead of adopting it (the scheduler then requeues at once)",
     )
+    p.add_argument(
+        "--drain-on-stop",
+        action="store_true",
+        help="on SIGTERM, take no new part, run the parts to their end and then say goodbye "
+        "(a second SIGTERM leaves them); default: leave them running for the next "
+        "incarnation to adopt within the lease",
+    )
     p.add_argument("--log-level", default="INFO")
     return p
+
+
+async def _check_name(
+    args: argparse.Namespace,
+    mqtt: MqttSettings,
+    client_id: str,
+    machine: Machine,
+    *,
+    settings: AgentSettings,
+    predecessor: Record | None,
+) -> None:
+    """Raise ``NameTakenError`` if another live agent holds the machine's name, looking
+    through a probe of its own login and client id (``nodeagent.survival.incarnation``)."""
+    probe_login = os.environ.get(ENV_PROBE_USERNAME) or mqtt.username
+    probe_settings = dataclasses.replace(mqtt, username=probe_login)
+    patience = max(LEAST_PATIENCE, 2 * settings.heartbeat_interval)
+    async with MqttBus(probe_settings, f"{client_id}{PROBE_SUFFIX}") as probe:
+        await check_name(probe, Topics(args.root), machine.id, predecessor, patience=patience)
 
 
 async def _main(
@@ -142,6 +187,19 @@ async def _main(
         log.error("agent %s: %s", machine.id, exc)
         return 2
     client_id = args.client_id.replace("{name}", machine.id)
+    predecessor = read_record(state)
+    try:
+        await _check_name(
+            args, mqtt, client_id, machine, settings=settings, predecessor=predecessor
+        )
+    except NameTakenError as exc:
+        log.error("agent %s refused: %s", machine.id, exc)
+        return 2
+    except BusError as exc:
+        log.error("agent %s: %s", machine.id, exc)
+        return 1
+    record = new_record(incarnation)
+    write_record(state, record)
     try:
         async with (
             contextlib.AsyncExitStack() as stack,
@@ -156,6 +214,9 @@ async def _main(
             found = await survey(
                 state, machine.id, relay, adopt=settings.adopt and settings.lease > 0
             )
+            # Its predecessor's parts that died meanwhile are not charged if it was
+            # stopped by its operator (its record says so).
+            found.after_stop = predecessor is not None and predecessor.stopped is not None
             log.info(
                 "agent %s: %d part(s) adopted, %d not (%d killed), %d bad record(s)",
                 machine.id,
@@ -179,6 +240,13 @@ async def _main(
                 survey=found,
             )
             agents.append(agent)
+
+            def stopping(mode: StopMode) -> None:
+                write_record(state, dataclasses.replace(record, stopped=mode))
+                if mode == "leave":
+                    rejoin.close()  # its jobs rejoin the next incarnation, not this one
+
+            agent.on_stop = stopping
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, agent.stop)
@@ -199,6 +267,8 @@ async def _main(
                 await agent.run()
             finally:
                 pump.cancel()
+                if agent.leaves_parts:
+                    launcher.leave()  # its children run on for the next incarnation
                 if metrics is not None:
                     metrics.close()
     except* BusError as group:  # a failed connect, or the connection lost while running
@@ -241,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             speed_score=None if score is None else score.score,
             speed_spread=None if score is None else score.spread,
             adopt=not args.no_adopt,
+            drain_on_stop=args.drain_on_stop,
         )
         state = StateDir(args.state_dir or default_state_dir(machine.id))
         state.create()

@@ -15,6 +15,14 @@ while the twin counts node expansions.
 
 Times: ``--time-scale K`` compresses time (cluster seconds = wall seconds x
 K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
+
+The journal. One that cannot be used (read-only, damaged, of another time
+scale or a newer schema) is refused at start in one line that says what to
+do, exit status 2. One on a full disk (SQLite needs room for its ``-wal``
+and ``-shm`` files even to read) is waited for: one line says so, and the
+scheduler starts once there is room, rather than exiting for a supervisor to
+restart it into the same wall. A disk that fills while the scheduler runs
+is ``scheduler.runtime.journal_writer``'s.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 import time
@@ -44,7 +53,7 @@ from scheduler.policies.registry import (
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
 from scheduler.runtime.clock import WallClock
 from scheduler.runtime.exporter import SchedulerMetrics, serve
-from scheduler.runtime.journal import Journal, JournalError
+from scheduler.runtime.journal import Journal, JournalError, Synchronous
 
 log = logging.getLogger("scheduler")
 
@@ -181,10 +190,8 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
     except (UnknownPolicyError, TopicError, ValueError) as exc:
         log.error("%s", exc)
         return 2
-    try:
-        journal = Journal(args.journal, synchronous=args.synchronous)
-    except (JournalError, OSError) as exc:
-        log.error("cannot open the journal: %s", exc)
+    journal = await open_journal(args.journal, args.synchronous)
+    if journal is None:
         return 2
     with journal:
         stored = journal.meta()
@@ -260,6 +267,49 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
                 server.close()
     log.info("scheduler stopped" if status == 0 else "scheduler lost its broker")
     return status
+
+
+#: Free bytes below which the journal's filesystem counts as full.
+FULL_BELOW = 1 << 20
+#: Wall seconds between two tries to open a journal on a full disk.
+FULL_RETRY = 1.0
+
+
+async def open_journal(path: str, synchronous: Synchronous) -> Journal | None:
+    """The journal, checked; None (after one line saying why and what to do) if it
+    cannot be used. A full disk is waited out (the module docstring)."""
+    waiting = False
+    while True:
+        try:
+            journal = Journal(path, synchronous=synchronous, check=True)
+        except (JournalError, OSError) as exc:
+            free = _free_bytes(path)
+            if free is None or free >= FULL_BELOW:
+                log.error("%s", exc)
+                return None
+            if not waiting:
+                waiting = True
+                log.error(
+                    "%s; its filesystem has %d bytes free: waiting for space (every %g s)",
+                    exc,
+                    free,
+                    FULL_RETRY,
+                )
+            await asyncio.sleep(FULL_RETRY)
+            continue
+        if waiting:
+            log.warning("the journal %s opened: there is room again", path)
+        return journal
+
+
+def _free_bytes(path: str) -> int | None:
+    """Bytes free to this user on the filesystem of ``path`` (None: no such place)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def main(argv: Sequence[str] | None = None) -> int:

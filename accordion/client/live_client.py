@@ -14,6 +14,11 @@ the scheduler's ``StatusReply`` is the authority).
 
 Every request gets a fresh ``request_id`` and names this client in
 ``reply_to`` (the scheduler only ever answers on ``topics.replies(reply_to)``).
+A watcher learns of its own gaps by the events' stream numbers
+(``JobEvent.stream``) and of a reconnection by :attr:`LiveClient.reconnects`,
+and asks for what it missed (:meth:`LiveClient.events_since`;
+``accordion.client.catch_up``).
+
 A request whose reply does not come within ``timeout`` seconds raises
 :class:`~accordion.errors.NoReplyError`; an ``ErrorReply`` raises
 :class:`~accordion.errors.RefusedError` with the scheduler's words.
@@ -38,6 +43,7 @@ replayed through it by :mod:`accordion.client.replay`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -46,7 +52,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Final, Self, TypeVar
 
 from accordion.errors import LiveError, NoReplyError, RefusedError, parsed
 from broker.auth import identity_of
@@ -57,7 +63,11 @@ from broker.messages import (
     CancelJob,
     CancelReply,
     ClusterSummary,
+    DrainMachine,
+    DrainReply,
     ErrorReply,
+    EventsReply,
+    EventsRequest,
     HistoryReply,
     HistoryRequest,
     JobEvent,
@@ -82,6 +92,13 @@ DEFAULT_TIMEOUT = 10.0
 
 T = TypeVar("T")
 Watched = JobEvent | ClusterSummary
+
+
+class _Reconnected:
+    """What wakes a watcher when its connection was made again (not a message)."""
+
+
+RECONNECTED: Final = _Reconnected()
 
 __all__ = ["LiveError", "NoReplyError", "RefusedError"]
 
@@ -160,13 +177,16 @@ class LiveClient:
             self._replies = topics.user_replies(identity, bus.client_id)
             self._events = topics.events if admin else topics.user_events(identity)
         self._pending: dict[str, asyncio.Future[AnyMessage]] = {}
-        self._watched: asyncio.Queue[Watched | None] = asyncio.Queue(watch_queue)
+        self._watched: asyncio.Queue[Watched | _Reconnected | None] = asyncio.Queue(watch_queue)
         self._reader: asyncio.Task[None] | None = None
         self._lost: BusError | None = None
         #: Watched messages dropped because the watcher lagged behind.
         self.dropped = 0
         #: Replies nobody waited for (late, after a timeout) or that did not decode.
         self.unmatched = 0
+        #: Times the connection was made again after a loss (a watcher then asks for
+        #: what was published meanwhile: a clean session gets none of it).
+        self.reconnects = 0
 
     @property
     def client_id(self) -> str:
@@ -256,7 +276,7 @@ class LiveClient:
         else:
             future.set_result(message)
 
-    def _offer(self, item: Watched | None) -> None:
+    def _offer(self, item: Watched | _Reconnected | None) -> None:
         if not self._watch and item is not None:
             return
         while True:
@@ -269,9 +289,20 @@ class LiveClient:
 
     # -- requests --------------------------------------------------------------
 
+    def reconnected(self) -> None:
+        """The bus's ``on_reconnect``: count it and wake a watcher."""
+        self.reconnects += 1
+        with contextlib.suppress(asyncio.QueueFull):
+            self._watched.put_nowait(RECONNECTED)
+
     async def _ask(
         self,
-        message: SubmitJobs | CancelJob | StatusRequest | HistoryRequest,
+        message: SubmitJobs
+        | CancelJob
+        | StatusRequest
+        | HistoryRequest
+        | EventsRequest
+        | DrainMachine,
         timeout: float | None,
     ) -> AnyMessage:
         if self._reader is None:
@@ -323,10 +354,30 @@ class LiveClient:
             events += _expect(await self._ask(request, timeout), HistoryReply).events
         return events
 
+    async def events_since(
+        self, after: int, *, limit: int = 1000, timeout: float | None = None
+    ) -> EventsReply:
+        """This client's event stream after number ``after`` (its user's jobs, or every
+        job's for an admin or on a broker without logins), at most ``limit`` events."""
+        request = EventsRequest(
+            request_id=new_request_id(), reply_to=self.client_id, after=after, limit=limit
+        )
+        return _expect(await self._ask(request, timeout), EventsReply)
+
+    async def drain(
+        self, machine: str, *, drain: bool = True, timeout: float | None = None
+    ) -> DrainReply:
+        """Drain ``machine`` (an admin's request), or resume it (``drain=False``)."""
+        request = DrainMachine(
+            request_id=new_request_id(), reply_to=self.client_id, machine=machine, drain=drain
+        )
+        return _expect(await self._ask(request, timeout), DrainReply)
+
     # -- watching --------------------------------------------------------------
 
     async def next_watched(self, timeout: float | None = None) -> Watched | None:
-        """The next event or cluster summary; None after ``timeout`` seconds.
+        """The next event or cluster summary; None after ``timeout`` seconds, or when
+        the connection was made again (see :attr:`reconnects`).
 
         Raises :class:`~broker.bus.BusError` once the connection is gone.
         """
@@ -340,6 +391,8 @@ class LiveClient:
         if item is None:
             self._offer(None)  # every later call must see the end too
             raise BusError(str(self._lost))
+        if isinstance(item, _Reconnected):
+            return None
         return item
 
     async def watched(self) -> AsyncIterator[Watched]:
@@ -389,8 +442,14 @@ async def connect(
     identity = identity_of(settings.username) if settings.username else None
     if admin is None:
         admin = identity is not None and os.environ.get(ROLE_ENV, "") == "admin"
+    clients: list[LiveClient] = []
+
+    async def reconnected() -> None:
+        for client in clients:
+            client.reconnected()
+
     async with (
-        MqttBus(settings, client_id or new_client_id()) as bus,
+        MqttBus(settings, client_id or new_client_id(), on_reconnect=reconnected) as bus,
         LiveClient(
             bus,
             topics,
@@ -401,6 +460,7 @@ async def connect(
             admin=admin,
         ) as client,
     ):
+        clients.append(client)
         yield client
 
 

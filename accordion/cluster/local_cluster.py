@@ -56,7 +56,7 @@ from typing import Final, Literal, Self
 
 from accordion.client.live_client import Credentials, LiveClient, connect
 from accordion.cluster.processes import Child, UpError, signals_held, spawn
-from accordion.cluster.readiness import scrape, until_ready
+from accordion.cluster.readiness import scrape, until_ready, until_stops_heard
 from accordion.cluster.wiring import (
     ADMIN,
     HOST,
@@ -80,8 +80,12 @@ REPO: Final = Path(__file__).resolve().parents[2]
 DEFAULT_CLUSTER: Final = REPO / "examples" / "cluster.toml"
 
 #: Wall seconds each kind of process gets between SIGTERM and SIGKILL. An agent
-#: first ends its job processes (their own grace is 5 s), then says goodbye.
+#: leaves its job processes (or, without adoption, ends them: their own grace is 5 s),
+#: then says it stops.
 STOP_GRACE: Final = {"agent": 10.0, "scheduler": 10.0, "broker": 5.0}
+#: Wall seconds the stop waits for the scheduler to hear every agent's stop before it
+#: stops the scheduler too (its journal then holds each job's hold as a stop's).
+HEARD_GRACE: Final = 5.0
 
 #: Wall seconds before the first restart of a child that died, doubling up to the cap.
 BACKOFF_FIRST: Final = 0.5
@@ -176,6 +180,8 @@ class LocalCluster:
         auth: bool | None = False,
         users: Sequence[str] = (),
         extra_agents: Sequence[str] = (),
+        drain_on_stop: bool = False,
+        journal: Path | None = None,
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
             raise ValueError(f"time scale must be > 0, got {time_scale!r}")
@@ -208,7 +214,9 @@ class LocalCluster:
         self.execution = execution
         self.start_agents = start_agents
         self.python = python
-        self.journal = run_dir / "journal.sqlite"
+        self.journal = journal if journal is not None else run_dir / "journal.sqlite"
+        #: Agents drain on a stop (run their jobs to their end) instead of leaving them.
+        self.drain_on_stop = drain_on_stop
         self.scheduler_metrics = ""
         self.agent_metrics: dict[str, str] = {}
         self._broker: Child | None = None
@@ -276,7 +284,10 @@ class LocalCluster:
         self.stop()
 
     def start(self) -> None:
-        """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`)."""
+        """Start broker, scheduler and agents (not yet waiting for them: see :meth:`ready`);
+        after :meth:`stop`, again, on the same run directory (as ``accordion up`` run again)."""
+        self._stopping = False
+        self._agents, self._due, self._in_a_row = [], {}, {}
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.wiring.write_logins(self.run_dir, [m.id for m in self.spec.machines])
         if self.broker_kind != "external":
@@ -287,16 +298,34 @@ class LocalCluster:
                 self._start_agent(machine)
 
     def stop(self) -> None:
-        """Agents, then the scheduler, then the broker; idempotent."""
+        """Agents, then the scheduler, then the broker (the module docstring); idempotent."""
+        if self._stopping and not any(c.alive() for c in self.children()):
+            return
         self._stopping = True
-        waves = [self._agents, [c for c in (self._scheduler,) if c is not None]]
-        waves.append([c for c in (self._broker,) if c is not None])
+        agents = list(self._agents)
+        stopped = {c.name.removeprefix("agent-") for c in agents if c.alive()}
+        for child in agents:
+            child.terminate()
+        if self.drain_on_stop:
+            try:  # as long as their jobs take; Ctrl-C (or SIGTERM) again leaves them
+                for child in agents:
+                    child.process.wait()
+            except KeyboardInterrupt:
+                for child in agents:
+                    child.terminate()  # a second stop: each leaves what it still runs
         with signals_held():
-            for wave in waves:
-                for child in wave:
-                    child.terminate()
-                for child in wave:
-                    child.finish(STOP_GRACE[child.role])
+            for child in agents:
+                child.finish(STOP_GRACE[child.role], keep_group=True)
+            self._until_stops_heard(stopped)
+            for last in (self._scheduler, self._broker):
+                if last is not None:
+                    last.terminate()
+                    last.finish(STOP_GRACE[last.role])
+
+    def _until_stops_heard(self, machines: set[str]) -> None:
+        scheduler = self._scheduler
+        if machines and scheduler is not None and scheduler.alive():
+            until_stops_heard(self.connect, machines, HEARD_GRACE)
 
     @property
     def scheduler_pid(self) -> int | None:
@@ -480,6 +509,7 @@ class LocalCluster:
             lease=self.lease,
             walltime_grace=self.walltime_grace,
             state_dir=self.run_dir / "agents" / machine.id,
+            drain_on_stop=self.drain_on_stop,
         )
         child = self._spawn("agent", f"agent-{machine.id}", argv, login=f"agent-{machine.id}")
         self.agent_metrics[machine.id] = child.address = f"http://{HOST}:{metrics}/metrics"

@@ -117,17 +117,25 @@ class Child:
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
 
-    def finish(self, grace: float) -> None:
-        """Wait for the child after ``terminate``; SIGKILL its group after ``grace`` s."""
+    def finish(self, grace: float, *, keep_group: bool = False) -> None:
+        """Wait for the child after ``terminate``; SIGKILL its group after ``grace`` s.
+
+        ``keep_group``: a child that exits by itself within the grace leaves what is
+        left in its group running (an agent's job processes, which its next
+        incarnation adopts within their lease, and which stop by it otherwise).
+        """
         pgid = self.process.pid  # start_new_session: the child leads its own group
         try:
             self.process.wait(grace)
         except subprocess.TimeoutExpired:
+            keep_group = False
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
             self.process.wait()
         if self.process.stdin is not None:
             self.process.stdin.close()
+        if keep_group:
+            return
         # Members left in the group (job processes of a killed agent) keep the group
         # id theirs, so it cannot name anyone else's processes while the check succeeds.
         with contextlib.suppress(ProcessLookupError):

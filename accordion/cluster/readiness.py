@@ -1,6 +1,8 @@
-"""When a started cluster is up: every machine online, every metrics endpoint answering.
+"""When a started cluster is up (every machine online, every metrics endpoint answering),
+and when a stopping one's scheduler has heard its agents stop.
 
-:meth:`accordion.cluster.local_cluster.LocalCluster.ready` waits here. The scheduler's
+:meth:`accordion.cluster.local_cluster.LocalCluster.ready` waits here, and so does
+its stop, between the agents and the scheduler (:func:`until_stops_heard`). The scheduler's
 ``StatusReply`` says which machines are online; the endpoints are probed over
 HTTP, all at once in threads (urllib blocks), so hundreds of agents take no
 longer than one. Meanwhile ``check`` is called between attempts, so a child
@@ -11,13 +13,17 @@ timeout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from accordion.client.live_client import LiveClient, NoReplyError
+from accordion.client.live_client import LiveClient, NoReplyError, run_async
 from accordion.cluster.processes import UpError
+from accordion.errors import LiveError
+from broker.bus import BusError
 from broker.messages import StatusReply
 
 
@@ -91,3 +97,34 @@ def scrape(url: str, *, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         text: bytes = response.read()
     return text.decode()
+
+
+def until_stops_heard(
+    connect: Callable[..., contextlib.AbstractAsyncContextManager[LiveClient]],
+    machines: Collection[str],
+    grace: float,
+) -> None:
+    """Until the scheduler (reached through ``connect``) hears none of ``machines``
+    (their agents said they stop), for at most ``grace`` wall seconds. A scheduler
+    that does not answer is not waited for: its restart reconciles with what the
+    agents report. Runs in a thread of its own, so the caller may be running an
+    event loop (a bench's)."""
+    wanted = set(machines)
+
+    async def look() -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        async with connect(timeout=2.0) as client:
+            while loop.time() < deadline:
+                status = await client.status()
+                if not wanted & {m.id for m in status.machines if m.online}:
+                    return
+                await asyncio.sleep(0.05)
+
+    def run() -> None:
+        with contextlib.suppress(LiveError, BusError, OSError, TimeoutError):
+            run_async(look())
+
+    watcher = threading.Thread(target=run, name="stops-heard", daemon=True)
+    watcher.start()
+    watcher.join(grace + 5.0)

@@ -30,9 +30,9 @@ from typing import Final, Literal
 from accordion.client.live_client import Credentials
 from accordion.cluster.processes import UpError
 from accordion.errors import UserError
-from broker.auth import AuthFiles, cluster_accounts, write_auth_files
+from broker.auth import AuthFiles, cluster_accounts, probe_login, write_auth_files
 from broker.local import free_port, mosquitto_binary, mosquitto_config
-from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
+from broker.settings import ENV_PASSWORD_FILE, ENV_PROBE_USERNAME, ENV_USERNAME
 from broker.topics import Topics
 from model.execution import ExecutionModel
 from model.machine import Machine
@@ -123,11 +123,15 @@ class Wiring:
         if login is None or self.auth_files is None:
             return dict(base)
         # A path in the environment, never the secret itself nor anything on argv.
-        return {
+        env = {
             **base,
             ENV_USERNAME: login,
             ENV_PASSWORD_FILE: str(self.auth_files.secret_of(login)),
         }
+        probe = probe_login(login)
+        if probe in self.auth_files.secrets:  # an agent: its probe's login (same secret)
+            env[ENV_PROBE_USERNAME] = probe
+        return env
 
     def credentials(self, login: str) -> Credentials:
         """How a client logs in as ``login`` (a generated account)."""
@@ -227,6 +231,7 @@ class Wiring:
         lease: float,
         walltime_grace: float,
         state_dir: Path,
+        drain_on_stop: bool = False,
     ) -> list[str]:
         host, port = self.broker_address()
         argv = [
@@ -255,4 +260,6 @@ class Wiring:
         ]
         if machine.labels:
             argv.append(f"--labels={','.join(machine.labels)}")
+        if drain_on_stop:
+            argv.append("--drain-on-stop")  # a stop drains: its jobs run to their end
         return argv

@@ -1,6 +1,6 @@
 """The live runtime's client commands: ``submit``, ``cancel``, ``status``, ``replay``,
-``watch``, and ``scheduler`` and ``agent``, which run ``python -m scheduler``
-and ``python -m nodeagent`` with the CLI's ``--broker`` and ``--root``.
+``watch``, and ``scheduler`` and ``agent``, which run ``python -m scheduler`` and
+``python -m nodeagent`` with the CLI's ``--broker`` and ``--root``.
 
 Every one takes ``--broker mqtt://HOST[:PORT]`` (env ``ACCORDION_BROKER``) and
 ``--root`` (env ``ACCORDION_ROOT``). A broker or scheduler that cannot be
@@ -20,6 +20,7 @@ from typing import Annotated
 
 import typer
 
+from accordion.client.catch_up import CatchUp
 from accordion.client.live_client import (
     BROKER_ENV,
     DEFAULT_BROKER,
@@ -29,7 +30,7 @@ from accordion.client.live_client import (
     connect,
     run_async,
 )
-from accordion.client.replay import EventGaps, ReplayState, arrivals, replay_and_follow
+from accordion.client.replay import ReplayState, arrivals, replay_and_follow
 from accordion.client.replay import replay as replay_plan
 from accordion.client.specs import job_spec, mpi_of, parse_duration
 from accordion.commands.options import (
@@ -371,6 +372,9 @@ def watch(
     """Print job events and the cluster summary as they happen (Ctrl-C stops).
 
     Times are cluster seconds (= wall seconds x the scheduler's time scale).
+    Events missed (a reconnection, a queue that overflowed) are asked of the
+    scheduler and printed marked "(from the journal)"; what it cannot give is
+    said on stderr.
     """
     with user_errors():
 
@@ -378,29 +382,33 @@ def watch(
             async with connect(broker, root, watch=True) as client:
                 loop_end = None if duration is None else time.monotonic() + duration
                 seen = 0
-                gaps = EventGaps()
+                catch_up = CatchUp(client)
+                await catch_up.start()
                 while events is None or seen < events:
                     left = None if loop_end is None else loop_end - time.monotonic()
                     if left is not None and left <= 0:
                         return
-                    item = await client.next_watched(timeout=left)
-                    if item is None:
-                        continue
-                    if isinstance(item, JobEvent) and gaps.missed(item):
-                        # Events missed (a full queue, a reconnection): the journal has them.
-                        history = await client.history([item.job_id])
-                        for old in gaps.fill(item, history):
-                            line = _watched_line(old) + " (from the journal)"
-                            out_console.print(line, highlight=False, soft_wrap=True)
-                    if isinstance(item, JobEvent):
-                        gaps.seen(item)
+                    # Woken at least every second: a reconnection is news with no event.
+                    item = await client.next_watched(timeout=min(left or WAKE, WAKE))
+                    if isinstance(item, ClusterSummary):
+                        out_console.print(_watched_line(item), highlight=False, soft_wrap=True)
+                    for shown in await catch_up.take(item if isinstance(item, JobEvent) else None):
+                        line = _watched_line(shown.event)
+                        line += " (from the journal)" if shown.recovered else ""
+                        out_console.print(line, highlight=False, soft_wrap=True)
                         seen += 1
-                    out_console.print(_watched_line(item), highlight=False, soft_wrap=True)
+                    for warning in catch_up.warnings:
+                        err_console.print(f"watch: {warning}", highlight=False, soft_wrap=True)
+                    catch_up.warnings.clear()
 
         try:
             run_async(go())
         except KeyboardInterrupt:
             return  # Ctrl-C is how a watch ends
+
+
+#: Wall seconds a watcher waits for an event before it looks whether it reconnected.
+WAKE = 1.0
 
 
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}

@@ -4,7 +4,9 @@ The command behind ``accordion sweep`` (the engine is ``accordion.experiments.sw
 statistics and chart ``accordion.experiments.sweep_stats``). ``accordion/cli.py``
 registers :func:`sweep` on its app with one line. It runs the replays in a
 ``concurrent.futures.ProcessPoolExecutor`` (``--workers``, all cores by
-default) under a progress bar, and writes into ``--out``:
+default), or with ``--dask ADDRESS`` on a Dask distributed cluster
+(``accordion.experiments.dask_pool``: the same tasks, the same CSV bytes),
+under a progress bar, and writes into ``--out``:
 
 * ``sweep.csv``: one row per run (policy, parameter, value, seed, metrics);
   sorted, free of wall-clock numbers, so the same sweep gives the same bytes,
@@ -17,14 +19,19 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from accordion.errors import UserError
+from accordion.experiments.dask_pool import dask_executor
 from accordion.experiments.sweep import Source, read_rows, run_sweep, tasks
 from accordion.experiments.sweep_stats import summarise, write_chart, write_summary
 from accordion.experiments.twin_options import (
@@ -46,6 +53,7 @@ out_console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
 
 USER_ERRORS = (
+    UserError,
     ValueError,
     SwfError,
     ClusterError,
@@ -128,10 +136,27 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
         float | None,
         typer.Option("--deadlines", min=0.0, max=1.0, help="share of jobs with a deadline"),
     ] = None,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            "--dask",
+            help="run on the Dask scheduler at this address (tcp://HOST:8786) instead of "
+            "local processes; every worker needs the same accordion installed",
+            show_default=False,
+        ),
+    ] = None,
+    dask_timeout: Annotated[
+        float,
+        typer.Option(
+            "--dask-timeout", min=0.1, help="seconds to reach the Dask scheduler and a worker"
+        ),
+    ] = 10.0,
     progress: Annotated[bool, typer.Option(help="show a progress bar")] = True,
 ) -> None:
     """Replay every policy at every value of one parameter with every seed; CSV and chart."""
     try:
+        if dask is not None and workers is not None:
+            raise ValueError("--workers sizes the local pool; with --dask, start more Dask workers")
         specs = [s.strip() for s in policies.split(",") if s.strip()]
         if not specs or len(set(specs)) != len(specs):
             raise ValueError(f"--policies must name each policy once, got {policies!r}")
@@ -155,32 +180,42 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
         execution_model(model, overhead=0.0, seed=0, calibration=calibration)
         if trace is not None and not trace.exists():
             raise FileNotFoundError(f"{trace}: no such trace")
+        # Absolute paths: a Dask worker reads them from its own working directory.
+        source = replace(
+            source,
+            trace=None if trace is None else trace.resolve(),
+            cluster=None if cluster is None else cluster.resolve(),
+            calibration=None if calibration is None else calibration.resolve(),
+        )
         todo = tasks(source, specs, name, values, parse_seeds(seeds))
         csv_path = out / "sweep.csv"
         read_rows(csv_path)  # a foreign CSV is refused before any work is done
     except USER_ERRORS as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from exc
+        _fail(exc)
 
-    with (
-        ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool,
-        Progress(
-            TextColumn("sweep"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("runs"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-            disable=not progress,
-        ) as bar,
-    ):
-        task_id = bar.add_task("sweep", total=len(todo))
+    files = [f for f in (source.trace, source.cluster, source.calibration) if f is not None]
+    try:
+        with (
+            _executor(dask, workers, files, dask_timeout) as pool,
+            Progress(
+                TextColumn("sweep"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("runs"),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+                disable=not progress,
+            ) as bar,
+        ):
+            task_id = bar.add_task("sweep", total=len(todo))
 
-        def update(done: int, total: int) -> None:
-            bar.update(task_id, completed=done, total=total)
+            def update(done: int, total: int) -> None:
+                bar.update(task_id, completed=done, total=total)
 
-        rows, ran = run_sweep(todo, csv_path, pool, progress=update)
+            rows, ran = run_sweep(todo, csv_path, pool, progress=update)
+    except UserError as exc:
+        _fail(exc)
     stats = summarise(rows)
     summary_path = out / "summary.csv"
     write_summary(summary_path, name, stats)
@@ -192,3 +227,29 @@ def sweep(  # noqa: PLR0917 (a typer command: one parameter per option)
         f"wrote {csv_path}, {summary_path}, {chart_path}",
         highlight=False,
     )
+
+
+def _fail(exc: Exception) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2) from exc
+
+
+@contextmanager
+def _executor(
+    dask: str | None, workers: int | None, files: list[Path], timeout: float
+) -> Iterator[Executor]:
+    """The local process pool, or a checked Dask cluster's executor (its dashboard said)."""
+    if dask is None:
+        with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+            yield pool
+        return
+    with dask_executor(dask, files=files, timeout=timeout) as cluster:
+        err_console.print(
+            f"Dask: {cluster.workers} workers, {cluster.threads} threads; "
+            f"dashboard {cluster.dashboard}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in cluster.mismatches:
+            err_console.print(f"Dask: versions differ: {line}", highlight=False, soft_wrap=True)
+        yield cluster.executor

@@ -17,6 +17,7 @@ from accordion.cluster.local_cluster import LocalCluster
 from accordion.display import out_console
 from accordion.experiments.demo import DemoPlan, DemoReport, difference
 from accordion.experiments.runs import Run
+from broker.auth import PROBE_SUFFIX
 from broker.messages import StatusReply
 from broker.topics import DEFAULT_ROOT
 from scheduler.policies.registry import POLICIES, PRIORITIES, policy_options
@@ -152,9 +153,9 @@ def print_status(reply: StatusReply, limit: int) -> None:
     for name in ("machine", "CPUs", "speed", "free", "state"):
         machines.add_column(name, justify="left" if name in ("machine", "state") else "right")
     for m in reply.machines:
-        machines.add_row(
-            m.id, str(m.cpus), f"{m.speed:g}", str(m.free), "online" if m.online else "offline"
-        )
+        # The agent's state when the scheduler says it (draining, stopped, held ...).
+        state = m.state.value if m.state is not None else "online" if m.online else "offline"
+        machines.add_row(m.id, str(m.cpus), f"{m.speed:g}", str(m.free), state)
     out_console.print(machines)
     queue = Table(title=f"queue: {len(reply.queue)} jobs (times in cluster seconds)")
     for name in ("job", "user", "procs", "submitted", "waiting (s)"):
@@ -215,7 +216,12 @@ def print_endpoints(local: LocalCluster, spec: ClusterSpec) -> None:
     if local.root != DEFAULT_ROOT:
         flags += f" --root {local.root}"
     if local.auth_files is not None:
-        logins = sorted(local.auth_files.env_files.items())
+        # An agent's probe login is its own (``broker.auth``): not one to hand out.
+        logins = sorted(
+            (login, path)
+            for login, path in local.auth_files.env_files.items()
+            if not login.endswith(PROBE_SUFFIX)
+        )
         out_console.print(
             "logins (Mosquitto password and ACL files in "
             f"{local.auth_files.password_file.parent}); to be one of them, "

@@ -5,7 +5,10 @@ The cluster itself is :class:`accordion.cluster.local_cluster.LocalCluster`; the
 directory, the ordered stop on Ctrl-C or SIGTERM, and what is printed. While
 it runs, a process of the cluster that dies is restarted (a line on stderr
 says which, and its restart count); the cluster is torn down only by Ctrl-C,
-SIGTERM, or a process that exits with a usage error.
+SIGTERM, or a process that exits with a usage error. The stop is polite: the
+agents leave their jobs running within their lease, so ``accordion up`` again
+on the same ``--run-dir`` adopts them, and no job's requeue budget is charged
+for it (``--drain-on-stop``: the agents run their jobs to their end first).
 """
 
 from __future__ import annotations
@@ -141,6 +144,15 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
         list[str] | None,
         typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
     ] = None,
+    drain_on_stop: Annotated[
+        bool,
+        typer.Option(
+            "--drain-on-stop",
+            help="on Ctrl-C, the agents take no new job and run theirs to their end before "
+            "they stop (Ctrl-C again: they leave them); default: they leave their jobs "
+            "running for the lease, for `up` again on the same --run-dir to adopt",
+        ),
+    ] = False,
 ) -> None:
     """Start a local cluster from a cluster file: broker, scheduler, agents (Ctrl-C stops).
 
@@ -195,6 +207,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             auth=auth,
             # Without --user, one account for whoever runs it.
             users=users or [_os_login()],
+            drain_on_stop=drain_on_stop,
         )
     if plan is not None:
         note(
@@ -225,7 +238,16 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
                 local.stop()  # the journal is read once the scheduler has closed it
                 report = report_demo(local, plan, live)
     except KeyboardInterrupt:
-        note("stopped: agents, scheduler, broker")
+        if drain_on_stop:
+            kept = "their jobs ran to their end"
+        elif keep or run_dir is not None:
+            kept = (
+                f"their jobs run on for {local.lease:g} s, for `accordion up --run-dir "
+                f"{directory}` to adopt"
+            )
+        else:
+            kept = "their jobs stop with the run directory, which is removed"
+        note(f"stopped: agents ({kept}), scheduler, broker")
         interrupted = True
     except (UpError, LiveError, BusError) as exc:
         failed = str(exc)

@@ -50,10 +50,16 @@ them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
 target) and ``takeover`` (mallory connects with the scheduler's and an
 agent's client ids and holds them while jobs run; **effects** counts the
-victims' reconnections and restarts, 0 is the target).
+victims' reconnections and restarts, 0 is the target). Four rows are an
+operator's doing (``bench/faults/stop_rows.py``): ``agent-sigterm``,
+``up-restarts``, ``duplicate-agent`` (with logins) and ``full-disk`` (the
+journal on a small tmpfs, filled while jobs run: needs root); for them a
+failed job or a **charged** requeue (one counted against the job's budget)
+is a fault too.
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``sampler.py`` (``/proc``), ``rows.py`` and ``trust_rows.py`` (the rows),
+``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py`` and ``stop_rows.py``
+(the rows), ``disk.py`` (the tmpfs),
 ``table.py`` (the printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
@@ -89,6 +95,7 @@ from bench.faults.cluster import (  # noqa: E402
     tally,
     wait_drained,
 )
+from bench.faults.disk import DiskError, small_tmpfs  # noqa: E402
 from bench.faults.rows import (  # noqa: E402
     row_agent_freeze,
     row_agent_kill,
@@ -99,11 +106,20 @@ from bench.faults.rows import (  # noqa: E402
     row_scheduler_kill,
 )
 from bench.faults.sampler import ALLOWANCE, Sampler  # noqa: E402
+from bench.faults.stop_rows import (  # noqa: E402
+    DISK_SIZE,
+    row_agent_sigterm,
+    row_duplicate_agent,
+    row_full_disk,
+    row_up_restarts,
+)
 from bench.faults.table import table  # noqa: E402
 from bench.faults.trust_rows import row_forged, row_hostile, row_takeover  # noqa: E402
 
 Row = Callable[[Bench, LocalCluster, Sampler, Result, str], Awaitable[set[str]]]
-AUTH_ROWS = ("forged", "takeover")
+AUTH_ROWS = ("forged", "takeover", "duplicate-agent")
+#: Rows of an operator's doing: no job may fail of them, no requeue be charged.
+OPERATOR_ROWS = ("agent-sigterm", "up-restarts", "duplicate-agent", "full-disk")
 ROWS: dict[str, Row] = {
     "baseline": row_baseline,
     "agent-kill": row_agent_kill,
@@ -115,6 +131,10 @@ ROWS: dict[str, Row] = {
     "hostile": row_hostile,
     "forged": row_forged,
     "takeover": row_takeover,
+    "agent-sigterm": row_agent_sigterm,
+    "up-restarts": row_up_restarts,
+    "duplicate-agent": row_duplicate_agent,
+    "full-disk": row_full_disk,
 }
 
 
@@ -129,8 +149,21 @@ def judge_overlaps(result: Result, sampler: Sampler, allowance: float) -> None:
 
 
 async def run_row(bench: Bench, name: str) -> Result:
-    tag = uuid.uuid4().hex[:6]
     run_dir = Path(tempfile.mkdtemp(prefix=f"accordion-faults-{name}-"))
+    if name != "full-disk":
+        return await _run_row(bench, name, run_dir, None)
+    # The full disk's journal on a tmpfs of its own, unmounted after the tally.
+    mount = Path(tempfile.mkdtemp(prefix="accordion-faults-disk-"))
+    try:
+        with small_tmpfs(mount, DISK_SIZE):
+            return await _run_row(bench, name, run_dir, mount / "journal.sqlite")
+    finally:
+        with contextlib.suppress(OSError):
+            mount.rmdir()
+
+
+async def _run_row(bench: Bench, name: str, run_dir: Path, journal: Path | None) -> Result:
+    tag = uuid.uuid4().hex[:6]
     cluster = LocalCluster(
         cluster_spec(tag),
         run_dir,
@@ -144,6 +177,7 @@ async def run_row(bench: Bench, name: str) -> Result:
         # An agent login with no agent of its own: the forging agent of row "forged"
         # (a second connection under a running agent's login would take it over).
         extra_agents=(FORGING_AGENT,),
+        journal=journal,
     )
     result = Result(name)
     with cluster, Sampler(cluster.root) as sampler:
@@ -210,7 +244,7 @@ def main() -> int:
         started = time.monotonic()
         try:
             result = run_async(run_row(bench, name))
-        except (RuntimeError, OSError) as exc:
+        except (RuntimeError, OSError, DiskError) as exc:
             result = Result(name, note=f"ERROR: {exc}")
         bench.results.append(result)
         console.print(f"  done in {time.monotonic() - started:.1f} s", highlight=False)
@@ -218,7 +252,11 @@ def main() -> int:
     bad = [
         r.row
         for r in bench.results
-        if r.lost or r.duplicated or r.effects or r.note.startswith("ERROR")
+        if r.lost
+        or r.duplicated
+        or r.effects
+        or r.note.startswith("ERROR")
+        or (r.row in OPERATOR_ROWS and (r.charged or r.failed))
     ]
     with contextlib.suppress(Exception):
         console.print(f"rows with loss, duplicates or errors: {', '.join(bad) or 'none'}")

@@ -46,6 +46,8 @@ class Result:
     queued: int = 0
     lost: int = 0
     requeued: int = 0
+    #: Of the requeues, those charged to a job's requeue budget.
+    charged: int = 0
     #: Parts a restarted agent adopted (the journal's ``adopted`` events).
     adopted: int = 0
     #: Jobs run twice at once beyond the fencing bound (``bench.faults.sampler``).
@@ -183,6 +185,7 @@ def tally(result: Result, journal_path: Path, accepted: set[str]) -> None:
                 result.queued += 1
             continue
         result.requeued += row.requeues
+        result.charged += row.requeues - row.uncharged
         if row.state is JobState.FINISHED:
             result.finished += 1
         elif row.state is JobState.FAILED:

@@ -82,7 +82,8 @@ class Admission:
 
     @property
     def stopping(self) -> bool:
-        """Whether the agent is shutting down: every start is refused ``lost``."""
+        """Whether the agent is stopping: every start is refused ``stopped`` (its
+        operator's stop, which the scheduler does not charge to the job)."""
         return self._stopping
 
     def stop(self) -> None:
@@ -182,7 +183,7 @@ class Admission:
             log.info("agent %s: duplicate StartPart for %s ignored", self._agent_id, job.id)
             return
         if self._stopping:
-            self._refuse(job.id, attempt, "lost", "the agent is shutting down")
+            self._refuse(job.id, attempt, "stopped", "the agent is stopping")
             return
         # Delayed past the lease (this agent was frozen or cut off, or the queue held
         # it), or sent while its lease had lapsed: the scheduler may have requeued the
@@ -265,10 +266,13 @@ class Admission:
             self.start(command)
 
     def refuse_waiting(self) -> None:
-        """The agent stops and its last part is gone: answer the starts still waiting."""
+        """The agent stops: answer the starts still waiting (for CPUs, or for a stale
+        attempt to be gone)."""
         waiting, self._waiting = self._waiting, []
+        waiting += self._deferred.values()
+        self._deferred = {}
         for command in waiting:
-            self.start(command)  # refused "lost": the agent is stopping
+            self.start(command)  # refused "stopped": the agent is stopping
 
     def _refuse(self, job_id: str, attempt: int, reason: Reason, why: str) -> None:
         log.warning("agent %s: part %s refused (%s): %s", self._agent_id, job_id, reason, why)
@@ -349,7 +353,7 @@ class Admission:
             log.info("agent %s: cancel of %s ignored: not running", self._agent_id, command.job_id)
         elif part.ending is None:
             self._runs.end(part, "cancelled", self._monotonic())
-        elif part.ending == "lost":
+        elif part.ending in ("lost", "stopped"):
             part.ending = "cancelled"  # asked by the scheduler while the agent stops
 
 

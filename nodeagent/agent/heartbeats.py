@@ -66,6 +66,14 @@ class Heartbeats:
         if self._task is not None:
             self._task.cancel()
 
+    async def last(self) -> None:
+        """One more beat, awaited: the agent leaves its parts, whose lease then runs
+        from the broker's acknowledgement of it."""
+        self.cancel()
+        beat = Heartbeat(agent_id=self._agent_id, seq=self._seq, running=self._parts.running())
+        self._seq += 1
+        await self._beat(beat)
+
     def _send(self) -> None:
         """Send a heartbeat without waiting for it: its acknowledgement renews the lease.
 

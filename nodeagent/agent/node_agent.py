@@ -75,13 +75,32 @@ killed outright (SIGKILL) cannot: its parts go on within their lease, and a
 next incarnation adopts them (``nodeagent.survival.adoption``; the scheduler holds
 them for the lease meanwhile, ``scheduler.live.agent_hold``).
 
-Shutdown rule. A stopping agent does not take the scheduler's decisions for
-it: it terminates its parts, reports each as ``PartFinished(reason="lost")``
-(the same reason as a part on an agent that died, so the scheduler applies
-one rule, requeue or fail, to both; a part the scheduler itself had asked to
-cancel stays ``cancelled``, one that finished stays ``done``), answers a
-``StartPart`` arriving meanwhile with ``lost`` too, and then publishes
-``AgentOffline(reason="goodbye")`` retained, replacing its ``AgentOnline``.
+Stop rule (DESIGN.md, "Trust and faults": a stop an operator asks for never
+costs a job its requeue budget). SIGTERM or SIGINT (:meth:`NodeAgent.stop`):
+
+- *leave* (the default, for an agent whose parts outlive it: a state
+  directory, a lease, adoption on): it publishes ``AgentOffline(reason=
+  "stopping")`` retained, refuses new starts (``stopped``), waits for the
+  parts still being launched (heartbeating meanwhile, which renews their
+  lease and which the scheduler no longer counts as proof of life), renews
+  the lease once more, and leaves every part running, as a SIGKILL would.
+  Its parts run on within their lease for its next incarnation to adopt;
+  the scheduler holds them meanwhile (STOPPED), and requeues uncharged
+  what is not adopted;
+- *drain* (``drain_on_stop``, ``--drain-on-stop``): it announces
+  ``AgentOnline(draining=True)`` (the scheduler places nothing more
+  there), runs its parts to their end, and then says goodbye
+  (``AgentOffline(reason="goodbye")``, retained): it retires. A second
+  SIGTERM while it drains leaves instead;
+- *end* (an agent whose parts cannot outlive it): it says ``stopping``
+  first, then terminates its parts and reports each ``PartFinished(
+  reason="stopped")`` (one the scheduler had asked to cancel stays
+  ``cancelled``, one that finished stays ``done``); the scheduler requeues
+  them uncharged.
+
+The first thing a stop does is note it in the state directory's incarnation
+record (``nodeagent.survival.incarnation``), so a successor that finds a part
+of it dead reports it ``stopped`` too.
 
 Objects. :class:`NodeAgent` is the actor: its mailbox, its drain loop, its
 connection and what it announces on it. The rest is done by collaborators it
@@ -117,12 +136,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 
 from broker.bus import Bus, Delivery, Will
 from broker.codec import encode
-from broker.messages import AgentOffline, AgentOnline, Message, RunningPart
+from broker.messages import AgentOffline, AgentOnline, Message
 from broker.topics import Topics
 from model.machine import Machine
 from nodeagent.agent.admission import Admission
@@ -141,7 +161,7 @@ from nodeagent.agent.parts import (
 from nodeagent.agent.registration import agent_will, machine_spec, new_incarnation
 from nodeagent.agent.reports import Reports
 from nodeagent.agent.runs import PartRuns
-from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason
+from nodeagent.agent.settings import REASONS, AgentSettings, AgentStats, Reason, StopMode
 from nodeagent.agent.takeover import TakeOver
 from nodeagent.agent.tasks import Tasks
 from nodeagent.launch.spawn import Spawn
@@ -155,6 +175,7 @@ __all__ = [
     "AgentStats",
     "NodeAgent",
     "Reason",
+    "StopMode",
     "agent_will",
     "machine_spec",
     "new_incarnation",
@@ -193,7 +214,13 @@ class NodeAgent:
         self._events = topics.agent_events(machine.id)
         self._state = topics.agent_state(machine.id)
         self._mailbox: asyncio.Queue[Mail] = asyncio.Queue(settings.mailbox_size)
-        self._stop_requested = False
+        #: SIGTERMs (or SIGINTs) received; a second one while draining leaves instead.
+        self._stops_asked = 0
+        #: How this agent stops (the module docstring), once it has begun to.
+        self.stopping: StopMode | None = None
+        #: Called once a stop has begun (before anything is published): the state
+        #: directory's incarnation record notes it.
+        self.on_stop: Callable[[StopMode], None] | None = None
         # What the collaborators share, each handed it at construction.
         self._tasks = Tasks(f"agent-{machine.id}")
         self._counters = Counters()
@@ -303,9 +330,16 @@ class NodeAgent:
             not_adopted=c.not_adopted,
         )
 
+    @property
+    def leaves_parts(self) -> bool:
+        """Whether this agent stopped leaving its parts running for its successor (its
+        launcher must then not kill them as it closes)."""
+        return self.stopping == "leave"
+
     def stop(self) -> None:
-        """Ask for a clean shutdown (signal-safe); ``run()`` returns once it is done."""
-        self._stop_requested = True
+        """Ask for a stop by the stop rule (signal-safe); ``run()`` returns once it is
+        done. A second call while draining leaves the parts instead."""
+        self._stops_asked += 1
         # A full mailbox wakes the loop anyway; the flag is what it reads.
         with contextlib.suppress(asyncio.QueueFull):
             self._mailbox.put_nowait(None)
@@ -338,7 +372,7 @@ class NodeAgent:
     async def _serve(self) -> None:
         await self._bus.subscribe(self._commands)
         # Adopted parts (if any) are listed as running from the first announcement.
-        await self._publish(self._state, self._online(self._parts.running()), retain=True)
+        await self._publish(self._state, self._online(), retain=True)
         log.info(
             "agent %s online (incarnation %s, %d adopted part(s))",
             self.agent_id,
@@ -353,11 +387,26 @@ class NodeAgent:
             finally:
                 reader.cancel()
                 self._heartbeats.cancel()
-        goodbye = AgentOffline(
-            agent_id=self.agent_id, incarnation=self.incarnation, reason="goodbye"
+                if self.leaves_parts:
+                    self._runs.leave()
+        if self.stopping == "leave":
+            log.info(
+                "agent %s stopped: %d part(s) left running for its next incarnation",
+                self.agent_id,
+                len(self._parts),
+            )
+        elif self.stopping is None or self.stopping == "drain":
+            goodbye = AgentOffline(
+                agent_id=self.agent_id, incarnation=self.incarnation, reason="goodbye"
+            )
+            await self._publish(self._state, goodbye, retain=True)
+            log.info("agent %s said goodbye", self.agent_id)
+
+    async def _say_stopping(self) -> None:
+        stopping = AgentOffline(
+            agent_id=self.agent_id, incarnation=self.incarnation, reason="stopping"
         )
-        await self._publish(self._state, goodbye, retain=True)
-        log.info("agent %s said goodbye", self.agent_id)
+        await self._publish(self._state, stopping, retain=True)
 
     async def _read_bus(self) -> None:
         """Helper task: the commands, into the mailbox."""
@@ -369,15 +418,23 @@ class NodeAgent:
     async def _drain(self) -> None:
         self._heartbeats.soon(self._monotonic())
         while True:
-            if self._stop_requested and not self._admission.stopping:
-                self._begin_shutdown()
+            if self._stops_asked and self.stopping is None:
+                await self._begin_stop(self._stop_mode())
+            elif self._stops_asked > 1 and self.stopping == "drain":
+                log.warning("agent %s: stopped again while it drains", self.agent_id)
+                await self._begin_stop("leave" if self.adopts else "end")
             now = self._monotonic()
-            self._heartbeats.due(now)
+            if self.stopping != "end":
+                self._heartbeats.due(now)
             self._runs.due(now)
-            if self._admission.stopping and not self._parts:
+            if self._stopped():
                 self._admission.refuse_waiting()
+                if self.stopping == "leave":
+                    # Its parts' lease runs from here, not from up to a heartbeat ago.
+                    await self._heartbeats.last()
                 return
-            deadline = min(self._heartbeats.next_at, self._runs.next_deadline())
+            beats = self._heartbeats.next_at if self.stopping != "end" else math.inf
+            deadline = min(beats, self._runs.next_deadline())
             mail = await self._next(deadline - self._monotonic())
             if isinstance(mail, Delivery):
                 self._admission.command(mail)
@@ -402,30 +459,63 @@ class NodeAgent:
         except TimeoutError:
             return None
 
-    def _begin_shutdown(self) -> None:
+    def _stop_mode(self) -> StopMode:
+        if self.settings.drain_on_stop:
+            return "drain"
+        return "leave" if self.adopts else "end"
+
+    async def _begin_stop(self, mode: StopMode) -> None:
+        """Begin a stop by the stop rule (the module docstring)."""
+        self.stopping = mode
+        if self.on_stop is not None:
+            self.on_stop(mode)
+        if mode == "drain":
+            log.info("agent %s draining: %d part(s) to run to their end", self.agent_id, len(self))
+            await self._publish(self._state, self._online(), retain=True)
+            return
+        # Said first, so the scheduler places nothing more here (and, for parts ended,
+        # requeues their jobs uncharged whichever it hears first).
+        await self._say_stopping()
         self._admission.stop()
-        log.info("agent %s stopping: ending %d parts", self.agent_id, len(self._parts))
-        self._runs.end_all("lost", self._monotonic())
+        if mode == "leave":
+            log.info("agent %s stopping: leaving %d part(s) running", self.agent_id, len(self))
+            return
+        self._heartbeats.cancel()
+        log.info("agent %s stopping: ending %d part(s)", self.agent_id, len(self))
+        self._runs.end_all("stopped", self._monotonic())
+
+    def _stopped(self) -> bool:
+        """Whether the stop begun is over: no part left (drain, end), or none still
+        being launched (leave: a launched part has its record for the successor)."""
+        if self.stopping is None:
+            return False
+        if self.stopping == "leave":
+            return all(part.process is not None for part in self._parts.values())
+        return not self._parts
+
+    def __len__(self) -> int:
+        return len(self._parts)
 
     async def _announce(self) -> None:
         running = self._parts.running()
-        await self._publish(self._state, self._online(running), retain=True)
+        await self._publish(self._state, self._online(), retain=True)
         log.info(
             "agent %s announced again after a reconnection: %d part(s)", self.agent_id, len(running)
         )
         self._heartbeats.soon(self._monotonic())
 
-    def _online(self, running: tuple[RunningPart, ...]) -> AgentOnline:
+    def _online(self) -> AgentOnline:
         return AgentOnline(
             machine=self._spec,
             incarnation=self.incarnation,
-            running=running,
+            running=self._parts.running(),
             lease=self.settings.lease,
             cpuset=self._pool.cores,
             emulated=self._pool.emulated,
             speed_score=self.settings.speed_score,
             speed_spread=self.settings.speed_spread,
             adopts=self.adopts,
+            draining=self.stopping == "drain",
         )
 
     async def _publish(self, topic: str, message: Message, *, retain: bool = False) -> None:

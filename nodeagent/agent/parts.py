@@ -10,6 +10,7 @@ agent's drain loop changes them; the exporter's thread reads the table's
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import ItemsView, ValuesView
 from dataclasses import dataclass, field
 
@@ -51,6 +52,21 @@ class Part:
     #: how long after ``received`` that was.
     forked: float | None = None
     launch_seconds: float = 0.0
+    #: Adopted from a predecessor its operator stopped: wall time of the adoption. Its
+    #: lease ran on the predecessor's account until this incarnation renews it, so an
+    #: end for its lease before then is that stop's, not the job's (``stopped``).
+    adopted_after_stop: float | None = None
+
+    def lapsed_on_the_stop(self) -> bool:
+        """Whether it was left by a stopped predecessor and its lease was not renewed by
+        this incarnation since (its lease file older than its adoption)."""
+        if self.adopted_after_stop is None or self.launch.lease_file is None:
+            return False
+        try:
+            renewed = os.stat(self.launch.lease_file).st_mtime
+        except OSError:
+            return True  # no lease of its own left: nobody renewed it
+        return renewed < self.adopted_after_stop
 
     def signal(self, *, kill: bool) -> None:
         """SIGKILL or SIGTERM its process; a process still launching gets it on arrival

@@ -87,16 +87,29 @@ class Reports:
         )
         self._outbox.post(self._topic, encode(finished))
 
-    def not_adopted(self, lost: Lost) -> None:
+    def not_adopted(self, lost: Lost, *, stopped: bool = False) -> None:
         """A part a previous incarnation left that this one could not take over:
-        ``fenced`` (the scheduler requeues it), and not remembered."""
-        self._counters.finished["fenced"] += 1
+        ``fenced`` (the scheduler requeues it), or ``stopped`` when that incarnation
+        stopped because its operator asked (not charged).
+
+        A ``stopped`` one is remembered as ended: a scheduler restarted with the
+        cluster (``accordion up`` stopped and started) sends that attempt's start
+        again as one in flight, and this report, on its way, then requeues the job;
+        starting it here too would hold CPUs the scheduler counts free, and its next
+        placements here would be refused. A ``fenced`` one is not remembered (the
+        older rule for a killed predecessor)."""
+        reason: Reason = "stopped" if stopped else "fenced"
+        if stopped:
+            self._finished[(lost.job_id, lost.attempt)] = reason
+            while len(self._finished) > self._remember:
+                self._finished.popitem(last=False)
+        self._counters.finished[reason] += 1
         finished = PartFinished(
             job_id=lost.job_id,
             agent_id=self._agent_id,
             exit_code=EXIT_LOST,
             at=self._clock(),
-            reason="fenced",
+            reason=reason,
             attempt=lost.attempt,
             detail=f"not adopted: {lost.why}"[:500],
         )

@@ -23,6 +23,11 @@ While a part launches, a cancel, a resize or the agent's shutdown acts on its
 account only (``ending``, ``kill_at``, its CPUs and cores); the process gets
 the signal, and its ranks their pinning, when it arrives.
 
+Leaving (:meth:`PartRuns.leave`: the agent stops and leaves its parts to its
+next incarnation): the supervisors are cancelled without killing their
+processes, which go on within their lease, their relay pipes closed, as
+after a SIGKILL of the agent.
+
 Times. The agent measures each part on its own monotonic clock (never the
 scheduler's, never another host's): its *launch latency*, from the start's
 admission to the fork, reported in ``PartStarted.launch_seconds`` and the
@@ -110,6 +115,9 @@ class PartRuns:
         self._state = state
         self._counters = counters
         self._monotonic = monotonic
+        #: The supervisors, by job id and attempt (cancelled when the agent leaves).
+        self._supervisors: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._leaving = False
 
     # -- the helper tasks: they only post to the mailbox -----------------------------
 
@@ -117,7 +125,20 @@ class PartRuns:
         """Start the helper task that launches and then supervises ``part``; its
         process gets its bus once ``cleared`` (its control topic's clear) is done."""
         launch = part.launch
-        self._tasks.start(self._run(launch, cleared), f"part-{launch.job_id}")
+        task = self._tasks.start(self._run(launch, cleared), f"part-{launch.job_id}")
+        self._supervise(launch.job_id, part.attempt, task)
+
+    def _supervise(self, job_id: str, attempt: int, task: asyncio.Task[None]) -> None:
+        key = (job_id, attempt)
+        self._supervisors[key] = task
+        task.add_done_callback(lambda _: self._supervisors.pop(key, None))
+
+    def leave(self) -> None:
+        """The agent leaves its parts running (the module docstring): cancel every
+        supervisor without killing its process."""
+        self._leaving = True
+        for task in list(self._supervisors.values()):
+            task.cancel()
 
     async def _run(self, launch: Launch, cleared: asyncio.Future[None]) -> None:
         job_id, attempt = launch.job_id, launch.attempt
@@ -135,6 +156,8 @@ class PartRuns:
             await self._mailbox.put(Launched(job_id, attempt, process))
             code = await process.wait()
         except BaseException:
+            if self._leaving:
+                raise  # left for the next incarnation: it runs on within its lease
             # Only an unclean end of the agent gets here (its bus was lost, or its task
             # cancelled): the scheduler will count this part lost, so it must not go
             # on running unseen and holding the CPUs. Reaped before the error goes
@@ -147,13 +170,16 @@ class PartRuns:
 
     def watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
         """Supervise a part this agent did not launch (adopted at start)."""
-        self._tasks.start(self._watch(job_id, attempt, process), f"adopted-{job_id}")
+        task = self._tasks.start(self._watch(job_id, attempt, process), f"adopted-{job_id}")
+        self._supervise(job_id, attempt, task)
 
     async def _watch(self, job_id: str, attempt: int, process: JobProcess) -> None:
         """The supervisor of an adopted part: its exit, as it said it (or lost)."""
         try:
             code = await process.wait()
         except BaseException:
+            if self._leaving:
+                raise  # left for the next incarnation, as one it forked (``_run``)
             # The agent's unclean end: as for a part it forked (``_run``).
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -231,8 +257,10 @@ class PartRuns:
         if reason == "failed" and (exited.code == EXIT_LOST or self._lease.lapsed()):
             # EXIT_LOST: the process lost its bus or its agent and stopped unseen (or
             # never reached the broker); like a lapsed lease, that is fencing, not the
-            # job failing: the scheduler requeues it.
-            reason = "fenced"
+            # job failing: the scheduler requeues it. A part left by a stopped agent
+            # whose lease ran out before this incarnation renewed it ended of that
+            # stop: the scheduler does not charge it.
+            reason = "stopped" if part.lapsed_on_the_stop() else "fenced"
         if part.resized:
             self._outbox.post(self._topics.job_control(exited.job_id), b"", retain=True)
         run = _run_seconds(part, exited)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from nodeagent.survival.lease import DEFAULT_LEASE
 
-Reason = Literal["done", "failed", "cancelled", "walltime", "lost", "fenced"]
-REASONS: tuple[Reason, ...] = ("done", "failed", "cancelled", "walltime", "lost", "fenced")
+Reason = Literal["done", "failed", "cancelled", "walltime", "lost", "fenced", "stopped"]
+REASONS: tuple[Reason, ...] = get_args(Reason)
+#: How an agent stops (``nodeagent.agent.node_agent``'s stop rule): it leaves its parts
+#: for its next incarnation, drains them, or ends them.
+StopMode = Literal["leave", "drain", "end"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +51,10 @@ class AgentSettings:
     #: Wall seconds the agent looks for an MPI-like part's ranks before giving up
     #: pinning them one by one (they stay on the part's cores, inherited).
     rank_search: float = 10.0
+    #: Stopped (SIGTERM), drain: take no new part, run the parts to their end, then
+    #: say goodbye; False: leave them running for the next incarnation (or end them,
+    #: without adoption). See ``nodeagent.agent.node_agent``, "Stop rule".
+    drain_on_stop: bool = False
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "kill_grace"):

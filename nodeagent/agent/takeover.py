@@ -9,13 +9,16 @@ it), so its first ``AgentOnline`` lists them; a part that does not fit (its
 CPUs or slots taken, a slot this agent does not have) is killed and counted
 lost. Once the agent's tasks run (:meth:`TakeOver.supervise`), each adopted
 part gets a supervisor like a part it forked (``nodeagent.agent.runs``), and
-each lost one is reported ``fenced`` so the scheduler requeues it.
+each lost one is reported ``fenced`` so the scheduler requeues it, or
+``stopped`` (not charged) when the predecessor stopped because its operator
+asked (``Survey.after_stop``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from nodeagent.agent.cpuset import CpusetError, SlotPool, pin_part
 from nodeagent.agent.parts import Counters, Part, PartTable, wall_deadline
@@ -90,6 +93,7 @@ class TakeOver:
             slots=slots,
             failure_file=launch.failure_file,
             forked=forked.mono,
+            adopted_after_stop=time.time() if self._survey and self._survey.after_stop else None,
         )
         self._parts.add(part)
         self._adopted.append(part)
@@ -105,7 +109,7 @@ class TakeOver:
         for lost in self._survey.lost:
             # Not remembered as finished here: a (job, attempt) a scheduler with a fresh
             # journal starts again is a new part, not a duplicate of an old process.
-            self._reports.not_adopted(lost)
+            self._reports.not_adopted(lost, stopped=self._survey.after_stop)
         for part in self._adopted:
             process, job_id = part.process, part.launch.job_id
             if process is None:

@@ -25,6 +25,9 @@ Failure rules:
   reads EOF on its relay pipe and exits ``EXIT_LOST``; the lease file stops
   any job that could not tell (``nodeagent.survival.lease``). Nothing outlives it
   unseen.
+- The agent stops and leaves its parts to its next incarnation
+  (:meth:`ForkServer.leave`): closing the server then kills none of its
+  children; they run on within their lease, as after the agent's SIGKILL.
 - The server dies: its jobs would be orphans whose exit codes nobody can read.
   So the agent SIGKILLs them through their pidfds, waits until they are gone,
   and reports each with ``EXIT_LOST`` (the agent reports ``fenced``, which the
@@ -187,6 +190,7 @@ class ForkServer:
         self._children: dict[int, tuple[ForkedProcess, asyncio.Future[int]]] = {}
         self._next_id = 0
         self._closing = False
+        self._leaving = False
         self._reaper: set[asyncio.Task[None]] = set()
         self.stats = ForkServerStats()
 
@@ -372,6 +376,8 @@ class ForkServer:
         server: asyncio.subprocess.Process | None,
         children: dict[int, tuple[ForkedProcess, asyncio.Future[int]]],
     ) -> None:
+        if self._leaving:
+            children = {}  # left running for the agent's next incarnation
         for process, exit_code in children.values():
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -386,8 +392,13 @@ class ForkServer:
                 self._process = None
             log.info("fork server %d exited with %d", server.pid, code)
 
+    def leave(self) -> None:
+        """Let :meth:`close` leave the children running (the agent leaves its parts)."""
+        self._leaving = True
+
     async def close(self) -> None:
-        """Stop the server (it exits on EOF); its remaining children are killed."""
+        """Stop the server (it exits on EOF); its remaining children are killed, unless
+        the agent leaves them (:meth:`leave`)."""
         self._closing = True
         self._died("closed by its agent")
         while self._reaper:

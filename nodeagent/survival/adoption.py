@@ -154,6 +154,9 @@ class Survey:
     bad_records: int = 0
     #: Processes killed because they could not be adopted (alive and verifiably ours).
     killed: int = 0
+    #: The predecessor stopped because its operator asked (its incarnation record says
+    #: so, ``nodeagent.survival.incarnation``): what is lost is reported ``stopped``.
+    after_stop: bool = False
 
 
 def _launch_of(record: PartRecord, agent_id: str) -> Launch:
@@ -280,6 +283,12 @@ class RejoinServer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Take no more connections: a job whose pipe breaks now (its agent leaves it
+        to the next incarnation) finds the socket refusing and tries again, until
+        that incarnation's server is there, instead of being refused by this one."""
         if self._server is not None:
             self._server.close()
             self._server = None

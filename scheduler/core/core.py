@@ -186,9 +186,10 @@ class SchedulerCore:
         """A machine registered (or the twin's cluster is being built)."""
         self._cluster.join(machine)
 
-    def machine_left(self, machine_id: str, now: float) -> list[Left]:
-        """A machine is gone: the lost-machine rule for its jobs (``Recovery.machine_left``)."""
-        lost = self._recovery.machine_left(machine_id, now)
+    def machine_left(self, machine_id: str, now: float, *, charged: bool = True) -> list[Left]:
+        """A machine is gone: the lost-machine rule for its jobs (``Recovery.machine_left``);
+        ``charged=False`` for a machine its operator stopped."""
+        lost = self._recovery.machine_left(machine_id, now, charged=charged)
         # A promise on a machine that is gone cannot be kept; policies plan afresh.
         self._reservations = {
             jid: r

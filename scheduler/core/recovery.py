@@ -7,9 +7,10 @@ it is *requeued* (same id, same submit time, back at its place in arrival
 order; its CPUs on the other machines are freed, the caller cancels those
 parts) unless it was already requeued ``max_requeues`` times (default 2), in
 which case it *fails*. A requeue of a start that never ran (its agent fenced
-it off before the fork) is not charged: it numbers the next attempt but never
-fails the job. The journal keeps only the requeue count, so a restarted
-scheduler charges them all. What each agent or part event does to a job in
+it off before the fork), or of a job whose machine its operator stopped, is
+not charged: it numbers the next attempt but never fails the job. The journal
+keeps how many were not charged, so a restarted scheduler charges the same
+ones. What each agent or part event does to a job in
 the live runtime (which of these it calls) is ``scheduler.live.coupling``'s
 table.
 
@@ -60,20 +61,21 @@ class Recovery:
         self.max_requeues = max_requeues
         self._folds = folds
 
-    def machine_left(self, machine_id: str, now: float) -> list[Left]:
+    def machine_left(self, machine_id: str, now: float, *, charged: bool = True) -> list[Left]:
         """A machine is gone: apply the lost-machine rule (module docstring) to its jobs.
 
         Returns one :class:`Left` per job that had a part there, in start order
         (then the pending ones), with ``state`` ``QUEUED`` (requeued) or
         ``FAILED``; the caller cancels the jobs' parts on the other machines.
+        ``charged=False``: its operator stopped it, no requeue counts (none fails).
         """
         cluster = self._cluster
         if machine_id not in cluster.speeds:
             raise KeyError(f"machine {machine_id!r} is not known")
         hit = [r for r in cluster.running.values() if any(p.machine == machine_id for p in r.parts)]
-        lost = [self._lose_running(run, now) for run in hit]
+        lost = [self._lose_running(run, now, charged=charged) for run in hit]
         lost += [
-            self.job_lost(jid, now)
+            self.job_lost(jid, now, charged=charged)
             for jid, p in list(self._book.pending.items())
             if any(part.machine == machine_id for part in p.parts)
         ]

@@ -37,9 +37,15 @@ The moves and what they do to the machine and the parts are
 ``scheduler.live.coupling``'s; this module keeps the hold's own bookkeeping
 (its length, its journal rows and events, its metrics).
 
+*A stop its operator asked for* (``AgentOffline(reason="stopping")`` from an
+agent that adopts): the same hold, the agent STOPPED instead of HELD, each
+job's hold journaled with its cause ``stop``; what its next incarnation does
+not adopt, and what is left when the hold ends, is requeued without charging
+the jobs' budgets (``scheduler.live.coupling``).
+
 A scheduler restarted during a hold-off finds the jobs pending
-(``scheduler.live.reconcile``) with the hold's end in their journal rows, and waits
-for the rest of the hold-off before declaring them lost.
+(``scheduler.live.reconcile``) with the hold's end (and cause) in their journal
+rows, and waits for the rest of the hold-off before declaring them lost.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ def hold_off(ag: Agent) -> float:
 
 
 def held(ctx: Context, agent: str, now: float, why: str) -> None:
-    """The agent has just moved to HELD: journal the hold of each of its jobs."""
+    """The agent has just moved to HELD or STOPPED: journal the hold of each of its jobs."""
     ag = ctx.agents[agent]
     wall = hold_off(ag)
     until = ag.life.held_until
@@ -68,16 +74,18 @@ def held(ctx: Context, agent: str, now: float, why: str) -> None:
         raise ValueError(f"agent {agent} is held with no hold-off set")
     ctx.dirty = True
     jobs = jobs_on(ctx, agent)
+    stopped = ag.life.state is AgentState.STOPPED
+    what = "stopped by its operator" if stopped else f"lost ({why})"
     for job_id in jobs:
-        detail = f"agent {agent} lost ({why}): held for adoption for {wall!r} s"
+        detail = f"agent {agent} {what}: held for adoption for {wall!r} s"
         # In the job's row, not only in the event: a restart must wait whatever
         # events are journaled (``job_events="none"`` journals none).
-        ctx.journal.record_hold(job_id, now, until, detail)
+        ctx.journal.record_hold(job_id, now, until, detail, cause="stop" if stopped else "lost")
         ctx.event(job_id, JobEventKind.HELD, now, detail)
     log.warning(
-        "agent %s lost (%s): %d job(s) held %.1f s for a new incarnation to adopt",
+        "agent %s %s: %d job(s) held %.1f s for a new incarnation to adopt",
         agent,
-        why,
+        what,
         len(jobs),
         wall,
     )
@@ -102,12 +110,12 @@ def rejoined(ctx: Context, agent: str) -> None:
 
 
 def expired(ctx: Context, now: float) -> list[tuple[str, Move]]:
-    """The HELD agents whose hold-off passed, moved to LOST (the caller applies the
-    moves' rule), with their moves."""
+    """The HELD and STOPPED agents whose hold-off passed, moved to LOST (the caller
+    applies the moves' rule), with their moves."""
     ended = []
     for agent, ag in ctx.agents.items():
         until = ag.life.held_until
-        if ag.life.state is AgentState.HELD and until is not None and now >= until:
+        if ag.life.held and until is not None and now >= until:
             ended.append((agent, ag.life.apply(AgentInput.HOLD_ENDED)))
             ctx.metrics.agent_holds.labels(outcome="expired").inc()
     return ended

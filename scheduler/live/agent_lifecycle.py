@@ -1,16 +1,22 @@
 """An agent's lifecycle as one transition table (the h11 habit); an illegal move raises.
 
-States (after Slurm's node states: IDLE/ALLOCATED are ONLINE here, DOWN is
-LOST, a drained and removed node is GONE)::
+States (after Slurm's node states: IDLE/ALLOCATED are ONLINE here, DRAINING
+is DRAIN, DOWN is LOST, a drained and removed node is GONE)::
 
     ONLINE  --missed-->    SUSPECT   no heartbeat for suspect_factor periods
     SUSPECT --heartbeat--> ONLINE
-    ONLINE | SUSPECT --silent | will | reincarnated--> LOST
-    ONLINE | SUSPECT --will_hold--> HELD   its parts outlive it: held for adoption
+    ONLINE | SUSPECT --drain--> DRAINING     an admin drained it, or it drains as it stops
+    DRAINING --resume-->   ONLINE
+    ONLINE | SUSPECT | DRAINING --silent | will | reincarnated--> LOST
+    ONLINE | SUSPECT | DRAINING --will_hold--> HELD   its parts outlive it: held for adoption
+    ONLINE | SUSPECT | DRAINING --stop_hold--> STOPPED   stopped by its operator, its parts
+                                                        held for its next incarnation
+    ONLINE | SUSPECT | DRAINING --stop-->  LOST   stopped, its parts ended (no adoption)
     HELD --reincarnated | heartbeat--> ONLINE   adopted (or the same process again)
-    HELD --hold_ended--> LOST                   nobody adopted them within the lease
-    HELD --goodbye--> GONE
-    ONLINE | SUSPECT --goodbye--> GONE
+    STOPPED --reincarnated--> ONLINE           its next incarnation adopts
+    HELD | STOPPED --hold_ended--> LOST         nobody adopted them within the lease
+    HELD | STOPPED --goodbye--> GONE
+    ONLINE | SUSPECT | DRAINING --goodbye--> GONE
     LOST    --heartbeat-->  ONLINE   heard again (same incarnation): it rejoins
     LOST | GONE --reincarnated--> ONLINE   a new process registered
 
@@ -30,11 +36,24 @@ then the lost-agent rule applies to what is left. HELD counts as available:
 its CPUs are still held by its running parts, and it leaves the cluster only
 when the hold ends.
 
+STOPPED: the same hold, after the agent said its operator stopped it
+(``AgentOffline(reason="stopping")``): a stop someone asked for, so whatever
+it costs a job (a part its successor does not adopt, a hold that ends) is
+not charged to the job's requeue budget. Its process said it is gone, so a
+heartbeat in flight does not bring it back: only a new incarnation does. An
+agent that does not adopt takes ``stop`` instead and is LOST at once, its
+jobs requeued uncharged.
+
+DRAINING: no new part is placed on the machine (it is cordoned) while its
+running parts go on to their end. An admin's drain (``DrainMachine``) and an
+agent that drains as it stops (``AgentOnline.draining``) both take ``drain``;
+``resume`` lifts it once neither holds. It stays heard: silence still loses it.
+
 Every registration of a new process (a new incarnation id) raises the
 ``generation`` number, so status and metrics can tell a flapping agent from
 a steady one. The table is everything that decides a move; callers act on
 the returned :class:`Move` (requeue the jobs of an agent that became LOST,
-put a rejoined machine back in the core).
+put a rejoined machine back in the core), by ``scheduler.live.coupling``'s rules.
 """
 
 from __future__ import annotations
@@ -49,7 +68,9 @@ from scheduler.core.job_lifecycle import IllegalTransitionError
 class AgentState(StrEnum):
     ONLINE = "online"
     SUSPECT = "suspect"
+    DRAINING = "draining"
     HELD = "held"
+    STOPPED = "stopped"
     LOST = "lost"
     GONE = "gone"
 
@@ -63,8 +84,16 @@ class AgentInput(StrEnum):
     REINCARNATED = "reincarnated"
     #: The will of an agent whose parts outlive it (held for adoption).
     WILL_HOLD = "will_hold"
-    #: The hold-off of a HELD agent passed.
+    #: The hold-off of a HELD or STOPPED agent passed.
     HOLD_ENDED = "hold_ended"
+    #: No new part may go there (an admin's drain, or the agent drains as it stops).
+    DRAIN = "drain"
+    #: Neither drains it any longer.
+    RESUME = "resume"
+    #: Its operator stopped it, and it ended its parts (it does not adopt).
+    STOP = "stop"
+    #: Its operator stopped it, and its parts run on for its next incarnation.
+    STOP_HOLD = "stop_hold"
 
 
 _S, _I = AgentState, AgentInput
@@ -83,10 +112,28 @@ _TABLE: Final[dict[tuple[AgentState, AgentInput], AgentState]] = {
     (_S.SUSPECT, _I.REINCARNATED): _S.LOST,
     (_S.ONLINE, _I.WILL_HOLD): _S.HELD,
     (_S.SUSPECT, _I.WILL_HOLD): _S.HELD,
+    (_S.ONLINE, _I.DRAIN): _S.DRAINING,
+    (_S.SUSPECT, _I.DRAIN): _S.DRAINING,
+    (_S.ONLINE, _I.STOP): _S.LOST,
+    (_S.SUSPECT, _I.STOP): _S.LOST,
+    (_S.ONLINE, _I.STOP_HOLD): _S.STOPPED,
+    (_S.SUSPECT, _I.STOP_HOLD): _S.STOPPED,
+    (_S.DRAINING, _I.HEARTBEAT): _S.DRAINING,
+    (_S.DRAINING, _I.RESUME): _S.ONLINE,
+    (_S.DRAINING, _I.SILENT): _S.LOST,
+    (_S.DRAINING, _I.WILL): _S.LOST,
+    (_S.DRAINING, _I.GOODBYE): _S.GONE,
+    (_S.DRAINING, _I.REINCARNATED): _S.LOST,
+    (_S.DRAINING, _I.WILL_HOLD): _S.HELD,
+    (_S.DRAINING, _I.STOP): _S.LOST,
+    (_S.DRAINING, _I.STOP_HOLD): _S.STOPPED,
     (_S.HELD, _I.REINCARNATED): _S.ONLINE,
     (_S.HELD, _I.HEARTBEAT): _S.ONLINE,
     (_S.HELD, _I.HOLD_ENDED): _S.LOST,
     (_S.HELD, _I.GOODBYE): _S.GONE,
+    (_S.STOPPED, _I.REINCARNATED): _S.ONLINE,
+    (_S.STOPPED, _I.HOLD_ENDED): _S.LOST,
+    (_S.STOPPED, _I.GOODBYE): _S.GONE,
     (_S.LOST, _I.HEARTBEAT): _S.ONLINE,
     (_S.LOST, _I.REINCARNATED): _S.ONLINE,
     (_S.GONE, _I.REINCARNATED): _S.ONLINE,
@@ -118,20 +165,56 @@ _IGNORED: Final[frozenset[tuple[AgentState, AgentInput]]] = frozenset(
         (_S.GONE, _I.HOLD_ENDED),
         # A heartbeat already in flight when the agent said goodbye.
         (_S.GONE, _I.HEARTBEAT),
+        # Drained already, or nothing to resume; a drain of an agent that is not
+        # heard waits in the caller's record of drains until it comes back.
+        (_S.ONLINE, _I.RESUME),
+        (_S.SUSPECT, _I.RESUME),
+        (_S.DRAINING, _I.DRAIN),
+        (_S.DRAINING, _I.MISSED),  # cordoned already: silence still loses it
+        (_S.DRAINING, _I.HOLD_ENDED),
+        *((s, i) for s in (_S.HELD, _S.STOPPED, _S.LOST, _S.GONE) for i in (_I.DRAIN, _I.RESUME)),
+        # A stop said by a process that is already given up (a repeat, or in flight).
+        *((s, i) for s in (_S.HELD, _S.LOST, _S.GONE) for i in (_I.STOP, _I.STOP_HOLD)),
+        # A stopped agent said it is gone: its heartbeats in flight, its silence and a
+        # will (an unclean end after its stop) change nothing; its next incarnation does.
+        (_S.STOPPED, _I.HEARTBEAT),
+        (_S.STOPPED, _I.MISSED),
+        (_S.STOPPED, _I.SILENT),
+        (_S.STOPPED, _I.WILL),
+        (_S.STOPPED, _I.WILL_HOLD),
+        (_S.STOPPED, _I.STOP),
+        (_S.STOPPED, _I.STOP_HOLD),
     }
 )
 """Inputs that change nothing in that state (repeats and messages in flight)."""
 
 
+_AVAILABLE: Final = frozenset(
+    {
+        AgentState.ONLINE,
+        AgentState.SUSPECT,
+        AgentState.DRAINING,
+        AgentState.HELD,
+        AgentState.STOPPED,
+    }
+)
+_HEARD: Final = frozenset({AgentState.ONLINE, AgentState.SUSPECT, AgentState.DRAINING})
+
+
 def is_available(state: AgentState) -> bool:
     """Whether the machine counts in the cluster (its CPUs can be scheduled)."""
-    return state in (AgentState.ONLINE, AgentState.SUSPECT, AgentState.HELD)
+    return state in _AVAILABLE
 
 
 def is_heard(state: AgentState) -> bool:
-    """Whether its process is heard from: available and not HELD (whose process is
-    dead while its parts run on)."""
-    return state in (AgentState.ONLINE, AgentState.SUSPECT)
+    """Whether its process is heard from: available and not HELD or STOPPED (whose
+    process is gone while its parts run on)."""
+    return state in _HEARD
+
+
+def is_held(state: AgentState) -> bool:
+    """Whether its parts are held for its next incarnation (HELD or STOPPED)."""
+    return state in (AgentState.HELD, AgentState.STOPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +254,7 @@ class AgentLifecycle:
         #: outlive it to be adopted (``AgentOnline.lease``, ``adopts``).
         self.lease = lease
         self.adopts = adopts
-        #: While HELD: when the hold ends (the actor's clock, cluster seconds).
+        #: While HELD or STOPPED: when the hold ends (the actor's clock, cluster seconds).
         self.held_until: float | None = None
 
     def apply(self, what: AgentInput) -> Move:
@@ -185,7 +268,7 @@ class AgentLifecycle:
         self.state = after
         if not is_heard(after):
             self.reason = what.value
-        if after is not AgentState.HELD:
+        if not is_held(after):
             self.held_until = None
         return Move(before, after, what)
 
@@ -203,3 +286,7 @@ class AgentLifecycle:
     @property
     def heard(self) -> bool:
         return is_heard(self.state)
+
+    @property
+    def held(self) -> bool:
+        return is_held(self.state)

@@ -11,6 +11,18 @@ connected (``Context.heard_since``), so a broker outage is no one's silence.
 lost at once on its will or a new incarnation: its parts are held for its
 lease, for the new incarnation to adopt (``scheduler.live.agent_hold``).
 
+*Polite stops.* An agent its operator stopped says so
+(``AgentOffline(reason="stopping")``): one that adopts is STOPPED, its parts
+held as after a will; one that does not is lost at once. Either way nothing
+is charged to the jobs' requeue budgets, nor for a part it reports
+``stopped`` (``scheduler.live.coupling``). A heartbeat of a stopped
+incarnation (in flight) does not bring it back; its next incarnation does.
+
+*Drains.* An agent that drains as it stops announces it
+(``AgentOnline.draining``); an admin drains a machine by request
+(``scheduler.live.drains``). Either puts it in DRAINING: nothing new is placed
+there while its parts run to their end.
+
 *The lost-agent rule.* An agent is lost when its Last Will arrives, when it
 is silent, when it re-registers with a new incarnation (the old process's
 parts are gone), or when it gives parts up (``PartFinished(reason="lost")``,
@@ -71,7 +83,7 @@ from broker.messages import (
 )
 from broker.vocabulary import BadMessage
 from model.machine import Machine
-from scheduler.live import agent_hold, reconcile
+from scheduler.live import agent_hold, drains, reconcile
 from scheduler.live.agent_lifecycle import AgentInput, AgentLifecycle, AgentState
 from scheduler.live.context import Agent, Context
 from scheduler.live.coupling import PartEvent, Reported, ToJob, agent_moved, part_event, part_rule
@@ -157,24 +169,28 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
     machine = Machine(id=spec.id, cpus=spec.cpus, speed=spec.speed, labels=spec.labels)
     ag = ctx.agents.get(agent)
     if ag is not None and ag.life.incarnation == message.incarnation:
-        # A retained replay or a re-announcement after a reconnection: news of its
-        # parts, but no proof of life (only heartbeats are).
+        # A retained replay or a re-announcement after a reconnection (or to say it
+        # drains): news of its parts, but no proof of life (only heartbeats are).
         if ag.life.available:
+            ag.draining = message.draining
+            drains.settle(ctx, agent, now)
             _reported(ctx, agent, running, now, complete=False)
         return
     lease, adopts = message.lease, message.adopts
     if ag is None:
         ag = Agent(machine, AgentLifecycle(message.incarnation, lease=lease, adopts=adopts), now)
+        ag.draining = message.draining
         ctx.agents[agent] = ag
         _check_lease(ctx, agent, message.lease)
         ctx.core.machine_joined(machine)
         ctx.dirty = True
     else:
         log.warning("agent %s re-registered (incarnation %s)", agent, message.incarnation)
+        ag.draining = message.draining
         if (
             ag.life.available
             and ag.machine.cpus == machine.cpus
-            and (ag.life.state is AgentState.HELD or _hold(ctx, agent, ag, now, "incarnation"))
+            and (ag.life.held or _hold(ctx, agent, now, AgentInput.WILL_HOLD, "incarnation"))
         ):
             # Its parts were held: the new process adopts what it lists.
             move = ag.life.apply(AgentInput.REINCARNATED)
@@ -182,9 +198,10 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
             ag.last_heartbeat = now
             _check_lease(ctx, agent, message.lease)
             agent_moved(ctx, agent, move, now, "incarnation", listed=running)
+            drains.settle(ctx, agent, now)
             _reported(ctx, agent, running, now, complete=False)
             return
-        if ag.life.state is AgentState.HELD:
+        if ag.life.held:
             # Another machine now: the old rule.
             agent_moved(ctx, agent, ag.life.apply(AgentInput.HOLD_ENDED), now, "incarnation")
         elif ag.life.available:
@@ -195,6 +212,7 @@ def _online(ctx: Context, agent: str, message: AgentOnline, now: float) -> None:
         _check_lease(ctx, agent, message.lease)
         agent_moved(ctx, agent, move, now, "incarnation")  # back in the cluster
     log.info("agent %s online: %d CPUs at speed %g", agent, spec.cpus, spec.speed)
+    drains.settle(ctx, agent, now)
     _reported(ctx, agent, running, now, complete=False)
 
 
@@ -218,20 +236,28 @@ def _offline(ctx: Context, agent: str, message: AgentOffline, now: float) -> Non
     if message.incarnation not in ("-", ag.life.incarnation):
         return  # the will of an older incarnation, arriving after the new one registered
     if message.reason == "lost":
-        if ag.life.state is AgentState.HELD or _hold(ctx, agent, ag, now, "will"):
+        if ag.life.held or _hold(ctx, agent, now, AgentInput.WILL_HOLD, "will"):
             return  # held for adoption (``scheduler.live.agent_hold``)
         agent_moved(ctx, agent, ag.life.apply(AgentInput.WILL), now, "will")
+    elif message.reason == "stopping":
+        # Its operator stopped it: its parts held for its next incarnation, or (it does
+        # not adopt) ended by it; nothing charged either way.
+        if ag.life.held or _hold(ctx, agent, now, AgentInput.STOP_HOLD, "stop"):
+            return
+        agent_moved(ctx, agent, ag.life.apply(AgentInput.STOP), now, "stop")
     else:
         agent_moved(ctx, agent, ag.life.apply(AgentInput.GOODBYE), now, "goodbye")
 
 
-def _hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
-    """Hold the agent's parts for adoption (``scheduler.live.agent_hold``); False if
-    no hold applies (its parts die with it: the lost-agent rule, at once)."""
+def _hold(ctx: Context, agent: str, now: float, what: AgentInput, why: str) -> bool:
+    """Hold the agent's parts for adoption (``scheduler.live.agent_hold``) by ``what``
+    (``will_hold`` or ``stop_hold``); False if no hold applies (its parts die with it:
+    the lost-agent rule, at once)."""
+    ag = ctx.agents[agent]
     wall = agent_hold.hold_off(ag)
-    if wall <= 0:
+    if wall <= 0 or not ag.life.heard:
         return False
-    move = ag.life.apply(AgentInput.WILL_HOLD)
+    move = ag.life.apply(what)
     ag.life.held_until = now + wall * ctx.time_scale
     agent_moved(ctx, agent, move, now, why)
     return True
@@ -239,8 +265,8 @@ def _hold(ctx: Context, agent: str, ag: Agent, now: float, why: str) -> bool:
 
 def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float) -> None:
     state = ag.life.state
-    if state is AgentState.GONE:
-        return  # in flight when it said goodbye
+    if state in (AgentState.GONE, AgentState.STOPPED):
+        return  # in flight when it said goodbye, or that it stops
     move = ag.life.apply(AgentInput.HEARTBEAT)
     ag.last_heartbeat = now
     if state is AgentState.LOST:
@@ -250,6 +276,8 @@ def _heartbeat(ctx: Context, agent: str, ag: Agent, beat: Heartbeat, now: float)
     elif state is AgentState.SUSPECT:
         log.info("agent %s heard again: no longer suspect", agent)
     agent_moved(ctx, agent, move, now, "heartbeat")
+    if move.changed:
+        drains.settle(ctx, agent, now)
     _reported(ctx, agent, _reports(beat.running), now, complete=True)
 
 
@@ -306,6 +334,11 @@ def _part_finished(ctx: Context, agent: str, message: PartFinished, now: float) 
         # An agent gives parts up only when it stops: the lost-agent rule for all of
         # its jobs at once, so none is started there again until it is heard again.
         part_event(ctx, job_id, agent, PartEvent.GIVEN_UP, now, detail=detail)
+        return
+    if message.reason == "stopped":
+        # Its operator stopped the agent: requeued, not charged to the job.
+        detail = f"{detail}: its agent's operator stopped it, not charged"
+        part_event(ctx, job_id, agent, PartEvent.STOPPED, now, detail=detail)
         return
     part_event(ctx, job_id, agent, PartEvent.FAILED, now, detail=detail)
 

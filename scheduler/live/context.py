@@ -13,8 +13,16 @@ broker, a loop or a file.
 
 Shared moves: a job's end (:meth:`Context.end_job`), the lost-agent rule's
 outcome for one job (:meth:`Context.after_loss`), and job events, which are
-numbered per job (``seq`` from 1, no gaps), journalled and then published at
-QoS 1.
+numbered per job (``seq`` from 1, no gaps) and in the stream each is
+published on (``stream``: every job's on ``events``, one owner's on
+``users/<owner>/events``, each from 1 without gaps), journalled and then
+published at QoS 1.
+
+*A journal that cannot be written* (``JournalWriter.failure``: its disk full,
+read-only or failing) keeps what the handlers write in memory; they go on
+with the running jobs and their reports, and refuse what would need a new
+promise (a submission, a cancel, a drain), and the actor holds back what
+depends on the writes until they reach the disk (``scheduler.runtime.actor``).
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec
+from broker.messages import CancelPart, JobEvent, JobSpec, Message, PartSpec, in_stream
 from broker.topics import TopicError, Topics
 from broker.vocabulary import BadMessage, JobEventKind
 from model.machine import Machine, Part
@@ -48,9 +56,19 @@ class JournalWriter(Protocol):
         self, job_id: str, at: float, parts: Sequence[Part], before: Sequence[Part] = ()
     ) -> None: ...
     def record_requeue(
-        self, job_id: str, at: float, requeues: int, detail: str = "", *, uncharged: int = 0
+        self,
+        job_id: str,
+        at: float,
+        requeues: int,
+        detail: str = "",
+        *,
+        uncharged: int = 0,
+        cause: str | None = None,
+        charged: bool | None = None,
     ) -> None: ...
-    def record_hold(self, job_id: str, at: float, until: float, detail: str = "") -> None: ...
+    def record_hold(
+        self, job_id: str, at: float, until: float, detail: str = "", *, cause: str = "lost"
+    ) -> None: ...
     def record_end(
         self,
         job_id: str,
@@ -60,16 +78,31 @@ class JournalWriter(Protocol):
         *,
         start: float | None = None,
     ) -> None: ...
-    def record_event(self, event: JobEvent) -> None: ...
+    def record_event(
+        self, event: JobEvent, *, owner: str | None = None, owner_stream: int | None = None
+    ) -> None: ...
     def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]: ...
+    def stream_events(
+        self, after: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[JobEvent], bool]: ...
+    def record_drain(self, machine: str, at: float, by: str | None = None) -> None: ...
+    def record_resume(self, machine: str) -> None: ...
+    @property
+    def failure(self) -> str | None:
+        """Why the journal cannot be written now; None when it can."""
 
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
+    """A message to publish; ``durable``: it tells of something journaled (an
+    acceptance, an event, a command), so it waits for the journal's commit; a reply
+    that only reads (a status, a refusal) does not."""
+
     topic: str
     message: Message
     qos: int = 1
     retain: bool = False
+    durable: bool = True
 
 
 @dataclass(slots=True)
@@ -78,8 +111,16 @@ class Outbox:
 
     items: list[Outgoing] = field(default_factory=list)
 
-    def send(self, topic: str, message: Message, *, qos: int = 1, retain: bool = False) -> None:
-        self.items.append(Outgoing(topic, message, qos, retain))
+    def send(
+        self,
+        topic: str,
+        message: Message,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        durable: bool = True,
+    ) -> None:
+        self.items.append(Outgoing(topic, message, qos, retain, durable))
 
     def take(self) -> list[Outgoing]:
         items, self.items = self.items, []
@@ -94,6 +135,8 @@ class Agent:
     life: AgentLifecycle
     #: Cluster seconds (the actor's clock) of its last heartbeat.
     last_heartbeat: float
+    #: Its incarnation said it drains as it stops (``AgentOnline.draining``).
+    draining: bool = False
 
 
 class Context:
@@ -125,6 +168,12 @@ class Context:
         self.agents: dict[str, Agent] = {}
         #: The last event seq of every job that had one.
         self.seqs: dict[str, int] = {}
+        #: The last number of the scheduler-wide event stream, and of each owner's.
+        self.stream = 0
+        self.owner_streams: dict[str, int] = {}
+        #: The machines an admin drained (cluster time of the drain): no new part goes
+        #: there, whichever incarnation of its agent registers.
+        self.drained: dict[str, float] = {}
         #: Something changed that a policy could act on.
         self.dirty = False
         #: SUSPECT and HELD agents: no new part is placed on them. The core was given
@@ -155,10 +204,15 @@ class Context:
         except TopicError:
             return None
 
-    def reply(self, reply_to: str, message: Message, user: str | None = None) -> None:
+    def reply(
+        self, reply_to: str, message: Message, user: str | None = None, *, durable: bool = True
+    ) -> None:
+        """Answer on the reply topic; ``durable=False`` for an answer that promises
+        nothing journaled (a status, a refusal): it goes out even while the journal
+        cannot be written."""
         topic = self.reply_topic(reply_to, user)
         if topic is not None:
-            self.out.send(topic, message)
+            self.out.send(topic, message, durable=durable)
 
     def event(
         self,
@@ -180,6 +234,7 @@ class Context:
             return
         seq = self.seqs.get(job_id, 0) + 1
         self.seqs[job_id] = seq
+        self.stream += 1
         before, after = cpus if cpus is not None else (None, None)
         event = JobEvent(
             job_id=job_id,
@@ -190,16 +245,22 @@ class Context:
             cpus_before=before,
             cpus_after=after,
             parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts),
+            stream=self.stream,
         )
-        self.journal.record_event(event)
-        self.out.send(self.topics.events, event)
         spec = self.specs.get(job_id)
-        if self.settings.owner_events and spec is not None:
+        owner = None if spec is None else spec.user
+        numbered = None
+        if owner is not None:
+            numbered = self.owner_streams.get(owner, 0) + 1
+            self.owner_streams[owner] = numbered
+        self.journal.record_event(event, owner=owner, owner_stream=numbered)
+        self.out.send(self.topics.events, event)
+        if self.settings.owner_events and owner is not None and numbered is not None:
             try:
-                owner = self.topics.user_events(spec.user)
+                topic = self.topics.user_events(owner)
             except TopicError:
                 return  # an owner no login can have: nobody to tell
-            self.out.send(owner, event)
+            self.out.send(topic, in_stream(event, numbered))
 
     def count_bad(self, reason: BadMessage, error: str) -> None:
         self.metrics.bad_messages.labels(reason=reason).inc()
@@ -253,8 +314,18 @@ class Context:
         self.event(job_id, ended_event(state), now, detail)
         self.dirty = True
 
-    def after_loss(self, left: Left, now: float, why: str, *, also_cancel: str | None) -> None:
-        """Tell everyone what the lost-agent rule decided for one job."""
+    def after_loss(
+        self,
+        left: Left,
+        now: float,
+        why: str,
+        *,
+        also_cancel: str | None,
+        cause: str = "agent_lost",
+        charged: bool = True,
+    ) -> None:
+        """Tell everyone what the lost-agent rule decided for one job; ``cause`` is
+        why (``scheduler.live.coupling.Cause``), journaled with the requeue."""
         job_id = left.job.id
         live = self.placements.untrack(job_id)
         self.cancel_parts(live, also=also_cancel)
@@ -263,14 +334,18 @@ class Context:
             n = self.core.requeues(job_id)
             # The uncharged ones too, or a restart would count them against the budget.
             uncharged = n - self.core.charged_requeues(job_id)
-            self.journal.record_requeue(job_id, now, n, why, uncharged=uncharged)
-            self.metrics.requeues.inc()
-            self.event(
-                job_id,
-                JobEventKind.REQUEUED,
-                now,
-                f"{why}; requeue {n} of {self.settings.max_requeues}",
+            self.journal.record_requeue(
+                job_id, now, n, why, uncharged=uncharged, cause=cause, charged=charged
             )
+            self.metrics.requeues.inc()
+            if not charged:
+                self.metrics.requeues_uncharged.labels(cause=cause).inc()
+            budget = (
+                f"requeue {n} of {self.settings.max_requeues}"
+                if charged
+                else f"requeue {n}, not counted against the {self.settings.max_requeues} allowed"
+            )
+            self.event(job_id, JobEventKind.REQUEUED, now, f"{why}; {budget}")
         else:
             detail = f"{why}; already requeued {self.core.requeues(job_id)} times"
             self.journal.record_end(job_id, now, JobState.FAILED, detail)
@@ -278,11 +353,20 @@ class Context:
             self.event(job_id, JobEventKind.FAILED, now, detail)
         self.dirty = True
 
-    def job_lost(self, job_id: str, now: float, why: str, *, charged: bool = True) -> None:
+    def job_lost(
+        self,
+        job_id: str,
+        now: float,
+        why: str,
+        *,
+        cause: str = "part_lost",
+        charged: bool = True,
+    ) -> None:
         """The lost-agent rule for one job (a part vanished, or was never re-announced);
-        ``charged=False`` for a part that never ran (``SchedulerCore.job_lost``)."""
+        ``charged=False`` for a part that never ran, or an operator's stop
+        (``SchedulerCore.job_lost``); ``cause`` as :meth:`after_loss`'s."""
         left = self.core.job_lost(job_id, now, charged=charged)
-        self.after_loss(left, now, why, also_cancel=None)
+        self.after_loss(left, now, why, also_cancel=None, cause=cause, charged=charged)
 
 
 def ended_event(state: JobState) -> JobEventKind:

@@ -55,6 +55,10 @@ class HandlerMetrics(Protocol):
     def requeues(self) -> Count: ...
 
     @property
+    def requeues_uncharged(self) -> Labelled:
+        """By ``cause`` of a requeue not charged to the job's budget."""
+
+    @property
     def agents_lost(self) -> Labelled:
         """By ``reason`` the agent was noticed lost."""
 

@@ -21,6 +21,13 @@ input it took, the same keys as the agent's own table) does two things:
   ``max_requeues``, ``scheduler.core.recovery``; every part of those jobs told
   to stop, the lost agent's included).
 
+*A stop an operator asked for* (DESIGN.md, "Trust and faults": a stop never
+costs a job its requeue budget) has rows of its own: a stopped agent's hold
+(STOPPED) offers its parts as after a will, but what its next incarnation does
+not adopt, or what is left when its hold ends, is requeued uncharged, its
+cause ``operator_stop`` journaled (:class:`Cause`); an agent that ended its
+parts as it stopped loses them by the same uncharged rule at once.
+
 *A part's event* (:data:`PART_RULES`, keyed by what was learnt of the part,
 its state, and whether its start was sent again already) says what the part
 becomes and what the job does (:class:`ToJob`). A job that fails or is
@@ -71,7 +78,24 @@ class ToParts(StrEnum):
     NOTHING = "nothing"
     HOLD = "held for adoption"
     OFFER = "adopted if the new incarnation lists them"
+    #: The same after its operator stopped it: what is not adopted is not charged.
+    OFFER_AFTER_STOP = "adopted if the new incarnation lists them, the rest uncharged"
     LOSE = "the lost-agent rule"
+    #: Every job with a part there requeued, none charged: its operator stopped it.
+    LOSE_BY_STOP = "the lost-agent rule, uncharged"
+
+
+class Cause(StrEnum):
+    """Why a job went back to the queue, as its journaled requeue says."""
+
+    #: Its agent was lost (will, silence, a new incarnation): charged.
+    AGENT_LOST = "agent_lost"
+    #: One of its parts was lost (vanished, fenced, not re-announced): charged.
+    PART_LOST = "part_lost"
+    #: Its start never ran (refused before its fork, or lost on its way): uncharged.
+    NEVER_RAN = "never_ran"
+    #: Its agent's operator stopped the agent: uncharged.
+    OPERATOR_STOP = "operator_stop"
 
 
 class PartEvent(StrEnum):
@@ -90,6 +114,9 @@ class PartEvent(StrEnum):
     FENCED_BEFORE_FORK = "fenced before its fork"
     #: ``PartFinished(reason="lost")``: its agent gives its parts up as it stops.
     GIVEN_UP = "given up"
+    #: ``PartFinished(reason="stopped")``: its agent's operator stopped the agent, and
+    #: the part with it (or its successor could not adopt it after such a stop).
+    STOPPED = "stopped by its agent's operator"
     #: Running, and not listed by its agent's last ``vanish_misses`` heartbeats.
     VANISHED = "vanished"
     #: Starting, and not listed by a heartbeat past the silence limit since the
@@ -103,6 +130,11 @@ class PartEvent(StrEnum):
     ADOPTED = "adopted"
     #: Not listed by the new incarnation of its HELD agent.
     NOT_ADOPTED = "not adopted"
+    #: Not listed by the new incarnation of its STOPPED agent.
+    NOT_ADOPTED_AFTER_STOP = "not adopted after its agent's stop"
+    #: A restored job's part not re-announced within the reconcile grace, held when the
+    #: scheduler stopped because its agent's operator had stopped that agent.
+    NOT_REANNOUNCED_AFTER_STOP = "not re-announced after its agent's stop"
 
 
 class ToJob(StrEnum):
@@ -118,6 +150,9 @@ class ToJob(StrEnum):
     REQUEUED = "requeued or failed"
     #: Requeued without counting against ``max_requeues`` (the part never ran).
     REQUEUED_UNCHARGED = "requeued, not charged"
+    #: Requeued without counting against ``max_requeues``: its agent's operator
+    #: stopped the agent.
+    REQUEUED_BY_STOP = "requeued, not charged: an operator's stop"
     #: The same start (attempt, parts, pace) goes to the part's agent again, once.
     START_SENT_AGAIN = "start sent again"
     #: Goes on, with an ``adopted`` event.
@@ -143,8 +178,10 @@ class PartRule:
 _A, _I = AgentState, AgentInput
 _STAY: Final = AgentRule(ToMachine.NOTHING, ToParts.NOTHING)
 _LOST: Final = AgentRule(ToMachine.LEAVE, ToParts.LOSE)
+_STOPPED: Final = AgentRule(ToMachine.LEAVE, ToParts.LOSE_BY_STOP)
 _HELD: Final = AgentRule(ToMachine.CORDON, ToParts.HOLD)
 _BACK: Final = AgentRule(ToMachine.JOIN, ToParts.NOTHING)
+_CORDON: Final = AgentRule(ToMachine.CORDON, ToParts.NOTHING)
 
 AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.ONLINE, _I.HEARTBEAT): _STAY,
@@ -161,6 +198,27 @@ AGENT_RULES: Final[dict[tuple[AgentState, AgentInput], AgentRule]] = {
     (_A.SUSPECT, _I.GOODBYE): _LOST,
     (_A.SUSPECT, _I.REINCARNATED): _LOST,
     (_A.SUSPECT, _I.WILL_HOLD): _HELD,
+    # Drained: nothing new is placed there; its parts run to their end.
+    (_A.ONLINE, _I.DRAIN): _CORDON,
+    (_A.SUSPECT, _I.DRAIN): _CORDON,
+    (_A.DRAINING, _I.RESUME): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
+    (_A.DRAINING, _I.HEARTBEAT): _STAY,
+    (_A.DRAINING, _I.SILENT): _LOST,
+    (_A.DRAINING, _I.WILL): _LOST,
+    (_A.DRAINING, _I.GOODBYE): _LOST,
+    (_A.DRAINING, _I.REINCARNATED): _LOST,
+    (_A.DRAINING, _I.WILL_HOLD): _HELD,
+    # Stopped by its operator: held for its next incarnation, or (no adoption) its
+    # parts ended and their jobs requeued at once, uncharged either way.
+    (_A.ONLINE, _I.STOP): _STOPPED,
+    (_A.SUSPECT, _I.STOP): _STOPPED,
+    (_A.DRAINING, _I.STOP): _STOPPED,
+    (_A.ONLINE, _I.STOP_HOLD): _HELD,
+    (_A.SUSPECT, _I.STOP_HOLD): _HELD,
+    (_A.DRAINING, _I.STOP_HOLD): _HELD,
+    (_A.STOPPED, _I.REINCARNATED): AgentRule(ToMachine.UNCORDON, ToParts.OFFER_AFTER_STOP),
+    (_A.STOPPED, _I.HOLD_ENDED): _STOPPED,
+    (_A.STOPPED, _I.GOODBYE): _STOPPED,
     # The same process heard again: nothing was lost.
     (_A.HELD, _I.HEARTBEAT): AgentRule(ToMachine.UNCORDON, ToParts.NOTHING),
     (_A.HELD, _I.REINCARNATED): AgentRule(ToMachine.UNCORDON, ToParts.OFFER),
@@ -188,6 +246,7 @@ _ROWS: Final[
     (_E.FENCED_BEFORE_FORK, (_P.STARTING,), _ANY, PartInput.LOST, _J.REQUEUED_UNCHARGED),
     (_E.FENCED_BEFORE_FORK, (_P.PENDING, _P.RUNNING), _ANY, PartInput.LOST, _J.REQUEUED),
     (_E.GIVEN_UP, _LIVE, _ANY, PartInput.LOST, _J.AGENT_LEAVES),
+    (_E.STOPPED, _LIVE, _ANY, PartInput.LOST, _J.REQUEUED_BY_STOP),
     (_E.VANISHED, (_P.RUNNING,), _ANY, None, _J.REQUEUED),
     (_E.NEVER_REACHED, (_P.STARTING,), (False,), None, _J.REQUEUED_UNCHARGED),
     # Never heard of since the restart: its start was in flight, so it goes again,
@@ -203,6 +262,11 @@ _ROWS: Final[
     (_E.NOT_ADOPTED, (_P.STARTING,), (False,), None, _J.START_SENT_AGAIN),
     (_E.NOT_ADOPTED, (_P.STARTING,), (True,), None, _J.REQUEUED),
     (_E.NOT_ADOPTED, (_P.PENDING, _P.RUNNING), _ANY, None, _J.REQUEUED),
+    # The same after an operator's stop, uncharged.
+    (_E.NOT_ADOPTED_AFTER_STOP, (_P.STARTING,), (False,), None, _J.START_SENT_AGAIN),
+    (_E.NOT_ADOPTED_AFTER_STOP, (_P.STARTING,), (True,), None, _J.REQUEUED_BY_STOP),
+    (_E.NOT_ADOPTED_AFTER_STOP, (_P.PENDING, _P.RUNNING), _ANY, None, _J.REQUEUED_BY_STOP),
+    (_E.NOT_REANNOUNCED_AFTER_STOP, (_P.PENDING,), _ANY, None, _J.REQUEUED_BY_STOP),
 ]
 PART_RULES: Final[dict[tuple[PartEvent, PartState, bool], PartRule]] = {
     (event, state, again): PartRule(takes, job)
@@ -250,8 +314,8 @@ def agent_moved(
     listed: Reported | None = None,
 ) -> AgentRule:
     """Apply :data:`AGENT_RULES` to ``agent``'s move; ``why`` names the loss in metrics
-    and details (``will``, ``silence``, ``incarnation``, ``goodbye``), ``listed`` is
-    what a new incarnation runs (for :attr:`ToParts.OFFER`)."""
+    and details (``will``, ``silence``, ``incarnation``, ``goodbye``, ``stop``),
+    ``listed`` is what a new incarnation runs (for the offers)."""
     rule = agent_rule(move)
     match rule.machine:
         case ToMachine.CORDON:
@@ -269,12 +333,14 @@ def agent_moved(
     match rule.parts:
         case ToParts.HOLD:
             agent_hold.held(ctx, agent, now, why)
-        case ToParts.OFFER:
+        case ToParts.OFFER | ToParts.OFFER_AFTER_STOP:
             if listed is None:
                 raise ValueError(f"agent {agent}: an offer to a new incarnation needs its list")
-            _offer(ctx, agent, listed, now)
+            _offer(ctx, agent, listed, now, stopped=rule.parts is ToParts.OFFER_AFTER_STOP)
         case ToParts.LOSE:
             _lose_agent(ctx, agent, now, why)
+        case ToParts.LOSE_BY_STOP:
+            _lose_agent(ctx, agent, now, why, stopped=True)
         case ToParts.NOTHING:
             pass
     return rule
@@ -299,9 +365,11 @@ def part_event(
         case ToJob.FAILS:
             ctx.end_job(job_id, now, JobState.FAILED, detail)
         case ToJob.REQUEUED:
-            ctx.job_lost(job_id, now, detail)
+            ctx.job_lost(job_id, now, detail, cause=Cause.PART_LOST)
         case ToJob.REQUEUED_UNCHARGED:
-            ctx.job_lost(job_id, now, detail, charged=False)
+            ctx.job_lost(job_id, now, detail, cause=Cause.NEVER_RAN, charged=False)
+        case ToJob.REQUEUED_BY_STOP:
+            ctx.job_lost(job_id, now, detail, cause=Cause.OPERATOR_STOP, charged=False)
         case ToJob.START_SENT_AGAIN:
             live.resent.add(agent)
             for machine, command in start_commands(
@@ -316,25 +384,30 @@ def part_event(
             if ag is not None and ag.life.heard:
                 agent_moved(ctx, agent, ag.life.apply(AgentInput.WILL), now, "goodbye")
             else:
-                ctx.job_lost(job_id, now, detail)
+                ctx.job_lost(job_id, now, detail, cause=Cause.AGENT_LOST)
     return rule
 
 
-def _lose_agent(ctx: Context, agent: str, now: float, why: str) -> None:
-    """:attr:`ToParts.LOSE`: the lost-agent rule for everything on ``agent``."""
-    lefts = ctx.core.machine_left(agent, now)
+def _lose_agent(ctx: Context, agent: str, now: float, why: str, *, stopped: bool = False) -> None:
+    """:attr:`ToParts.LOSE` (``stopped``: :attr:`ToParts.LOSE_BY_STOP`, uncharged): the
+    lost-agent rule for everything on ``agent``."""
+    lefts = ctx.core.machine_left(agent, now, charged=not stopped)
     ctx.dirty = True
-    if why != "goodbye" or lefts:
+    if why not in ("goodbye", "stop") or lefts:  # a retired or stopped agent lost nothing
         ctx.metrics.agents_lost.labels(reason=why).inc()
     log.warning("agent %s offline (%s): %d job(s) affected", agent, why, len(lefts))
+    cause = Cause.OPERATOR_STOP if stopped else Cause.AGENT_LOST
+    what = "stopped by its operator, not charged" if stopped else "lost"
     for left in lefts:
-        ctx.after_loss(left, now, f"machine {agent} lost ({why})", also_cancel=agent)
+        detail = f"machine {agent} {what} ({why})"
+        ctx.after_loss(left, now, detail, also_cancel=agent, cause=cause, charged=not stopped)
 
 
-def _offer(ctx: Context, agent: str, listed: Reported, now: float) -> None:
-    """:attr:`ToParts.OFFER`: each part on ``agent`` adopted if the new incarnation
-    lists it with the job's attempt, else not."""
+def _offer(ctx: Context, agent: str, listed: Reported, now: float, *, stopped: bool) -> None:
+    """:attr:`ToParts.OFFER` (``stopped``: :attr:`ToParts.OFFER_AFTER_STOP`): each part on
+    ``agent`` adopted if the new incarnation lists it with the job's attempt, else not."""
     adopted = restarted = 0
+    missing = PartEvent.NOT_ADOPTED_AFTER_STOP if stopped else PartEvent.NOT_ADOPTED
     for job_id in agent_hold.jobs_on(ctx, agent):
         part = ctx.placements[job_id].parts[agent]
         seen = listed.get(job_id)
@@ -344,6 +417,8 @@ def _offer(ctx: Context, agent: str, listed: Reported, now: float) -> None:
             adopted += 1
             continue
         detail = f"its part on {agent} was not adopted by the new incarnation"
-        rule = part_event(ctx, job_id, agent, PartEvent.NOT_ADOPTED, now, detail=detail)
+        if stopped:
+            detail += " after its operator's stop: not charged"
+        rule = part_event(ctx, job_id, agent, missing, now, detail=detail)
         restarted += rule.job is ToJob.START_SENT_AGAIN
     agent_hold.adopted(ctx, agent, adopted, restarted)

@@ -18,7 +18,17 @@ from scheduler.live.part_lifecycle import PartInput, PartLifecycle, PartState
 class LiveJob:
     """A job on CPUs (or pending after a restart) in its current attempt."""
 
-    __slots__ = ("announced", "attempt", "decided", "ended", "job_id", "parts", "ran", "resent")
+    __slots__ = (
+        "announced",
+        "attempt",
+        "decided",
+        "ended",
+        "job_id",
+        "parts",
+        "ran",
+        "resent",
+        "stopped",
+    )
 
     def __init__(
         self, job_id: str, parts: tuple[Part, ...], attempt: int, *, pending: bool
@@ -38,6 +48,9 @@ class LiveJob:
         #: in cluster time, dated from the decision by the agent's own measurements.
         self.ran: dict[str, float] = {}
         self.ended: dict[str, float] = {}
+        #: Restored while its parts were held because its agent's operator stopped the
+        #: agent (``hold_cause`` ``stop``): a part not re-announced is not charged.
+        self.stopped = False
 
     def measured_run(self, now: float) -> tuple[float, float] | None:
         """The job's run ``(start, end)`` as its agents measured it, if every part said.

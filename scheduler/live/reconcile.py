@@ -33,8 +33,12 @@ ran the part; that part is started again here, not charged.
 scheduler stopped: its jobs are pending like any running one, and the
 reconciliation waits at least until the journaled hold-off ends before it
 declares them lost, so a job whose parts may still run is never requeued.
+A hold its agent's operator asked for (a stop, ``hold_cause`` ``stop``: what
+``accordion up`` does to every agent before it stops the scheduler) is not
+the job's doing: a part of it that is not re-announced is requeued uncharged.
 
-Each job's event sequence goes on from the journal's last ``seq``.
+Each job's event sequence, the scheduler-wide stream and each owner's go on
+from the journal's last numbers; the machines an admin drained stay drained.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from broker.vocabulary import JobEventKind
 from model.allocation import Allocation
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
+from scheduler.live import drains
 from scheduler.live.context import Context
 from scheduler.live.coupling import PartEvent, ToJob, part_event
 from scheduler.live.specs import job_from_spec
@@ -84,6 +89,10 @@ class RestoredJob(Protocol):
     def held_until(self) -> float | None:
         """When the hold of its parts for adoption ends (cluster seconds), if held."""
 
+    @property
+    def hold_cause(self) -> str | None:
+        """``stop`` when its agent's operator stopped the agent holding its parts."""
+
 
 @dataclass(slots=True)
 class Reconciliation:
@@ -94,9 +103,17 @@ class Reconciliation:
 
 
 def restore(
-    ctx: Context, jobs: Sequence[RestoredJob], seqs: dict[str, int], now: float
+    ctx: Context,
+    jobs: Sequence[RestoredJob],
+    seqs: dict[str, int],
+    now: float,
+    *,
+    streams: tuple[int, dict[str, int]] = (0, {}),
+    drained: dict[str, float] | None = None,
 ) -> Reconciliation:
-    """Rebuild ``ctx`` from the journal's ``jobs`` (see the module docstring)."""
+    """Rebuild ``ctx`` from the journal's ``jobs`` (see the module docstring), its
+    event ``streams`` (the last numbers, scheduler-wide and by owner) and the
+    machines an admin ``drained``."""
     core = ctx.core
     holds: list[float] = []
     for row in jobs:
@@ -113,10 +130,15 @@ def restore(
             )
             if row.held_until is not None:
                 holds.append(row.held_until)
-            ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)
+            live = ctx.placements.track(spec.id, row.parts, row.requeues + 1, pending=True)
+            live.stopped = row.hold_cause == "stop"
         else:
             core.restore_final(job, row.state, start=row.start, end=row.end, parts=row.parts)
     ctx.seqs.update(seqs)
+    ctx.stream = max(ctx.stream, streams[0])
+    for owner, last in streams[1].items():
+        ctx.owner_streams[owner] = max(ctx.owner_streams.get(owner, 0), last)
+    drains.restore(ctx, drained or {})
     result = Reconciliation()
     if core.pending:
         until = now + ctx.settings.reconcile_grace * ctx.time_scale
@@ -172,10 +194,16 @@ def settle(ctx: Context, rec: Reconciliation, now: float) -> None:
     if now >= rec.until:
         for job_id in list(core.pending):
             # Settled above if every part was confirmed: one at least was not.
-            unconfirmed = [p for p in ctx.placements[job_id].parts.values() if not p.confirmed]
+            live = ctx.placements[job_id]
+            unconfirmed = [p for p in live.parts.values() if not p.confirmed]
             agent = unconfirmed[0].machine
             why = "not re-announced by its agents after the restart"
-            part_event(ctx, job_id, agent, PartEvent.NOT_REANNOUNCED, now, detail=why)
+            event = PartEvent.NOT_REANNOUNCED
+            if live.stopped:
+                # Held by its agent's stop, which its operator asked for: not charged.
+                why += ", after its agent's operator stopped it: not charged"
+                event = PartEvent.NOT_REANNOUNCED_AFTER_STOP
+            part_event(ctx, job_id, agent, event, now, detail=why)
     if not core.pending:
         rec.active = False
         ctx.dirty = True

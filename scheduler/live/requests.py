@@ -23,7 +23,20 @@ could be told what was done).
 
 *History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
 exactly the events that were published, so a watcher that saw a gap in a
-job's ``seq`` fills it.
+job's ``seq`` fills it. ``EventsRequest`` is answered from the same rows by
+their number in the requester's stream (every job's for an admin or a
+broker without logins, a user's own jobs' otherwise), so a watcher that saw a
+jump in ``JobEvent.stream``, or reconnected, gets what it missed whichever
+jobs those were.
+
+*A journal that cannot be written* (its disk full, read-only or failing:
+``JournalWriter.failure``): submissions are refused with the code
+``journal`` and the reason, and so are cancels (a cancel is a promise too);
+status, history and event requests are answered as ever. Such answers
+promise nothing journaled (``durable=False``), so the actor sends them at
+once; an acceptance waits for its commit.
+
+*Drains* (``DrainMachine``) are ``scheduler.live.drains``'s.
 
 *Who asks*: identity comes from the broker, not from the payload. With broker
 logins and ACLs, a user may publish only on ``scheduler/requests/<user>`` and
@@ -46,6 +59,9 @@ from broker.messages import (
     AnyMessage,
     CancelJob,
     CancelReply,
+    DrainMachine,
+    EventsReply,
+    EventsRequest,
     HistoryReply,
     HistoryRequest,
     JobSpec,
@@ -60,16 +76,17 @@ from broker.messages import (
     owned_by,
 )
 from broker.topics import Topics
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, Rejection
+from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, MachineState, Rejection
 from broker.vocabulary import JobState as WireState
 from model.job import JobError
 from scheduler.core.core import Left, Rejected
 from scheduler.core.job_lifecycle import JobState, is_final
+from scheduler.live import drains
 from scheduler.live.context import Context
 from scheduler.live.part_lifecycle import PartInput
 from scheduler.live.specs import SpecError, check_spec, job_from_spec
 
-Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest
+Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest | EventsRequest | DrainMachine
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +120,15 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
         case CancelJob():
             _cancel(ctx, message, now, who)
         case StatusRequest():
-            ctx.reply(message.reply_to, status(ctx, now, message.request_id), reply_user(who))
+            reply = status(ctx, now, message.request_id)
+            ctx.reply(message.reply_to, reply, reply_user(who), durable=False)
         case HistoryRequest():
             _history(ctx, message, who)
+        case EventsRequest():
+            _events(ctx, message, who)
+        case DrainMachine():
+            admin = who is None or who.admin
+            drains.handle(ctx, message, now, admin, reply_user(who))
 
 
 def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
@@ -129,8 +152,15 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
     if who is not None and not who.admin:
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
+    failure = ctx.journal.failure
     for spec in specs:
-        result = _submit_one(ctx, spec, now)
+        if failure is None or ctx.core.job(spec.id) is not None:
+            # (A job known already is answered as ever: a duplicate promises nothing
+            # new, and its answer waits, like the first, for the journal to take it.)
+            result = _submit_one(ctx, spec, now)
+        else:
+            # Nothing new can be promised while the journal refuses writes.
+            result = _rejected(spec, Rejection.JOURNAL, f"{failure}; try again later")
         results.append(result)
         if result.code is not None:
             counts["rejected"] += 1
@@ -148,7 +178,9 @@ def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None
         if n:
             ctx.metrics.submissions.labels(result=result_name).inc(n)
     reply = SubmitReply(request_id=request.request_id, results=tuple(results))
-    ctx.reply(request.reply_to, reply, reply_user(who))
+    # Every job refused: a reply that promises nothing goes out at once.
+    promises = any(r.accepted for r in results)
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=promises)
 
 
 def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
@@ -200,6 +232,8 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
         cancelled, reason = True, "already cancelled"
     elif is_final(state):
         code, reason = CancelRefusal.ENDED, f"job {job_id!r} is already {state}"
+    elif ctx.journal.failure is not None:
+        code, reason = CancelRefusal.JOURNAL, f"{ctx.journal.failure}; try again later"
     else:
         left = ctx.core.cancel(job_id, now)
         cancelled = True
@@ -221,6 +255,7 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
             code=code,
         ),
         reply_user(who),
+        durable=cancelled,
     )
 
 
@@ -236,7 +271,17 @@ def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> No
         request.reply_to,
         HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown),
         reply_user(who),
+        durable=False,
     )
+
+
+def _events(ctx: Context, request: EventsRequest, who: Requester | None) -> None:
+    """The requester's stream after ``request.after`` (module docstring, "History")."""
+    owner = None if who is None or who.admin else who.name
+    events, more = ctx.journal.stream_events(request.after, request.limit, owner=owner)
+    last = ctx.stream if owner is None else ctx.owner_streams.get(owner, 0)
+    reply = EventsReply(request_id=request.request_id, events=tuple(events), last=last, more=more)
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
 
 
 def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
@@ -251,6 +296,7 @@ def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
             # A machine held for adoption (its agent dead, its parts running on) is not
             # online: nothing new starts there until an incarnation registers.
             online=ag.life.heard,
+            state=MachineState(ag.life.state.value),
         )
         for agent_id, ag in sorted(ctx.agents.items())
     )

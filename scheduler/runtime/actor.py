@@ -52,6 +52,17 @@ answered at once), while the broker replays the agents' retained
 registrations: a submission queued at the broker while the scheduler was down
 is then judged against the cluster, not against an empty one. The
 reconciliation of running jobs is in ``scheduler.live.reconcile``.
+
+*A journal that cannot be written* (its disk full, read-only or failing;
+``scheduler.runtime.journal_writer``). The batch goes on: what it wrote is held
+in memory, and so is every message that tells of it (``Outgoing.durable``:
+acceptances, job events, commands), while answers that promise nothing (a
+status, a refusal) go out at once. The handlers refuse new submissions,
+cancels and drains with the reason, and no decision is taken (a start is a
+promise too); the running jobs go on and their reports are handled. Every
+tick the journal is tried again; once it takes the held writes, the held
+messages go out in their order and decisions resume. No crash, so no
+crash loop: the process is there throughout to say why.
 """
 
 from __future__ import annotations
@@ -72,7 +83,9 @@ from broker.messages import (
     AnyMessage,
     CancelJob,
     ClusterSummary,
+    DrainMachine,
     ErrorReply,
+    EventsRequest,
     HistoryRequest,
     StatusReply,
     StatusRequest,
@@ -84,6 +97,7 @@ from model.execution import DEFAULT_MODEL, ExecutionModel
 from scheduler.core.core import SchedulerCore
 from scheduler.core.snapshot import Policy
 from scheduler.live import agents, reconcile, requests
+from scheduler.live.agent_lifecycle import AgentState
 from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
@@ -189,6 +203,9 @@ class SchedulerActor:
         self._reconciliation = reconcile.Reconciliation()
         self._summary: ClusterSummary | None = None
         self._summary_at = -float("inf")
+        #: Messages that tell of writes the journal has not taken yet, in order.
+        self._unsent: list[Outgoing] = []
+        self._failures_counted = 0
         self.batches = 0
         self.decisions = 0
 
@@ -204,7 +221,12 @@ class SchedulerActor:
         journalled = self._journal.load()
         self.metrics.restore(journalled)
         self._reconciliation = reconcile.restore(
-            self.ctx, journalled.jobs, self._journal.last_event_seqs(), now
+            self.ctx,
+            journalled.jobs,
+            self._journal.last_event_seqs(),
+            now,
+            streams=self._journal.last_streams(),
+            drained=self._journal.drained(),
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
@@ -286,6 +308,8 @@ class SchedulerActor:
         ctx = self.ctx
         now = self._clock.now()
         self.batches += 1
+        if self._tick_due and self._journal.failure is not None and self._journal.retry():
+            ctx.dirty = True  # decisions waited for the journal
         with self._journal.transaction():
             if self._held and now >= self._hold_until:
                 held, self._held = self._held, []
@@ -298,10 +322,11 @@ class SchedulerActor:
             if self._tick_due:
                 self._tick_due = False
                 self._on_tick(now)
+            self._count_failures()
             # What the batch counted is durable with it (the exporter restores it).
             self._journal.record_totals(self.metrics.unsaved_totals())
         await self._flush()
-        if ctx.dirty and not self._reconciliation.active:
+        if ctx.dirty and not self._reconciliation.active and self._journal.failure is None:
             ctx.dirty = False
             with self._journal.transaction():
                 self._schedule(now)
@@ -310,11 +335,26 @@ class SchedulerActor:
         await self._flush_summary()
         self.metrics.publish_state(self._gauges(now))
 
+    def _count_failures(self) -> None:
+        failures = self._journal.failures
+        if failures > self._failures_counted:
+            self.metrics.journal_failures.inc(failures - self._failures_counted)
+            self._failures_counted = failures
+
     async def _flush(self) -> None:
         """Publish the outbox: in order per topic (all MQTT promises a subscriber),
         topics concurrently, so a batch waits about one QoS 1 round trip per
-        message of its busiest topic rather than one per message."""
+        message of its busiest topic rather than one per message. While the journal
+        cannot be written, what tells of its writes waits (the module docstring)."""
         out = self.ctx.out.take()
+        if self._journal.failure is not None:
+            self._unsent += [o for o in out if o.durable]
+            out = [o for o in out if not o.durable]
+        elif self._unsent:
+            log.warning(
+                "the journal took the held writes: %d held message(s) go out", len(self._unsent)
+            )
+            out, self._unsent = self._unsent + out, []
         chains: dict[str, list[Outgoing]] = {}
         for item in out:
             chains.setdefault(item.topic, []).append(item)
@@ -363,7 +403,10 @@ class SchedulerActor:
             self._refuse(message, BadMessage.UNEXPECTED, f"nothing is accepted on {topic!r}")
 
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
-        if not isinstance(message, SubmitJobs | CancelJob | StatusRequest | HistoryRequest):
+        if not isinstance(
+            message,
+            SubmitJobs | CancelJob | StatusRequest | HistoryRequest | EventsRequest | DrainMachine,
+        ):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
             return
@@ -372,7 +415,9 @@ class SchedulerActor:
             why = f"reply_to {message.reply_to!r} cannot be a topic level"
             self.ctx.count_bad(BadMessage.INVALID, why)
             return
-        if isinstance(message, SubmitJobs | CancelJob) and (self._held or now < self._hold_until):
+        if isinstance(message, SubmitJobs | CancelJob | DrainMachine) and (
+            self._held or now < self._hold_until
+        ):
             self._held.append(_Held(message, who))
             return
         requests.handle(self.ctx, message, now, who)
@@ -394,7 +439,7 @@ class SchedulerActor:
         request_id, reply_to = peek_reply_to(payload)
         if reply_to is not None:
             reply = ErrorReply(request_id=request_id, code=code, error=error)
-            self.ctx.reply(reply_to, reply, requests.reply_user(who))
+            self.ctx.reply(reply_to, reply, requests.reply_user(who), durable=False)
 
     def _refuse(
         self,
@@ -411,6 +456,7 @@ class SchedulerActor:
                 reply_to,
                 ErrorReply(request_id=getattr(message, "request_id", None), code=code, error=error),
                 requests.reply_user(who),
+                durable=False,
             )
 
     # -- the periodic checks and decisions --------------------------------------------
@@ -472,7 +518,13 @@ class SchedulerActor:
             )
             for agent_id, ag in sorted(ctx.agents.items())
         )
+        states = dict.fromkeys((s.value for s in AgentState), 0)
+        for ag in ctx.agents.values():
+            states[ag.life.state.value] += 1
         return GaugeState(
+            machine_states=states,
+            journal_writable=self._journal.failure is None,
+            journal_held_writes=self._journal.held_writes,
             queued=len(core.queue),
             running=len(core.running) + len(core.pending),
             cpus=core.total_cpus,

@@ -109,6 +109,8 @@ JOURNALED = (
     "job_resizes",
     "agent_holds",
     "adopted_parts",
+    "requeues_uncharged",
+    "journal_failures",
 )
 #: Accepted submissions: counted from the job rows, not journaled as a total.
 ACCEPTED = (("result", "accepted"),)
@@ -123,7 +125,9 @@ REJECTION_REASONS = tuple(code.value for code in Rejection)
 #: Why a message was refused: the codes of ``broker.vocabulary.BadMessage``.
 BAD_MESSAGE_REASONS = tuple(code.value for code in BadMessage)
 FINAL_STATES = tuple(state.value for state in JobState if is_final(state))
-LOSS_REASONS = ("will", "silence", "incarnation", "goodbye")
+LOSS_REASONS = ("will", "silence", "incarnation", "goodbye", "stop")
+#: Why a job was requeued without charging its budget (``scheduler.live.coupling.Cause``).
+UNCHARGED_CAUSES = ("never_ran", "operator_stop")
 RESIZE_DIRECTIONS = ("shrink", "expand")
 #: Job-size classes by processes: 1; 2-8; 9-32; more.
 SIZE_CLASSES = ("serial", "small", "medium", "large")
@@ -282,7 +286,8 @@ class SchedulerMetrics:
             Counter(
                 f"{PREFIX}_agents_lost",
                 "Agents lost with their parts (Last Will, heartbeat silence, new incarnation, "
-                "goodbye with parts running), by how it was noticed.",
+                "goodbye with parts running, a stop its operator asked for), by how it was "
+                "noticed.",
                 ["reason"],
                 registry=own,
             ),
@@ -292,6 +297,26 @@ class SchedulerMetrics:
             f"{PREFIX}_requeues",
             "Jobs requeued after losing a machine.",
             registry=own,
+        )
+        self.requeues_uncharged = JournaledCounter(
+            Counter(
+                f"{PREFIX}_requeues_uncharged",
+                "Of the requeues, those not counted against a job's requeue budget, by "
+                "cause: never_ran (its start was refused or lost before it ran), "
+                "operator_stop (its agent's operator stopped the agent).",
+                ["cause"],
+                registry=own,
+            ),
+            tally,
+        )
+        self.journal_failures = JournaledCounter(
+            Counter(
+                f"{PREFIX}_journal_failures",
+                "Times the journal could no longer be written (its disk full, read-only or "
+                "failing); new submissions are refused until it can again.",
+                registry=own,
+            ),
+            tally,
         )
         self.agents_suspect = JournaledCounter(
             Counter(
@@ -365,6 +390,8 @@ class SchedulerMetrics:
             self.agents_lost.labels(reason=loss)
         for outcome in HOLD_OUTCOMES:
             self.agent_holds.labels(outcome=outcome)
+        for cause in UNCHARGED_CAUSES:
+            self.requeues_uncharged.labels(cause=cause)
         self.job_resizes = JournaledCounter(
             Counter(
                 "accordion_job_resizes",

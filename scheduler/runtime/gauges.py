@@ -48,6 +48,11 @@ class GaugeState:
     cluster_time: float = 0.0
     time_scale: float = 1.0
     reconciling: bool = False
+    #: Machines by their agent's state (``scheduler.live.agent_lifecycle``), every state.
+    machine_states: Mapping[str, int] | None = None
+    #: Whether the journal can be written, and the writes held in memory meanwhile.
+    journal_writable: bool = True
+    journal_held_writes: int = 0
     machines: tuple[MachineGauge, ...] = ()
     #: CPUs held by each running job, by job id.
     job_cpus: Mapping[str, int] | None = None
@@ -100,6 +105,14 @@ class StateCollector(Collector):
         )
         for job, procs in sorted((s.job_procs or {}).items()):
             job_procs.add_metric([job], procs)
+        by_state = GaugeMetricFamily(
+            f"{PREFIX}_machines",
+            "Known machines by their agent's state (online, suspect, draining, held, "
+            "stopped, lost, gone).",
+            labels=["state"],
+        )
+        for state, n in sorted((s.machine_states or {}).items()):
+            by_state.add_metric([state], n)
         return [
             gauge("queued_jobs", "Jobs waiting in the queue.", s.queued),
             gauge("running_jobs", "Jobs on CPUs (or awaiting reconciliation).", s.running),
@@ -128,6 +141,18 @@ class StateCollector(Collector):
                 "1 while a restarted scheduler waits for agents to confirm running jobs.",
                 1.0 if s.reconciling else 0.0,
             ),
+            gauge(
+                "journal_writable",
+                "1 while the journal can be written; 0 while its disk refuses writes (new "
+                "submissions are refused, reports are held in memory).",
+                1.0 if s.journal_writable else 0.0,
+            ),
+            gauge(
+                "journal_held_writes",
+                "Journal writes held in memory until the disk takes them again.",
+                s.journal_held_writes,
+            ),
+            by_state,
             machine_cpus,
             machine_busy,
             job_cpus,

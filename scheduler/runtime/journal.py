@@ -59,6 +59,20 @@ keeps the job's parts from then on (``job_events.parts``), so a history
 request tells where a job ran as well as when (``accordion gantt``); NULL in
 older rows.
 
+Streams (schema 8). Each ``job_events`` row also has its number in the
+scheduler-wide event stream (``stream``, what ``JobEvent.stream`` says on the
+``events`` topic) and in its owner's (``owner``, ``owner_stream``: what the
+owner's ``users/<user>/events`` says), so a watcher that missed events of any
+job asks for them by number (:meth:`Journal.stream_events`). Requeues say their
+``cause`` and whether they were ``charged``; a hold its ``hold_cause``; the
+machines an admin drained are in ``drains``.
+
+A disk that refuses writes (full, read-only, failing) is not an error here:
+the writes are kept in memory and written again later
+(``scheduler.runtime.journal_writer``; :attr:`Journal.failure`, :meth:`Journal.retry`).
+A journal that cannot be opened, or is damaged, is refused at once by a
+:class:`JournalError` that says what to do.
+
 The tables and their migrations are in ``scheduler.runtime.journal_schema``; the
 values a reader gets in ``scheduler.runtime.journal_records`` (re-exported here).
 
@@ -69,12 +83,11 @@ drain in one, so thousands of submissions cost one commit).
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, Self
+from typing import Self
 
 from broker.messages import JobEvent, JobSpec, PartSpec
 from broker.storage import STORED_PROTOCOLS, spec_to_json
@@ -82,7 +95,9 @@ from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime.journal_open import Synchronous, open_database
 from scheduler.runtime.journal_records import (
+    EVENT_COLUMNS,
     EVENT_KINDS,
     JOB_COLUMNS,
     JournalEvent,
@@ -97,7 +112,8 @@ from scheduler.runtime.journal_records import (
     row_event,
     row_job,
 )
-from scheduler.runtime.journal_schema import SCHEMA_VERSION, JournalError, prepare
+from scheduler.runtime.journal_schema import SCHEMA_VERSION, JournalError
+from scheduler.runtime.journal_writer import Writer
 
 __all__ = [
     "EVENT_KINDS",
@@ -112,27 +128,20 @@ __all__ = [
     "TotalKey",
 ]
 
-Synchronous = Literal["FULL", "NORMAL"]
-
 
 class Journal:
     """The SQLite journal (see the module docstring). Single-threaded: the actor's."""
 
-    def __init__(self, path: str | Path, *, synchronous: Synchronous = "FULL") -> None:
-        if synchronous not in ("FULL", "NORMAL"):
-            raise JournalError(f"synchronous must be FULL or NORMAL, got {synchronous!r}")
+    def __init__(
+        self, path: str | Path, *, synchronous: Synchronous = "FULL", check: bool = False
+    ) -> None:
+        """Open (or create) the journal at ``path``; ``check`` reads it all first
+        (SQLite's ``quick_check``), so a damaged file is refused at start rather
+        than found out later. Raises :class:`JournalError`, in one line that says
+        what to do, for a journal that cannot be opened or written, or is damaged."""
         self.path = Path(path)
-        # Autocommit mode: transactions are the explicit BEGIN/COMMIT of transaction().
-        self._db = sqlite3.connect(self.path, isolation_level=None)
-        self._depth = 0
-        mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            self._db.close()
-            raise JournalError(f"{self.path}: SQLite refused WAL mode (got {mode!r})")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        with self.transaction():
-            prepare(self._db, self.path)
+        self._db = open_database(self.path, synchronous, check=check)
+        self._writer = Writer(self._db, self.path)
 
     # -- life -------------------------------------------------------------
 
@@ -150,26 +159,30 @@ class Journal:
     ) -> None:
         self.close()
 
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """One commit for everything inside (nested uses join the outer one)."""
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
-        self._db.execute("BEGIN IMMEDIATE")
-        self._depth = 1
-        try:
-            yield
-        except BaseException:
-            self._depth = 0
-            self._db.execute("ROLLBACK")
-            raise
-        self._depth = 0
-        self._db.execute("COMMIT")
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """One commit for everything inside (nested uses join the outer one). A write
+        the disk refuses is kept for :meth:`retry`, not raised (:attr:`failure`)."""
+        return self._writer.transaction()
+
+    @property
+    def failure(self) -> str | None:
+        """Why the journal cannot be written now (its disk full, read-only, failing),
+        in words; None when it can."""
+        return self._writer.failure
+
+    @property
+    def held_writes(self) -> int:
+        """Writes kept in memory while the journal cannot be written."""
+        return len(self._writer.backlog)
+
+    @property
+    def failures(self) -> int:
+        """Times the journal went from writable to failing."""
+        return self._writer.failures
+
+    def retry(self) -> bool:
+        """Write what was held; whether the journal can be written now."""
+        return self._writer.retry()
 
     @property
     def synchronous(self) -> str:
@@ -199,7 +212,7 @@ class Journal:
                     "policy": policy,
                     "protocol": str(PROTOCOL_VERSION),
                 }
-                self._db.executemany(
+                self._writer.executemany(
                     "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items()
                 )
                 return Meta(float(epoch), float(time_scale), policy, PROTOCOL_VERSION)
@@ -215,12 +228,12 @@ class Journal:
                 )
             if stored.protocol != PROTOCOL_VERSION:
                 # What is written from now on is this protocol's.
-                self._db.execute(
+                self._writer.execute(
                     "UPDATE meta SET value=? WHERE key='protocol'", (str(PROTOCOL_VERSION),)
                 )
                 stored = Meta(stored.epoch, stored.time_scale, stored.policy, PROTOCOL_VERSION)
             if stored.policy != policy:
-                self._db.execute("UPDATE meta SET value=? WHERE key='policy'", (policy,))
+                self._writer.execute("UPDATE meta SET value=? WHERE key='policy'", (policy,))
                 stored = Meta(stored.epoch, stored.time_scale, policy, stored.protocol)
             return stored
 
@@ -248,19 +261,18 @@ class Journal:
             (spec.id, spec_to_json(spec), submit, JobState.QUEUED.value) for spec, submit in jobs
         ]
         with self.transaction():
-            before = self._db.total_changes
-            self._db.executemany(
+            new = self._writer.executemany(
                 "INSERT OR IGNORE INTO jobs(id, spec, submit, state) VALUES (?, ?, ?, ?)", rows
             )
-            return self._db.total_changes - before
+            return max(new, 0)
 
     def record_start(self, job_id: str, start: float, parts: Sequence[Part]) -> None:
         text = parts_text(parts)
         with self.transaction():
             self._update(
                 job_id,
-                "UPDATE jobs SET state=?, start_at=?, end_at=NULL, parts=?, held_until=NULL "
-                "WHERE id=?",
+                "UPDATE jobs SET state=?, start_at=?, end_at=NULL, parts=?, held_until=NULL, "
+                "hold_cause=NULL WHERE id=?",
                 (JobState.RUNNING.value, start, text, job_id),
             )
             self._event(start, job_id, "started", text)
@@ -272,29 +284,56 @@ class Journal:
         text = parts_text(parts)
         with self.transaction():
             self._update(job_id, "UPDATE jobs SET parts=? WHERE id=?", (text, job_id))
-            self._db.execute(
+            self._writer.execute(
                 "INSERT INTO events(at, job_id, kind, detail, before) VALUES (?, ?, ?, ?, ?)",
                 (at, job_id, "resized", text, parts_text(before) if before else None),
             )
 
     def record_requeue(
-        self, job_id: str, at: float, requeues: int, detail: str = "", *, uncharged: int = 0
+        self,
+        job_id: str,
+        at: float,
+        requeues: int,
+        detail: str = "",
+        *,
+        uncharged: int = 0,
+        cause: str | None = None,
+        charged: bool | None = None,
     ) -> None:
         """The job went back to the queue (its machine was lost); ``requeues`` so far,
-        ``uncharged`` of them not counted against the requeue budget."""
+        ``uncharged`` of them not counted against the requeue budget; this one's
+        ``cause`` and whether it was ``charged``."""
         with self.transaction():
             self._update(
                 job_id,
                 "UPDATE jobs SET state=?, start_at=NULL, parts=NULL, requeues=?, detail=?, "
-                "held_until=NULL, uncharged=? WHERE id=?",
+                "held_until=NULL, hold_cause=NULL, uncharged=? WHERE id=?",
                 (JobState.QUEUED.value, requeues, detail or None, uncharged, job_id),
             )
-            self._event(at, job_id, "requeued", detail)
+            self._writer.execute(
+                "INSERT INTO events(at, job_id, kind, detail, cause, charged) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    at,
+                    job_id,
+                    "requeued",
+                    detail or None,
+                    cause,
+                    None if charged is None else int(charged),
+                ),
+            )
 
-    def record_hold(self, job_id: str, at: float, until: float, detail: str = "") -> None:
-        """The running job's parts are held for adoption until ``until`` (cluster s)."""
+    def record_hold(
+        self, job_id: str, at: float, until: float, detail: str = "", *, cause: str = "lost"
+    ) -> None:
+        """The running job's parts are held for adoption until ``until`` (cluster s);
+        ``cause``: ``stop`` when its agent's operator stopped the agent, else ``lost``."""
         with self.transaction():
-            self._update(job_id, "UPDATE jobs SET held_until=? WHERE id=?", (until, job_id))
+            self._update(
+                job_id,
+                "UPDATE jobs SET held_until=?, hold_cause=? WHERE id=?",
+                (until, cause, job_id),
+            )
             self._event(at, job_id, "held", detail)
 
     def record_end(
@@ -314,17 +353,23 @@ class Journal:
             self._update(
                 job_id,
                 "UPDATE jobs SET state=?, end_at=?, detail=?, start_at=COALESCE(?, start_at), "
-                "held_until=NULL WHERE id=?",
+                "held_until=NULL, hold_cause=NULL WHERE id=?",
                 (state.value, end, detail or None, start, job_id),
             )
             self._event(end, job_id, state.value, detail)
 
-    def record_event(self, event: JobEvent) -> None:
-        """A ``JobEvent`` about to be published (idempotent by job and seq)."""
+    def record_event(
+        self, event: JobEvent, *, owner: str | None = None, owner_stream: int | None = None
+    ) -> None:
+        """A ``JobEvent`` about to be published (idempotent by job and seq): its
+        ``stream`` is its number in the scheduler-wide stream, ``owner_stream`` in
+        its ``owner``'s."""
         with self.transaction():
-            self._db.execute(
-                "INSERT OR IGNORE INTO job_events(job_id, seq, at, event, detail, "
-                "cpus_before, cpus_after, parts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            # Idempotent by job and seq only: a stream number used twice is a bug, loud.
+            self._writer.execute(
+                "INSERT INTO job_events(job_id, seq, at, event, detail, "
+                "cpus_before, cpus_after, parts, stream, owner, owner_stream) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, seq) DO NOTHING",
                 (
                     event.job_id,
                     event.seq,
@@ -336,15 +381,20 @@ class Journal:
                     parts_text([Part(p.machine, p.cpus) for p in event.parts])
                     if event.parts
                     else None,
+                    event.stream,
+                    owner,
+                    owner_stream,
                 ),
             )
 
     def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]:
-        """The journalled events of ``job_ids``, by job (in the order asked) then seq."""
+        """The journalled events of ``job_ids``, by job (in the order asked) then seq,
+        as published on the scheduler-wide stream (``stream``: their number there)."""
         out: list[JobEvent] = []
         for job_id in job_ids:
             rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts FROM job_events "
+                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts, stream "
+                "FROM job_events "
                 "WHERE job_id=? ORDER BY seq",
                 (job_id,),
             ).fetchall()
@@ -358,8 +408,9 @@ class Journal:
                     cpus_before=before,
                     cpus_after=after,
                     parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
+                    stream=stream,
                 )
-                for seq, at, kind, d, before, after, parts in rows
+                for seq, at, kind, d, before, after, parts, stream in rows
             ]
         return out
 
@@ -368,13 +419,74 @@ class Journal:
         rows = self._db.execute("SELECT job_id, MAX(seq) FROM job_events GROUP BY job_id")
         return {str(job_id): int(seq) for job_id, seq in rows.fetchall()}
 
+    def last_streams(self) -> tuple[int, dict[str, int]]:
+        """The last number of the scheduler-wide event stream, and of each owner's (a
+        restarted scheduler goes on from there)."""
+        (last,) = self._db.execute("SELECT COALESCE(MAX(stream), 0) FROM job_events").fetchone()
+        rows = self._db.execute(
+            "SELECT owner, MAX(owner_stream) FROM job_events "
+            "WHERE owner IS NOT NULL AND owner_stream IS NOT NULL GROUP BY owner"
+        )
+        return int(last), {str(owner): int(n) for owner, n in rows.fetchall()}
+
+    def stream_events(
+        self, after: int, limit: int, *, owner: str | None = None
+    ) -> tuple[list[JobEvent], bool]:
+        """The events of the scheduler-wide stream (or of ``owner``'s) numbered past
+        ``after``, at most ``limit`` of them in order, each with its number in that
+        stream as its ``stream``; and whether more follow."""
+        number = "stream" if owner is None else "owner_stream"
+        where = f"{number} > ?" + ("" if owner is None else " AND owner = ?")
+        args: tuple[object, ...] = (after,) if owner is None else (after, owner)
+        rows = self._db.execute(
+            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, parts, {number} "
+            f"FROM job_events WHERE {where} ORDER BY {number} LIMIT ?",
+            (*args, limit + 1),
+        ).fetchall()
+        events = [
+            JobEvent(
+                job_id=str(job_id),
+                seq=int(seq),
+                at=float(at),
+                event=JobEventKind(kind),
+                detail=d or "",
+                cpus_before=before,
+                cpus_after=after_cpus,
+                parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
+                stream=int(n),
+            )
+            for job_id, seq, at, kind, d, before, after_cpus, parts, n in rows[:limit]
+        ]
+        return events, len(rows) > limit
+
+    # -- drains -------------------------------------------------------------
+
+    def record_drain(self, machine: str, at: float, by: str | None = None) -> None:
+        """An admin drained ``machine`` (``by``: who, when known)."""
+        with self.transaction():
+            self._writer.execute(
+                "INSERT OR REPLACE INTO drains(machine, at, by) VALUES (?, ?, ?)",
+                (machine, at, by),
+            )
+
+    def record_resume(self, machine: str) -> None:
+        """An admin resumed ``machine``."""
+        with self.transaction():
+            self._writer.execute("DELETE FROM drains WHERE machine=?", (machine,))
+
+    def drained(self) -> dict[str, float]:
+        """The machines an admin drained, with when (cluster seconds)."""
+        rows = self._db.execute("SELECT machine, at FROM drains ORDER BY machine")
+        return {str(m): float(at) for m, at in rows.fetchall()}
+
     def _update(self, job_id: str, sql: str, args: tuple[object, ...]) -> None:
-        if self._db.execute(sql, args).rowcount != 1:
+        changed = self._writer.execute(sql, args)
+        if changed not in (1, -1):  # -1: held, while the disk refuses writes
             # A local bug: the actor journals only jobs it accepted.
             raise KeyError(f"job {job_id!r} is not in the journal")
 
     def _event(self, at: float, job_id: str, kind: str, detail: str) -> None:
-        self._db.execute(
+        self._writer.execute(
             "INSERT INTO events(at, job_id, kind, detail) VALUES (?, ?, ?, ?)",
             (at, job_id, kind, detail or None),
         )
@@ -385,7 +497,7 @@ class Journal:
             return
         rows = [(name, labels_text(labels), int(n)) for (name, labels), n in totals.items()]
         with self.transaction():
-            self._db.executemany(
+            self._writer.executemany(
                 "INSERT INTO totals(name, labels, value) VALUES (?, ?, ?) "
                 "ON CONFLICT(name, labels) DO UPDATE SET value=excluded.value",
                 rows,
@@ -414,7 +526,7 @@ class Journal:
         The one reader of the ``events`` table: a resized job's segments and a
         requeued job's starts are only here, not in its row.
         """
-        sql = "SELECT at, job_id, kind, detail, before FROM events"
+        sql = f"SELECT {EVENT_COLUMNS} FROM events"
         args: tuple[str, ...] = ()
         if job_id is not None:
             sql += " WHERE job_id=?"

@@ -49,8 +49,12 @@ class JournalJob:
     #: restarted scheduler does not declare them lost before. None: not held.
     held_until: float | None = None
     #: Of ``requeues``, those not counted against ``max_requeues`` (schema 5): a
-    #: start fenced before it ran (``scheduler.core.recovery``).
+    #: start fenced before it ran, a stop its agent's operator asked for
+    #: (``scheduler.core.recovery``).
     uncharged: int = 0
+    #: Why its parts are held (schema 8): ``stop`` (its agent's operator stopped the
+    #: agent: a part a restart finds gone is requeued uncharged) or ``lost``.
+    hold_cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +84,9 @@ class JournalEvent:
     ``kind`` is one of :data:`EVENT_KINDS`; ``parts`` are the job's parts from
     then on for ``started`` and ``resized`` (empty otherwise); ``before`` the
     parts a ``resized`` job held until then (empty otherwise, and in a journal
-    older than schema 3); ``detail`` is the reason of a requeue or an end.
+    older than schema 3); ``detail`` is the reason of a requeue or an end. A
+    requeue says its ``cause`` (``scheduler.live.coupling.Cause``) and whether it
+    was ``charged`` against ``max_requeues`` (None before schema 8).
     """
 
     at: float
@@ -89,6 +95,8 @@ class JournalEvent:
     parts: tuple[Part, ...]
     detail: str | None
     before: tuple[Part, ...] = ()
+    cause: str | None = None
+    charged: bool | None = None
 
 
 def parts_text(parts: Sequence[Part]) -> str:
@@ -112,16 +120,27 @@ def labels_of(text: str) -> tuple[tuple[str, str], ...]:
 
 
 JobRow = tuple[
-    str, float, str, float | None, float | None, str | None, int, str | None, float | None, int
+    str,
+    float,
+    str,
+    float | None,
+    float | None,
+    str | None,
+    int,
+    str | None,
+    float | None,
+    int,
+    str | None,
 ]
 #: The columns of ``jobs`` that :func:`row_job` reads, in its order.
 JOB_COLUMNS = (
-    "spec, submit, state, start_at, end_at, parts, requeues, detail, held_until, uncharged"
+    "spec, submit, state, start_at, end_at, parts, requeues, detail, held_until, uncharged, "
+    "hold_cause"
 )
 
 
 def row_job(row: JobRow) -> JournalJob:
-    spec, submit, state, start, end, parts, requeues, detail, held_until, uncharged = row
+    spec, submit, state, start, end, parts, requeues, detail, held_until, uncharged, cause = row
     return JournalJob(
         spec=spec_from_json(spec),
         submit=float(submit),
@@ -133,11 +152,17 @@ def row_job(row: JobRow) -> JournalJob:
         detail=detail,
         held_until=held_until,
         uncharged=int(uncharged),
+        hold_cause=cause,
     )
 
 
-def row_event(row: tuple[float, str, str, str | None, str | None]) -> JournalEvent:
-    at, job_id, kind, detail, before = row
+EventRow = tuple[float, str, str, str | None, str | None, str | None, int | None]
+#: The columns of ``events`` that :func:`row_event` reads, in its order.
+EVENT_COLUMNS = "at, job_id, kind, detail, before, cause, charged"
+
+
+def row_event(row: EventRow) -> JournalEvent:
+    at, job_id, kind, detail, before, cause, charged = row
     placed = kind in _PLACED
     return JournalEvent(
         at=float(at),
@@ -146,4 +171,6 @@ def row_event(row: tuple[float, str, str, str | None, str | None]) -> JournalEve
         parts=parts_of(detail) if placed else (),
         detail=None if placed else detail,
         before=parts_of(before),
+        cause=cause,
+        charged=None if charged is None else bool(charged),
     )

@@ -23,7 +23,17 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    happened (``broker.vocabulary.JobEventKind``), as it always did; the
    migration renames it, and the values (``queued``, ``resized`` ...) stay;
 7. ``job_events.parts``: a ``running`` or ``resized`` event's parts from then
-   on (JSON, as ``jobs.parts``), NULL in older rows.
+   on (JSON, as ``jobs.parts``), NULL in older rows;
+8. polite stops, drains and event streams (protocol 3): ``events.cause`` and
+   ``events.charged`` (why a job was requeued, ``scheduler.live.coupling.Cause``,
+   and whether it counted against ``max_requeues``); ``jobs.hold_cause``
+   (``stop``: its parts were held because its agent's operator stopped the
+   agent, so what a restart finds gone is not charged; ``lost``: its agent
+   died); ``job_events.stream``, ``owner`` and ``owner_stream`` (the event's
+   number in the scheduler-wide stream and in its owner's, which watchers ask
+   for by number); ``drains``, the machines an admin drained. Older rows have
+   NULL there (no cause, no number): the streams of a migrated journal start
+   after its last event.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -37,7 +47,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -55,7 +65,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     requeues INTEGER NOT NULL DEFAULT 0,
     detail TEXT,
     held_until REAL,
-    uncharged INTEGER NOT NULL DEFAULT 0
+    uncharged INTEGER NOT NULL DEFAULT 0,
+    hold_cause TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -63,7 +74,9 @@ CREATE TABLE IF NOT EXISTS events (
     job_id TEXT NOT NULL,
     kind TEXT NOT NULL,
     detail TEXT,
-    before TEXT
+    before TEXT,
+    cause TEXT,
+    charged INTEGER
 );
 CREATE TABLE IF NOT EXISTS job_events (
     job_id TEXT NOT NULL,
@@ -74,6 +87,9 @@ CREATE TABLE IF NOT EXISTS job_events (
     cpus_before INTEGER,
     cpus_after INTEGER,
     parts TEXT,
+    stream INTEGER,
+    owner TEXT,
+    owner_stream INTEGER,
     PRIMARY KEY (job_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS totals (
@@ -82,6 +98,17 @@ CREATE TABLE IF NOT EXISTS totals (
     value INTEGER NOT NULL,
     PRIMARY KEY (name, labels)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS drains (
+    machine TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    by TEXT
+) WITHOUT ROWID;
+"""
+
+#: Made after the migrations, which add the columns they index to older files.
+_INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS job_events_stream ON job_events(stream);
+CREATE INDEX IF NOT EXISTS job_events_owner ON job_events(owner, owner_stream);
 """
 
 #: The metric family that counts resizes (``scheduler.runtime.exporter``'s name for it),
@@ -105,23 +132,40 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
     row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     if row is None:
         db.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+        _index(db)
         return
     found = int(row[0])
     if found > SCHEMA_VERSION:
         raise JournalError(
-            f"{path}: schema {found} is newer than this scheduler's {SCHEMA_VERSION}"
+            f"{path}: schema {found} is newer than this scheduler's {SCHEMA_VERSION}: "
+            "run a scheduler of that version on it, or start this one with another --journal"
         )
     if found == SCHEMA_VERSION:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
-    # columns and schema 7 the events' parts, added to the tables an older scheduler made.
+    # columns, schema 7 the events' parts and schema 8 the causes and stream
+    # numbers, added to the tables an older scheduler made.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(
         db,
         "job_events",
         [("cpus_before", "INTEGER"), ("cpus_after", "INTEGER"), ("parts", "TEXT")],
     )
-    _add_columns(db, "jobs", [("held_until", "REAL"), ("uncharged", "INTEGER NOT NULL DEFAULT 0")])
+    _add_columns(
+        db,
+        "jobs",
+        [
+            ("held_until", "REAL"),
+            ("uncharged", "INTEGER NOT NULL DEFAULT 0"),
+            ("hold_cause", "TEXT"),
+        ],
+    )
+    _add_columns(db, "events", [("cause", "TEXT"), ("charged", "INTEGER")])
+    _add_columns(
+        db,
+        "job_events",
+        [("stream", "INTEGER"), ("owner", "TEXT"), ("owner_stream", "INTEGER")],
+    )
     if "state" in _columns(db, "job_events"):
         # Schema 6 (a schema-1 file had no job_events: it was just made with ``event``).
         db.execute("ALTER TABLE job_events RENAME COLUMN state TO event")
@@ -129,7 +173,14 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
         _seed_resize_totals(db)
     if found < 5:
         _seed_holds(db)
+    _index(db)
     db.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION),))
+
+
+def _index(db: sqlite3.Connection) -> None:
+    for statement in _INDEXES.split(";"):
+        if statement.strip():
+            db.execute(statement)
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:

@@ -19,7 +19,9 @@ def test_auth_init_writes_every_login_and_prints_no_secret(tmp_path: Path) -> No
     result = runner.invoke(app, [*args, "--logins", "1", "--mount", "/mosquitto/auth"])
     assert result.exit_code == 0, result.output
     secrets = [p for p in (out / "secrets").iterdir() if p.suffix != ".env"]
-    assert sorted(p.name for p in secrets) == ["agent-n1", "alice", "root", "scheduler"]
+    # The agent's probe login (its name check before it connects) has its own file.
+    names = sorted(p.name for p in secrets)
+    assert names == ["agent-n1", "agent-n1~probe", "alice", "root", "scheduler"]
     for path in secrets:
         assert path.read_text().strip() not in result.output
         assert path.stat().st_mode & 0o077 == 0

@@ -10,7 +10,7 @@ import pytest
 from accordion.cluster.processes import UpError
 from accordion.cluster.wiring import ADMIN, LOGINS_PER_USER, Wiring
 from accordion.errors import UserError
-from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
+from broker.settings import ENV_PASSWORD_FILE, ENV_PROBE_USERNAME, ENV_USERNAME
 from model.execution import DEFAULT_MODEL
 from model.machine import Machine
 from scheduler.planning.placement import PlacementRule
@@ -39,7 +39,12 @@ def test_each_child_gets_its_login_by_path_and_the_admin_rotates(tmp_path: Path)
     assert wiring.auth_files is not None
     env = wiring.env({"PATH": "/bin"}, "agent-m1")
     secret = wiring.auth_files.secret_of("agent-m1")
-    assert env == {"PATH": "/bin", ENV_USERNAME: "agent-m1", ENV_PASSWORD_FILE: str(secret)}
+    assert env == {
+        "PATH": "/bin",
+        ENV_USERNAME: "agent-m1",
+        ENV_PASSWORD_FILE: str(secret),
+        ENV_PROBE_USERNAME: "agent-m1~probe",  # its name check's own login
+    }
     assert secret.read_text().strip() not in " ".join(env.values())  # a path, not the secret
     assert wiring.credentials("agent-far").password_file == wiring.auth_files.secret_of("agent-far")
     turns = [wiring.admin_credentials() for _ in range(LOGINS_PER_USER + 1)]

@@ -149,10 +149,12 @@ def test_the_command_writes_files_and_prints_no_password(
     out = capsys.readouterr().out
     files = list((tmp_path / "secrets").iterdir())
     secrets = {p.name: p.read_text().strip() for p in files if p.suffix != ".env"}
-    assert set(secrets) == {"scheduler", "agent-n1", "alice"}
+    # The agent's probe login shares its secret (one password per agent).
+    assert set(secrets) == {"scheduler", "agent-n1", "agent-n1~probe", "alice"}
+    assert secrets["agent-n1"] == secrets["agent-n1~probe"]
     for secret in secrets.values():
         assert secret not in out
-    assert (tmp_path / "passwd").read_text().count("$7$101$") == 3
+    assert (tmp_path / "passwd").read_text().count("$7$101$") == 4
     with pytest.raises(SystemExit):
         main(["--dir", str(tmp_path), "--user", "a/b"])
 
@@ -164,11 +166,14 @@ def test_a_login_env_file_names_the_secret_by_path(tmp_path: Path) -> None:
         env = files.env_files[account.login]
         assert env.stat().st_mode & 0o077 == 0
         lines = dict(line.split("=", 1) for line in env.read_text().splitlines())
-        assert lines == {
+        expected = {
             "ACCORDION_MQTT_USERNAME": account.login,
             "ACCORDION_MQTT_PASSWORD_FILE": str(files.secret_of(account.login).resolve()),
             "ACCORDION_ROLE": account.role,
         }
+        if account.login == "agent-n1":  # an agent names its probe's login too
+            expected["ACCORDION_MQTT_PROBE_USERNAME"] = "agent-n1~probe"
+        assert lines == expected
         assert account.password not in env.read_text()
         assert identity_of(account.login) == account.identity or account.role == "agent"
 

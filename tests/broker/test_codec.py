@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from broker import messages as m
 from broker.codec import REASONS, WireError, decode, encode, peek_reply_to
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, JobState, Rejection
+from broker.vocabulary import (
+    BadMessage,
+    CancelRefusal,
+    DrainRefusal,
+    JobEventKind,
+    JobState,
+    MachineState,
+    Rejection,
+)
 from tests.builders import spec
 
 JOB = spec(
@@ -63,10 +71,28 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         reason="job 'job-1' is already finished",
         code=CancelRefusal.ENDED,
     ),
+    m.EventsRequest(request_id="r5", reply_to="cli-1", after=12, limit=500),
+    m.EventsReply(
+        request_id="r5",
+        events=(m.JobEvent(job_id="job-1", event=JobEventKind.QUEUED, at=1.0, seq=1, stream=13),),
+        last=20,
+        more=True,
+    ),
+    m.DrainMachine(request_id="r6", reply_to="cli-1", machine="node-1"),
+    m.DrainReply(
+        request_id="r6",
+        machine="node-2",
+        draining=False,
+        reason="no machine 'node-2' has registered",
+        code=DrainRefusal.UNKNOWN_MACHINE,
+    ),
     m.StatusReply(
         request_id="r3",
         now=12.5,
-        machines=(m.MachineStatus("node-1", 32, 1.5, free=24, online=True),),
+        machines=(
+            m.MachineStatus("node-1", 32, 1.5, free=24, online=True),
+            m.MachineStatus("node-2", 8, 1.0, free=0, online=True, state=MachineState.DRAINING),
+        ),
         queue=(
             m.JobStatus(
                 id="j2",
@@ -108,7 +134,7 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
         incarnation="inc-7",
         running=(m.RunningPart(job_id="job-1", cpus=4, started=2.0),),
     ),
-    m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="goodbye"),
+    m.AgentOffline(agent_id="node-1", incarnation="inc-7", reason="stopping"),
     m.Heartbeat(
         agent_id="node-1",
         seq=42,
@@ -116,7 +142,7 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     ),
     m.PartStarted(job_id="job-1", agent_id="node-1", pid=4242, at=2.0),
     m.PartProgress(job_id="job-1", agent_id="node-1", done=10.0, rate=0.5, at=22.0),
-    m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=137, at=30.0, reason="lost"),
+    m.PartFinished(job_id="job-1", agent_id="node-1", exit_code=-15, at=30.0, reason="stopped"),
     m.StartPart(job=JOB, cpus=4, pace=0.5, part=1, parts=2, time_scale=60.0),
     m.ResizePart(job_id="job-1", cpus=2, pace=0.75),
     m.CancelPart(job_id="job-1"),
@@ -148,6 +174,10 @@ REQUIRED: dict[str, set[str]] = {
     "status_reply": {"request_id", "now", "machines", "queue", "running"},
     "error_reply": {"request_id", "code", "error"},
     "history_reply": {"request_id", "events", "unknown"},
+    "events_request": {"after"},
+    "events_reply": {"request_id", "events", "last"},
+    "drain_machine": {"machine"},
+    "drain_reply": {"request_id", "machine", "draining"},
     "agent_online": {"machine", "incarnation", "running"},
     "agent_offline": {"agent_id", "incarnation", "reason"},
     "heartbeat": {"agent_id", "seq", "running"},

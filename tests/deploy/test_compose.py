@@ -288,3 +288,33 @@ def test_the_dockerfile_installs_the_project() -> None:
     assert re.search(r"^FROM python:3\.11-slim\b", text, re.M)
     assert "pip install ." in text
     assert f"{IMAGE_EXAMPLES}" in text
+
+
+def test_the_dask_profile_parses_and_publishes_on_loopback_only(
+    base: dict[str, Any], services: dict[str, Any]
+) -> None:
+    pytest.importorskip("distributed")
+    from distributed.cli.dask_scheduler import main as dask_scheduler
+    from distributed.cli.dask_worker import main as dask_worker
+
+    scheduler, worker = services["dask-scheduler"], services["dask-worker"]
+    assert "dask-scheduler" not in base["services"]  # compose only, behind a profile
+    for service in (scheduler, worker):
+        assert service["profiles"] == ["dask"]
+        assert interpolate(service["image"]) == "accordion:local"  # the testbed's own image
+    assert command(scheduler)[:2] == ["dask", "scheduler"]
+    params = dask_scheduler.make_context("dask scheduler", command(scheduler)[2:]).params
+    assert (params["host"], params["port"]) == ("0.0.0.0", "8786")
+    assert command(worker)[:2] == ["dask", "worker"]
+    params = dask_worker.make_context("dask worker", command(worker)[2:]).params
+    assert params["scheduler"] == "tcp://dask-scheduler:8786"
+    assert (params["nthreads"], params["n_workers"]) == (1, "1")
+    assert "ports" not in worker  # a host port would forbid --scale
+    ports = [interpolate(p) for p in scheduler["ports"]]
+    assert ports == ["127.0.0.1:8786:8786", "127.0.0.1:8787:8787"]
+    assert worker["depends_on"]["dask-scheduler"]["condition"] == "service_healthy"
+
+
+def test_the_image_has_the_dask_extra() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "pip install -c requirements.lock '.[dask]'" in text

@@ -66,6 +66,7 @@ def test_collector_exposes_every_metric_with_bounded_labels() -> None:
         "walltime": 0,
         "lost": 0,
         "fenced": 0,
+        "stopped": 0,
     }
 
 

@@ -105,12 +105,19 @@ async def test_agent_runs_mqtt_job_processes(mosquitto: BrokerEndpoint) -> None:
 
                 agent.stop()
             assert running.done()
-        goodbye = await scheduler.expect(AgentOffline)
-        assert goodbye == AgentOffline(agent_id="m1", incarnation="inc-1", reason="goodbye")
+        # Stopped by its operator (no state directory: its parts die with it): it will
+        # be back, and says so.
+        stopping = await scheduler.expect(AgentOffline)
+        assert stopping == AgentOffline(agent_id="m1", incarnation="inc-1", reason="stopping")
 
 
 async def _start_agent_process(
-    endpoint: BrokerEndpoint, topics: Topics, name: str, log: Path, metrics_port: int
+    endpoint: BrokerEndpoint,
+    topics: Topics,
+    name: str,
+    log: Path,
+    metrics_port: int,
+    *extra: str,
 ) -> asyncio.subprocess.Process:
     with log.open("wb") as out:
         return await asyncio.create_subprocess_exec(
@@ -128,6 +135,7 @@ async def _start_agent_process(
             "--metrics-addr=127.0.0.1",
             "--heartbeat=0.2",
             f"--state-dir={log.parent / 'state'}",
+            *extra,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -140,11 +148,18 @@ def _scrape(port: int) -> str:
     return body.decode()
 
 
-async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_path: Path) -> None:
+async def test_cli_agent_without_adoption_ends_its_parts_stopped_on_sigterm(
+    mosquitto: BrokerEndpoint, tmp_path: Path
+) -> None:
+    # An agent whose parts cannot outlive it (--no-adopt) ends them on SIGTERM and says
+    # why: a stop its operator asked for, which the scheduler requeues uncharged. (The
+    # default, leaving them to the next incarnation, is tests/nodeagent/test_polite_stop.py's.)
     topics = Topics(f"it-{uuid.uuid4().hex[:8]}/v1")
     port = free_port()
     async with watching(mosquitto, topics, "cli1") as scheduler:
-        agent = await _start_agent_process(mosquitto, topics, "cli1", tmp_path / "a.log", port)
+        agent = await _start_agent_process(
+            mosquitto, topics, "cli1", tmp_path / "a.log", port, "--no-adopt"
+        )
         try:
             online = await scheduler.expect(AgentOnline)
             assert online.machine == MachineSpec(
@@ -168,10 +183,10 @@ async def test_cli_agent_says_goodbye_on_sigterm(mosquitto: BrokerEndpoint, tmp_
             if agent.returncode is None:
                 agent.kill()
                 await agent.wait()
-        lost = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
-        assert lost.reason == "lost"
-        goodbye = await scheduler.expect(AgentOffline)
-        assert (goodbye.reason, goodbye.incarnation) == ("goodbye", online.incarnation)
+        stopped = await scheduler.expect(PartFinished, lambda f: f.job_id == "long")
+        assert stopped.reason == "stopped"
+        stopping = await scheduler.expect(AgentOffline)
+        assert (stopping.reason, stopping.incarnation) == ("stopping", online.incarnation)
 
 
 async def test_killed_cli_agent_is_announced_by_its_will(

@@ -301,24 +301,80 @@ async def test_resize_beyond_free_cpus_is_not_applied() -> None:
         assert run.agent.stats().cpus_busy == 4
 
 
-async def test_clean_shutdown_reports_parts_lost_then_says_goodbye() -> None:
+async def test_a_stop_says_stopping_then_ends_its_parts_as_stopped() -> None:
+    # No state directory: its parts cannot outlive it, so a stop ends them. It says
+    # so first (the scheduler places nothing more here and charges no job for it).
     async with running_agent() as run:
         await run.scheduler.send(start(spec("s1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
         await run.scheduler.expect(PartProgress)
         run.agent.stop()
         await run.task
+        assert run.agent.stopping == "end"
         finished = await run.scheduler.expect(PartFinished)
-        goodbye = await run.scheduler.expect(AgentOffline)
-        assert finished.reason == "lost"
-        assert goodbye == AgentOffline(
-            agent_id="node1", incarnation=run.agent.incarnation, reason="goodbye"
+        stopping = await run.scheduler.expect(AgentOffline)
+        assert finished.reason == "stopped"
+        assert stopping == AgentOffline(
+            agent_id="node1", incarnation=run.agent.incarnation, reason="stopping"
         )
         kinds = [type(m) for _, m in run.scheduler.seen]
-        assert kinds.index(PartFinished) < kinds.index(AgentOffline)
-        # The goodbye replaced the retained registration.
+        assert kinds.index(AgentOffline) < kinds.index(PartFinished)
+        # No goodbye after it: it will be back. The retained state says it stopped.
+        assert len(run.scheduler.all(AgentOffline)) == 1
         async with run.broker.client("late") as late:
             await late.subscribe(TOPICS.agent_state("node1"))
-            assert decode((await anext(late.deliveries())).payload) == goodbye
+            assert decode((await anext(late.deliveries())).payload) == stopping
+
+
+async def test_a_start_reaching_a_stopping_agent_is_refused_stopped() -> None:
+    async with running_agent() as run:
+        await run.scheduler.send(start(spec("s1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
+        await run.scheduler.expect(PartProgress)
+        run.agent.stop()
+        await run.scheduler.expect(AgentOffline)
+        await run.scheduler.send(
+            start(spec("late", 2, work=1.0, walltime=UNLIMITED), time_scale=1.0)
+        )
+        refused = await run.scheduler.expect(PartFinished, lambda f: f.job_id == "late")
+        assert (refused.reason, refused.exit_code) == ("stopped", -1)
+        await run.task
+
+
+async def test_draining_on_stop_runs_the_parts_to_their_end_then_says_goodbye() -> None:
+    settings = AgentSettings(
+        heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=0.5, drain_on_stop=True
+    )
+    async with running_agent(settings=settings) as run:
+        # 200 units at 1000x: about 0.2 s of wall time, longer than the stop's signal.
+        await run.scheduler.send(
+            start(spec("d1", 2, work=200.0, walltime=UNLIMITED), time_scale=1000.0)
+        )
+        await run.scheduler.expect(PartProgress)
+        run.agent.stop()
+        draining = await run.scheduler.expect(AgentOnline, lambda o: o.draining)
+        assert [p.job_id for p in draining.running] == ["d1"]
+        await run.task
+        finished = await run.scheduler.expect(PartFinished)
+        goodbye = await run.scheduler.expect(AgentOffline)
+        assert (finished.reason, finished.exit_code) == ("done", 0)
+        assert goodbye.reason == "goodbye"
+        kinds = [type(m) for _, m in run.scheduler.seen]
+        assert kinds.index(PartFinished) < kinds.index(AgentOffline)
+
+
+async def test_a_second_stop_while_draining_ends_what_runs() -> None:
+    settings = AgentSettings(
+        heartbeat_interval=0.05, kill_grace=1.0, walltime_grace=0.5, drain_on_stop=True
+    )
+    async with running_agent(settings=settings) as run:
+        await run.scheduler.send(start(spec("d1", 2, work=1e6, walltime=UNLIMITED), time_scale=1.0))
+        await run.scheduler.expect(PartProgress)
+        run.agent.stop()
+        await run.scheduler.expect(AgentOnline, lambda o: o.draining)
+        run.agent.stop()
+        await run.task
+        finished = await run.scheduler.expect(PartFinished)
+        assert finished.reason == "stopped"
+        assert [m.reason for m in run.scheduler.all(AgentOffline)] == ["stopping"]
 
 
 async def test_will_announces_a_killed_agent_lost() -> None:

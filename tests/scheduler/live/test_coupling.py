@@ -141,6 +141,12 @@ def bring_agent(r: Rig, state: AgentState) -> None:
         agent_moved(r.ctx, "a", life.apply(AgentInput.SILENT), r.now, "silence")
     elif state is AgentState.GONE:
         agent_moved(r.ctx, "a", life.apply(AgentInput.GOODBYE), r.now, "goodbye")
+    elif state is AgentState.DRAINING:
+        agent_moved(r.ctx, "a", life.apply(AgentInput.DRAIN), r.now, "drain")
+    elif state is AgentState.STOPPED:
+        agents.on_state(
+            r.ctx, "a", AgentOffline(agent_id="a", incarnation="i1", reason="stopping"), r.now
+        )
     assert r.agent_state("a") is state
 
 
@@ -148,6 +154,8 @@ def bring_agent(r: Rig, state: AgentState) -> None:
 
 A, In, M, Ps = AgentState, AgentInput, ToMachine, ToParts
 LOSE = (M.LEAVE, Ps.LOSE)
+#: An operator's stop: the same rule, nothing charged.
+LOSE_BY_STOP = (M.LEAVE, Ps.LOSE_BY_STOP)
 
 #: What each agent move does (DESIGN.md, "Trust and faults"; the README's faults list).
 EXPECTED_AGENT = {
@@ -169,6 +177,26 @@ EXPECTED_AGENT = {
     (A.HELD, In.REINCARNATED): (M.UNCORDON, Ps.OFFER),
     (A.HELD, In.HOLD_ENDED): LOSE,
     (A.HELD, In.GOODBYE): LOSE,
+    # Drained: cordoned, its parts untouched; silence, a will or a new process as ever.
+    (A.ONLINE, In.DRAIN): (M.CORDON, Ps.NOTHING),
+    (A.SUSPECT, In.DRAIN): (M.CORDON, Ps.NOTHING),
+    (A.DRAINING, In.RESUME): (M.UNCORDON, Ps.NOTHING),
+    (A.DRAINING, In.HEARTBEAT): (M.NOTHING, Ps.NOTHING),
+    (A.DRAINING, In.SILENT): LOSE,
+    (A.DRAINING, In.WILL): LOSE,
+    (A.DRAINING, In.GOODBYE): LOSE,
+    (A.DRAINING, In.REINCARNATED): LOSE,
+    (A.DRAINING, In.WILL_HOLD): (M.CORDON, Ps.HOLD),
+    # An operator's stop (DESIGN.md: it never costs a job its requeue budget).
+    (A.ONLINE, In.STOP): LOSE_BY_STOP,
+    (A.SUSPECT, In.STOP): LOSE_BY_STOP,
+    (A.DRAINING, In.STOP): LOSE_BY_STOP,
+    (A.ONLINE, In.STOP_HOLD): (M.CORDON, Ps.HOLD),
+    (A.SUSPECT, In.STOP_HOLD): (M.CORDON, Ps.HOLD),
+    (A.DRAINING, In.STOP_HOLD): (M.CORDON, Ps.HOLD),
+    (A.STOPPED, In.REINCARNATED): (M.UNCORDON, Ps.OFFER_AFTER_STOP),
+    (A.STOPPED, In.HOLD_ENDED): LOSE_BY_STOP,
+    (A.STOPPED, In.GOODBYE): LOSE_BY_STOP,
     (A.LOST, In.HEARTBEAT): (M.JOIN, Ps.NOTHING),
     (A.LOST, In.REINCARNATED): (M.JOIN, Ps.NOTHING),
     (A.GONE, In.REINCARNATED): (M.JOIN, Ps.NOTHING),
@@ -186,6 +214,7 @@ for again in (False, True):
             (E.FAILED, state, again): (S.FAILED, J.FAILS),
             (E.FENCED, state, again): (S.LOST, J.REQUEUED),
             (E.GIVEN_UP, state, again): (S.LOST, J.AGENT_LEAVES),
+            (E.STOPPED, state, again): (S.LOST, J.REQUEUED_BY_STOP),
             (E.ADOPTED, state, again): (None, J.ADOPTED),
         }
     EXPECTED_PART |= {
@@ -198,6 +227,9 @@ for again in (False, True):
         (E.NOT_REANNOUNCED, S.PENDING, again): (None, J.REQUEUED),
         (E.NOT_ADOPTED, S.PENDING, again): (None, J.REQUEUED),
         (E.NOT_ADOPTED, S.RUNNING, again): (None, J.REQUEUED),
+        (E.NOT_ADOPTED_AFTER_STOP, S.PENDING, again): (None, J.REQUEUED_BY_STOP),
+        (E.NOT_ADOPTED_AFTER_STOP, S.RUNNING, again): (None, J.REQUEUED_BY_STOP),
+        (E.NOT_REANNOUNCED_AFTER_STOP, S.PENDING, again): (None, J.REQUEUED_BY_STOP),
     }
 EXPECTED_PART |= {
     # A lost StartPart, past the silence limit: uncharged (a start sent again is the
@@ -209,6 +241,8 @@ EXPECTED_PART |= {
     # Not adopted and never started: the new incarnation gets its start, once.
     (E.NOT_ADOPTED, S.STARTING, False): (None, J.START_SENT_AGAIN),
     (E.NOT_ADOPTED, S.STARTING, True): (None, J.REQUEUED),
+    (E.NOT_ADOPTED_AFTER_STOP, S.STARTING, False): (None, J.START_SENT_AGAIN),
+    (E.NOT_ADOPTED_AFTER_STOP, S.STARTING, True): (None, J.REQUEUED_BY_STOP),
 }
 
 
@@ -243,9 +277,16 @@ def test_every_move_the_agent_table_makes_has_a_row_and_no_other(
         assert (state, what) in AGENT_RULES
     rule = agent_rule(move)
     # The machine leaves the cluster exactly when the agent table says it left, and
-    # then its jobs go by the lost-agent rule; it joins exactly when it joined.
-    assert (rule.machine is ToMachine.LEAVE) == move.left == (rule.parts is ToParts.LOSE)
+    # then its jobs go by the lost-agent rule (uncharged after an operator's stop);
+    # it joins exactly when it joined.
+    loses = rule.parts in (ToParts.LOSE, ToParts.LOSE_BY_STOP)
+    assert (rule.machine is ToMachine.LEAVE) == move.left == loses
     assert (rule.machine is ToMachine.JOIN) == move.joined
+    # Stopped or a stop's rule: the rule is uncharged exactly when the agent was stopped.
+    stop = state is AgentState.STOPPED or what is AgentInput.STOP
+    assert stop == (rule.parts in (ToParts.LOSE_BY_STOP, ToParts.OFFER_AFTER_STOP)) or (
+        rule.parts is ToParts.NOTHING
+    )
 
 
 @pytest.mark.parametrize(("before", "what"), sorted(AGENT_RULES))
@@ -257,9 +298,10 @@ def test_each_agent_row_does_what_it_says(rig: Rig, before: AgentState, what: Ag
     job_was = rig.core.state_of(JOB)
     events_were = rig.events()
     ag = rig.ctx.agents["a"]
-    if what is AgentInput.WILL_HOLD:
+    if what in (AgentInput.WILL_HOLD, AgentInput.STOP_HOLD):
         ag.life.held_until = rig.now + LEASE  # what the handler sets with the move
-    listed = {JOB: (2, 1)} if rule.parts is ToParts.OFFER else None
+    offers = (ToParts.OFFER, ToParts.OFFER_AFTER_STOP)
+    listed = {JOB: (2, 1)} if rule.parts in offers else None
     agent_moved(rig.ctx, "a", ag.life.apply(what), rig.now, "will", listed=listed)
 
     in_cluster = "a" in {m.id for m in rig.core.machines}
@@ -288,16 +330,23 @@ def test_each_agent_row_does_what_it_says(rig: Rig, before: AgentState, what: Ag
             assert new_events == ["held"]
             (row,) = rig.journal.load().jobs
             assert row.held_until == rig.now + LEASE
-        case ToParts.OFFER:
+        case ToParts.OFFER | ToParts.OFFER_AFTER_STOP:
             assert rig.core.state_of(JOB) is JobState.RUNNING
             assert new_events == ["adopted"]
-        case ToParts.LOSE:
+        case ToParts.LOSE | ToParts.LOSE_BY_STOP:
             assert rig.core.state_of(JOB) is JobState.QUEUED
             assert new_events == ["requeued"]
             assert JOB not in rig.ctx.placements
             # Every part of the attempt is told to stop, the lost agent's included.
             told = {t for t, m in rig.sent(CancelPart)}
             assert told == {TOPICS.agent_commands("a"), TOPICS.agent_commands("b")}
+            charged = rule.parts is ToParts.LOSE
+            assert rig.core.charged_requeues(JOB) == int(charged)
+            (requeue,) = [e for e in rig.journal.history(JOB) if e.kind == "requeued"]
+            assert (requeue.cause, requeue.charged) == (
+                "agent_lost" if charged else "operator_stop",
+                charged,
+            )
 
 
 def test_a_changed_move_the_coupling_has_no_row_for_raises() -> None:
@@ -329,7 +378,13 @@ def restored(journal: Journal) -> Rig:
     before.register("b")
     before.start_job()
     r = Rig(journal)
-    reconcile.restore(r.ctx, journal.load().jobs, journal.last_event_seqs(), r.now)
+    reconcile.restore(
+        r.ctx,
+        journal.load().jobs,
+        journal.last_event_seqs(),
+        r.now,
+        streams=journal.last_streams(),
+    )
     r.register("a")
     r.register("b")
     assert JOB in r.core.pending
@@ -379,9 +434,12 @@ def test_each_part_row_does_what_it_says(
             assert r.core.state_of(JOB) is JobState.QUEUED
             assert r.core.charged_requeues(JOB) == 1
             assert TOPICS.agent_commands("b") in [t for t, _ in r.sent(CancelPart)]
-        case ToJob.REQUEUED_UNCHARGED:
+        case ToJob.REQUEUED_UNCHARGED | ToJob.REQUEUED_BY_STOP:
             assert r.core.state_of(JOB) is JobState.QUEUED
             assert (r.core.requeues(JOB), r.core.charged_requeues(JOB)) == (1, 0)
+            (requeue,) = [e for e in r.journal.history(JOB) if e.kind == "requeued"]
+            cause = "never_ran" if rule.job is ToJob.REQUEUED_UNCHARGED else "operator_stop"
+            assert (requeue.cause, requeue.charged) == (cause, False)
         case ToJob.START_SENT_AGAIN:
             assert r.core.state_of(JOB) is JobState.RUNNING
             assert [t for t, _ in r.sent(StartPart)] == [TOPICS.agent_commands("a")]

@@ -19,6 +19,8 @@ def agent_in(state: AgentState) -> AgentLifecycle:
         A.HELD: [In.WILL_HOLD],
         A.LOST: [In.WILL],
         A.GONE: [In.GOODBYE],
+        A.DRAINING: [In.DRAIN],
+        A.STOPPED: [In.STOP_HOLD],
     }[state]
     for step in path:
         life.apply(step)
@@ -53,6 +55,30 @@ def agent_in(state: AgentState) -> AgentLifecycle:
         (A.HELD, In.WILL, A.HELD, False, False),
         (A.HELD, In.SILENT, A.HELD, False, False),
         (A.ONLINE, In.HOLD_ENDED, A.ONLINE, False, False),
+        # Drained: it stays in the cluster, heard (so silence still loses it).
+        (A.ONLINE, In.DRAIN, A.DRAINING, False, False),
+        (A.SUSPECT, In.DRAIN, A.DRAINING, False, False),
+        (A.DRAINING, In.HEARTBEAT, A.DRAINING, False, False),
+        (A.DRAINING, In.MISSED, A.DRAINING, False, False),
+        (A.DRAINING, In.RESUME, A.ONLINE, False, False),
+        (A.DRAINING, In.SILENT, A.LOST, True, False),
+        (A.DRAINING, In.GOODBYE, A.GONE, True, False),
+        (A.DRAINING, In.WILL_HOLD, A.HELD, False, False),
+        (A.HELD, In.DRAIN, A.HELD, False, False),
+        (A.ONLINE, In.RESUME, A.ONLINE, False, False),
+        # Stopped by its operator: held for its next incarnation, or lost at once.
+        (A.ONLINE, In.STOP_HOLD, A.STOPPED, False, False),
+        (A.DRAINING, In.STOP_HOLD, A.STOPPED, False, False),
+        (A.ONLINE, In.STOP, A.LOST, True, False),
+        (A.SUSPECT, In.STOP, A.LOST, True, False),
+        (A.STOPPED, In.REINCARNATED, A.ONLINE, False, False),
+        (A.STOPPED, In.HOLD_ENDED, A.LOST, True, False),
+        (A.STOPPED, In.GOODBYE, A.GONE, True, False),
+        # It said it is gone: a heartbeat in flight or its will does not bring it back.
+        (A.STOPPED, In.HEARTBEAT, A.STOPPED, False, False),
+        (A.STOPPED, In.WILL, A.STOPPED, False, False),
+        (A.STOPPED, In.SILENT, A.STOPPED, False, False),
+        (A.LOST, In.STOP, A.LOST, False, False),
         # Repeats and messages in flight change nothing.
         (A.LOST, In.WILL, A.LOST, False, False),
         (A.LOST, In.SILENT, A.LOST, False, False),

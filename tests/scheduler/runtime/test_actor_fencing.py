@@ -19,6 +19,7 @@ from broker.messages import (
     SubmitJobs,
     SubmitReply,
 )
+from broker.vocabulary import JobEventKind
 from model.execution import ExecutionModel, ModelKind
 from scheduler.live.settings import ActorSettings
 from scheduler.runtime.clock import ManualClock
@@ -200,7 +201,11 @@ async def test_event_numbers_go_on_after_a_restart(journal_path: Path) -> None:
         await a1.heartbeat()
         await eventually(lambda: c.actor is not None and not c.actor.reconciling)
         await a1.finish("j")
-        await eventually(lambda: c.state("j") == "finished")
+        # The journal's row is written before the event goes out: wait for the event.
+        await c.client.inbox.expect(
+            JobEvent, lambda e: e.job_id == "j" and e.event == JobEventKind.FINISHED
+        )
+        assert c.state("j") == "finished"
         events = c.client.inbox.all(JobEvent, lambda e: e.job_id == "j")
         seqs = [e.seq for e in events]
         assert seqs == list(range(1, len(seqs) + 1)), [(e.seq, e.event) for e in events]

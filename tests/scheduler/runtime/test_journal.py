@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.topics import PROTOCOL_VERSION
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime.journal import Journal, JournalError
@@ -38,7 +39,12 @@ def test_meta_is_kept_and_a_new_time_scale_refused(tmp_path: Path) -> None:
     path = tmp_path / "j.sqlite"
     with Journal(path) as journal:
         meta = journal.ensure_meta(epoch=1.7e9, time_scale=10.0, policy="easy")
-        assert (meta.epoch, meta.time_scale, meta.policy, meta.protocol) == (1.7e9, 10.0, "easy", 2)
+        assert (meta.epoch, meta.time_scale, meta.policy, meta.protocol) == (
+            1.7e9,
+            10.0,
+            "easy",
+            PROTOCOL_VERSION,
+        )
     with Journal(path) as journal:
         again = journal.ensure_meta(epoch=2e9, time_scale=10.0, policy="fcfs")
         assert (again.epoch, again.policy) == (1.7e9, "fcfs")  # the stored epoch wins

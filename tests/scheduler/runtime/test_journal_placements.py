@@ -130,8 +130,7 @@ def test_a_schema_6_journal_gains_the_parts_of_its_events(tmp_path: Path) -> Non
         schema = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
         columns = [row[1] for row in db.execute("PRAGMA table_info(job_events)")]
     assert schema == (str(SCHEMA_VERSION),)
-    assert SCHEMA_VERSION == 7
-    assert columns[-1] == "parts"
+    assert "parts" in columns
     assert "event" in columns
     # Opening it again changes nothing (the column is there).
     with Journal(path) as journal:

@@ -168,7 +168,10 @@ def test_it_is_migrated_in_place_and_goes_on_under_this_protocol(old: Path) -> N
     with closing(sqlite3.connect(old)) as db:
         meta_rows = dict(db.execute("SELECT key, value FROM meta").fetchall())
         columns = [row[1] for row in db.execute("PRAGMA table_info(job_events)")]
-    assert (meta_rows["schema"], meta_rows["protocol"]) == (str(SCHEMA_VERSION), "2")
+    assert (meta_rows["schema"], meta_rows["protocol"]) == (
+        str(SCHEMA_VERSION),
+        str(PROTOCOL_VERSION),
+    )
     assert "event" in columns
     assert "state" not in columns
     with Journal(old) as journal:  # a second opening changes nothing
@@ -178,8 +181,8 @@ def test_it_is_migrated_in_place_and_goes_on_under_this_protocol(old: Path) -> N
 
 def test_a_journal_of_an_unknown_protocol_is_refused(old: Path) -> None:
     with closing(sqlite3.connect(old)) as db, db:
-        db.execute("UPDATE meta SET value='3' WHERE key='protocol'")
-    with Journal(old) as journal, pytest.raises(JournalError, match="protocol v3"):
+        db.execute("UPDATE meta SET value='99' WHERE key='protocol'")
+    with Journal(old) as journal, pytest.raises(JournalError, match="protocol v99"):
         journal.ensure_meta(epoch=0.0, time_scale=2.0, policy="fcfs")
 
 

@@ -53,7 +53,7 @@ def test_options_and_their_defaults() -> None:
         "fastest",
         60.0,
     )
-    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v2", "lifecycle")
+    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v3", "lifecycle")
     assert parse_args([]).time_scale is None  # the journal's, else 1
 
 
