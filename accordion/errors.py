@@ -41,7 +41,12 @@ class NoReplyError(LiveError):
 
 
 class RefusedError(LiveError):
-    """The scheduler answered with an ``ErrorReply``."""
+    """The scheduler answered with an ``ErrorReply``; ``code`` is its refusal code
+    (``broker.vocabulary.BadMessage``'s value), for a client that branches on it."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 USER_ERRORS: tuple[type[Exception], ...] = (

@@ -37,6 +37,7 @@ import msgspec
 from broker import messages as m
 from broker.auth import ROLES, Account, Role, grants
 from broker.codec import MAX_PAYLOAD, REASONS
+from broker.limits import MAX_REPLY_BYTES
 from broker.topics import DEFAULT_ROOT, PROTOCOL_VERSION, Topics, matches
 
 #: The media type of every payload (msgpack; https://msgpack.org).
@@ -57,8 +58,15 @@ PARAMETERS: Final[dict[str, str]] = {
 }
 
 #: Every message of one group of requests, and the replies they get.
-_REQUESTS: Final = (m.SubmitJobs, m.CancelJob, m.StatusRequest, m.HistoryRequest)
-_REPLIES: Final = (m.SubmitReply, m.CancelReply, m.StatusReply, m.HistoryReply, m.ErrorReply)
+_REQUESTS: Final = (m.SubmitJobs, m.CancelJob, m.CancelJobs, m.StatusRequest, m.HistoryRequest)
+_REPLIES: Final = (
+    m.SubmitReply,
+    m.CancelReply,
+    m.CancelJobsReply,
+    m.StatusReply,
+    m.HistoryReply,
+    m.ErrorReply,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +380,8 @@ FIELD_NOTES: Final[dict[tuple[str, str], str]] = {
         "default a job's first event is `running`."
     ),
     ("JobStatus", "state"): "Only `queued` or `running`: status lists the jobs not yet final.",
+    ("StatusReply", "next_cursor"): "The next page's `StatusRequest.cursor`; none on the last.",
+    ("CancelJobs", "patterns"): "Shell patterns over job ids: `*`, `?`, `[...]`, `[!...]`.",
     ("SubmitResult", "reason"): "Why a job was refused, in words; None when accepted.",
     ("ErrorReply", "error"): "What was wrong with the request, in words.",
 }
@@ -431,6 +441,11 @@ which it publishes: `lifecycle` (the default) all but `queued`, so a job's \
 first event is `running`; `all`; or `none`.
 6. `cluster` and agents' `state` are retained: a subscriber gets the latest \
 at once. An empty retained payload clears a topic and is not a message.
+7. A `StatusReply` is one page: at most `limit` jobs and at most \
+{MAX_REPLY_BYTES:,} bytes. When `next_cursor` is set, send the same request \
+with `cursor` set to it for the next page. Its `totals` count every page.
+8. Never publish more than {MAX_PAYLOAD:,} bytes: the broker drops it unseen \
+(Mosquitto's `message_size_limit`), and a larger packet closes the connection.
 
 Bad payloads are counted by reason ({", ".join(f"`{r}`" for r in REASONS)}) \
 in the receiver's metrics and dropped: no input ends a process.

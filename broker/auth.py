@@ -34,6 +34,14 @@ connects as its machine, an agent looks at the machine's topics through it
 (``nodeagent.survival.incarnation``), so a second agent for a machine whose
 agent is online sees so without taking that agent's connection over.
 
+User names. A user's name is a level of topics the ACL grants (``R/users/<user>/#``),
+a word of Mosquitto's line-based password and ACL files, and the stem of the
+user's logins (``alice``, ``alice~2``). So :func:`check_user_name` refuses
+what one of them cannot carry (:data:`UNCARRIED`: ``~``, ``/``, ``+``, ``#``,
+``:``, white space, control characters), in one line saying why, before any
+file is written: a name accepted and then unable to log in would fail later
+as a silent "no reply".
+
 Passwords are stored as Mosquitto's own ``$7$`` hashes (PBKDF2-SHA512, 101
 iterations, a 12-byte salt; what ``mosquitto_passwd`` writes), computed here
 so no password is ever on a command line. Files holding secrets are created
@@ -67,6 +75,36 @@ _SALT_BYTES: Final = 12
 
 class AuthError(ValueError):
     """An account that cannot be (a bad login, role or identity)."""
+
+
+#: Characters no user name may hold, and why (the module's docstring).
+UNCARRIED: Final = {
+    "~": "it separates a user's logins (alice~2 is a second login of alice)",
+    "/": "it separates topic levels, and the name is one",
+    "+": "it is an MQTT wildcard, and the name is a topic level",
+    "#": "it is an MQTT wildcard, and the name is a topic level",
+    ":": "it separates the name from the hash in Mosquitto's password file",
+}
+#: The longest user name: a job's ``user`` on the wire (``broker.messages.Name``).
+MAX_USER_NAME: Final = 128
+
+
+def check_user_name(name: str) -> str:
+    """``name`` if the login scheme can carry it as a user's name; else :class:`AuthError`
+    in one line (which character, and why)."""
+    if not name:
+        raise AuthError("a user name cannot be empty")
+    if len(name) > MAX_USER_NAME:
+        raise AuthError(f"user name {name[:20]!r}... is longer than {MAX_USER_NAME} characters")
+    for char, why in UNCARRIED.items():
+        if char in name:
+            raise AuthError(f"user name {name!r} cannot hold {char!r}: {why}")
+    if any(c.isspace() or not c.isprintable() for c in name):
+        raise AuthError(
+            f"user name {name!r} cannot hold white space or control characters: Mosquitto's "
+            "password and ACL files are lines of words"
+        )
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +174,7 @@ def user_accounts(user: str, *, logins: int = 2, role: Role = "user") -> tuple[A
         raise AuthError(f"a user needs at least one login, not {logins}")
     if role not in ("user", "admin"):
         raise AuthError(f"user_accounts makes users and admins, not {role!r}")
+    check_user_name(user)
     names = [user] + [f"{user}~{i}" for i in range(2, logins + 1)]
     return tuple(Account(name, role, user, new_password()) for name in names)
 
@@ -309,6 +348,14 @@ def cluster_accounts(
         accounts += user_accounts(user, logins=logins)
     for admin in admins:
         accounts += user_accounts(admin, logins=logins, role="admin")
+    seen: dict[str, Account] = {}
+    for account in accounts:
+        other = seen.setdefault(account.login, account)
+        if other is not account:
+            raise AuthError(
+                f"{account.role} {account.identity!r}: its login {account.login!r} is already "
+                f"the login of the {other.role} {other.identity!r}"
+            )
     return tuple(accounts)
 
 
@@ -384,7 +431,8 @@ def compose_accounts(
     """The scheduler, the shared agent login, and each user's and admin's logins."""
     accounts = [scheduler_account(), Account(AGENT_LOGIN, "agent", AGENT_LOGIN, new_password())]
     for name in (*users, *admins):
-        if identity_of(name) in RESERVED or "~" in name:
+        check_user_name(name)
+        if name in RESERVED:
             raise AuthError(f"user {name!r}: that name is reserved (a login of the cluster)")
     for user in users:
         accounts += user_accounts(user, logins=logins)

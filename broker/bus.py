@@ -17,6 +17,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.limits import MAX_MESSAGE_BYTES
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
@@ -38,6 +40,23 @@ class Will:
 
 class BusError(ConnectionError):
     """The transport failed (broker unreachable, connection lost)."""
+
+
+class MessageTooLargeError(BusError):
+    """A message past the wire's limit (``broker.limits``), refused before it was sent."""
+
+
+def check_size(topic: str, payload: bytes) -> None:
+    """Refuse ``payload`` if no broker of ours would take it (one line, the limit named).
+
+    Every bus calls it before sending: the broker would drop the message unseen,
+    and the sender would wait for an answer that cannot come.
+    """
+    if len(payload) > MAX_MESSAGE_BYTES:
+        raise MessageTooLargeError(
+            f"a message of {len(payload):,} bytes to {topic!r} is over the broker's limit of "
+            f"{MAX_MESSAGE_BYTES:,} bytes (message_size_limit); send less at a time"
+        )
 
 
 class Bus(Protocol):

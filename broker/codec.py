@@ -17,11 +17,13 @@ from typing import Final, Literal, get_args
 
 import msgspec
 
+from broker.limits import MAX_MESSAGE_BYTES
 from broker.messages import AnyMessage, Message
 
-#: Larger payloads are refused before msgspec reads them. A submission of
-#: 10,000 jobs is about 1.5 MB; this bounds what one message can make us allocate.
-MAX_PAYLOAD: Final = 16 * 1024 * 1024
+#: Larger payloads are refused before msgspec reads them: the wire's limit
+#: (``broker.limits``), which the broker keeps too. A submission of 10,000 jobs is
+#: about 1.5 MB.
+MAX_PAYLOAD: Final = MAX_MESSAGE_BYTES
 
 WireReason = Literal["not_msgpack", "unknown_kind", "invalid", "too_large"]
 #: Every value :attr:`WireError.reason` takes.
@@ -69,6 +71,12 @@ def encode(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
+def encoded_size(value: object) -> int:
+    """Bytes ``value`` (a message, or a struct inside one) takes on the wire: what a
+    sender that must stay under a bound (a status page) adds up as it goes."""
+    return len(_encoder.encode(value))
+
+
 def decode(payload: bytes) -> AnyMessage:
     """The message in ``payload``; raises :class:`WireError` (only) if there is none."""
     if len(payload) > MAX_PAYLOAD:
@@ -92,10 +100,9 @@ def peek_reply_to(payload: bytes) -> tuple[str | None, str | None]:
     """``(request_id, reply_to)`` of a payload that failed to decode, if it has them.
 
     Lets the scheduler answer a malformed request: the envelope may be readable
-    even when the body is not. Never raises: what cannot be read is None.
+    even when the body is not, or too large to be read (msgspec skips the body
+    in one pass without building it). Never raises: what cannot be read is None.
     """
-    if len(payload) > MAX_PAYLOAD:
-        return None, None
     try:
         envelope = _envelope.decode(payload)
     except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):

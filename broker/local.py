@@ -15,9 +15,20 @@ from pathlib import Path
 from typing import Final
 
 from broker.auth import AuthFiles, mosquitto_auth_config
+from broker.limits import MAX_MESSAGE_BYTES, MAX_PACKET_BYTES
+
+#: The wire's size bounds (``broker.limits``) as Mosquitto's options, in every
+#: configuration we generate (``deploy/mosquitto.conf`` holds the same lines, a test
+#: checks): a larger payload is dropped unseen (its QoS flow completed), and a
+#: client whose packet is larger still is disconnected once its header is read.
+BOUNDS: Final = f"""\
+message_size_limit {MAX_MESSAGE_BYTES}
+max_packet_size {MAX_PACKET_BYTES}
+"""
 
 # Mosquitto 2.0 option names, checked against mosquitto.conf(5) of 2.0.11.
-_MOSQUITTO_CONF: Final = """\
+_MOSQUITTO_CONF: Final = (
+    """\
 listener {port} {host}
 # Nagle's algorithm plus delayed ACKs add 40 ms to every small QoS 1 message.
 set_tcp_nodelay true
@@ -25,12 +36,16 @@ set_tcp_nodelay true
 # persistent session; 0 is unlimited. max_inflight_messages stays at its
 # default (20): past it messages wait in that unlimited queue, none is lost.
 max_queued_messages 0
+"""
+    + BOUNDS
+    + """\
 persistence false
 log_dest stderr
 log_type error
 log_type warning
 log_type notice
 """
+)
 _VERBOSE: Final = "log_type information\nconnection_messages true\n"
 _QUIET: Final = "connection_messages false\n"
 

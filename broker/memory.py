@@ -5,6 +5,7 @@ and ``#``, retained messages (an empty retained payload clears one) replayed
 on subscribe, per-client order, Last Will on an unclean close. Each client
 has a bounded inbox; a publisher waits when a subscriber's inbox is full
 (backpressure instead of Mosquitto's silent drop past max_queued_messages).
+A payload past the wire's limit is refused as our Mosquitto would (``broker.limits``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Self
 
-from broker.bus import BusError, Delivery, Will
+from broker.bus import BusError, Delivery, Will, check_size
 from broker.topics import matches
 
 
@@ -106,6 +107,7 @@ class MemoryBus:
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
         self._check()
+        check_size(topic, payload)  # as every broker we configure (broker.limits)
         await self._broker._route(topic, payload, retain)
 
     async def subscribe(self, pattern: str, *, qos: int = 1) -> None:

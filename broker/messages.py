@@ -18,16 +18,31 @@ wanted", ``attempt`` 0 for "not said", a ``pace`` of 1 (the reference speed,
 as a machine's ``speed``), None for a value an older sender did not send.
 States, event kinds and refusal codes are the enums of ``broker.vocabulary``.
 
-Protocol version 3 (``broker.topics.PROTOCOL_VERSION``): an agent says when
-its operator stops it (``AgentOffline(reason="stopping")``, parts it ends
-``PartFinished(reason="stopped")``) and when it drains (``AgentOnline.draining``);
-an admin drains and resumes machines (``DrainMachine``); job events carry
-their number in the stream they are published on (``JobEvent.stream``), which
-a watcher that missed some asks for (``EventsRequest``); a status says each
-machine's state. Version 2 gave events an ``event`` kind, refusals a ``code``
-and messages required fields. A peer of an older version cannot read these
-messages (unknown fields and values), hence each new version and its own
-topic root.
+Protocol version 2 (``broker.topics.PROTOCOL_VERSION``): events carry an
+``event`` kind instead of a ``state`` that mixed states with what happened,
+refusals a ``code`` beside their text, a status its ``reconciling`` flag;
+required fields are required. A version-1 peer cannot read these messages
+(unknown fields), hence the new version and its own topic root.
+
+Protocol version 3: an agent says when its operator stops it
+(``AgentOffline(reason="stopping")``, parts it ends
+``PartFinished(reason="stopped")``) and when it drains
+(``AgentOnline.draining``); an admin drains and resumes machines
+(``DrainMachine``); job events carry their number in the stream they are
+published on (``JobEvent.stream``), which a watcher that missed some asks for
+(``EventsRequest``); a status says each machine's state. For a cluster many
+users share: a ``StatusRequest`` has filters (user, states, ids), a page size
+and a cursor, and its reply totals and the cursor of the next page, never
+more than ``broker.limits``'s reply bound; ``CancelJobs`` cancels many jobs in
+one request and is answered with counts; refusals gained the codes of the
+scheduler's limits and associations and of a journal that cannot be written.
+A version-2 peer cannot read these messages (unknown fields and values),
+hence the new version (the rule above: a peer of the previous version could
+not read this one's messages).
+
+Room is left in :class:`JobStatus` for what a queued job's row will say next
+(its predicted start, its reason to wait): fields with defaults, added in a
+later version by the same rule.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from broker.limits import MAX_MPI_MESSAGE_BYTES
 from broker.topics import PROTOCOL_VERSION
 from broker.vocabulary import (
     BadMessage,
@@ -66,6 +82,17 @@ Cpus = Annotated[int, msgspec.Meta(ge=1, le=1_048_576)]
 Speed = Annotated[float, msgspec.Meta(gt=0, le=1e6)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Workload = Literal["sleep", "mpi"]
+#: The most job ids a status or cancel request may name, and the most rows a status
+#: page may hold (``broker.limits.MAX_REPLY_BYTES`` bounds its bytes first).
+MAX_IDS = 10_000
+#: A shell pattern over job ids (``*``, ``?``, ``[...]``, ``[!...]``): an id's own
+#: characters and these.
+Glob = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:@*?!\[\]-]+$")
+]
+Ids = Annotated[tuple[Id, ...], msgspec.Meta(max_length=MAX_IDS)]
+States = Annotated[tuple[JobState, ...], msgspec.Meta(max_length=len(JobState))]
+Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class Message(
@@ -96,7 +123,8 @@ class MpiSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
     iterations: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10
     compute: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 0.1
-    message_bytes: Annotated[int, msgspec.Meta(ge=0, le=16 * 1024 * 1024)] = 1024
+    #: A part publishes its contribution in one message: below the wire's limit.
+    message_bytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_MPI_MESSAGE_BYTES)] = 1024
     pattern: Literal["allreduce", "barrier"] = "allreduce"
 
 
@@ -135,6 +163,11 @@ def owned_by(spec: JobSpec, user: str) -> JobSpec:
     return spec if spec.user == user else msgspec.structs.replace(spec, user=user)
 
 
+def charged_to(spec: JobSpec, account: str) -> JobSpec:
+    """``spec`` with ``account`` as its account (``group``): a user's default account."""
+    return spec if spec.group == account else msgspec.structs.replace(spec, group=account)
+
+
 class MachineSpec(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     id: Id
     cpus: Cpus
@@ -166,9 +199,46 @@ class CancelJob(Message, tag="cancel_job", frozen=True, kw_only=True):
     job_id: Id
 
 
-class StatusRequest(Message, tag="status_request", frozen=True, kw_only=True):
+class CancelJobs(Message, tag="cancel_jobs", frozen=True, kw_only=True):
+    """Cancel many jobs in one request (journalled in one transaction); answered by
+    one ``CancelJobsReply`` of counts.
+
+    The jobs are those named in ``job_ids`` and the queued or running jobs whose
+    id matches one of ``patterns``, or, with neither, every queued or running
+    job of ``user``; of them only ``user``'s (None: anyone's) in ``states``
+    (empty: queued and running). At least one of ``job_ids``, ``patterns`` and
+    ``user`` is required. A user may cancel only their own jobs (the others'
+    are counted ``not_allowed``); an admin, anyone's.
+    """
+
     request_id: Id = "-"
     reply_to: Id = "-"
+    job_ids: Ids = ()
+    patterns: Annotated[tuple[Glob, ...], msgspec.Meta(max_length=16)] = ()
+    user: Name | None = None
+    states: States = ()
+
+
+class StatusRequest(Message, tag="status_request", frozen=True, kw_only=True):
+    """The machines, and a page of the queued and running jobs with their totals.
+
+    Filters: ``user`` (None: everyone's jobs), ``states`` (empty: queued and
+    running; a final state matches nothing, a status lists live jobs), ``ids``
+    (empty: any). A page holds at most ``limit`` jobs and at most
+    ``broker.limits.MAX_REPLY_BYTES``; the reply's ``next_cursor`` asks for the
+    next one. Pages go machines (when ``machines``), running jobs, queued jobs,
+    each in its own order (machine id; arrival): a job that moves meanwhile may
+    show on two pages or none, the totals count each once.
+    """
+
+    request_id: Id = "-"
+    reply_to: Id = "-"
+    user: Name | None = None
+    states: States = ()
+    ids: Ids = ()
+    limit: Annotated[int, msgspec.Meta(ge=0, le=MAX_IDS)] = MAX_IDS
+    cursor: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    machines: bool = True
 
 
 class HistoryRequest(Message, tag="history_request", frozen=True, kw_only=True):
@@ -224,6 +294,23 @@ class SubmitReply(Message, tag="submit_reply", frozen=True, kw_only=True):
     results: tuple[SubmitResult, ...]
 
 
+class CancelJobsReply(Message, tag="cancel_jobs_reply", frozen=True, kw_only=True):
+    """What a ``CancelJobs`` did: jobs ``cancelled`` now; named ids that are no job
+    (``not_found``); jobs of another user (``not_allowed``); named jobs that had
+    already ended (``already_final``); named jobs the filters left out
+    (``skipped``). A request refused whole (the journal cannot be written now) did
+    nothing: its counts are 0, ``code`` says why and ``reason`` in words."""
+
+    request_id: str
+    cancelled: Count
+    not_found: Count
+    not_allowed: Count
+    already_final: Count
+    skipped: Count
+    code: CancelRefusal | None = None
+    reason: str | None = None
+
+
 class CancelReply(Message, tag="cancel_reply", frozen=True, kw_only=True):
     """``cancelled``: the job is cancelled (now, or it was already). Otherwise ``code``
     says why not and ``reason`` in words."""
@@ -271,12 +358,47 @@ class MachineStatus(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     state: MachineState | None = None
 
 
+class UserTotals(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One user's jobs: queued, running, and the CPUs the running ones asked for
+    (their processes, shrunk or not: what ``max_user_cpus`` counts)."""
+
+    user: str
+    queued: Count
+    running: Count
+    cpus: Count
+
+
+class StatusTotals(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """The jobs a status's ``user`` and ``ids`` filters select, all pages together
+    (the ``states`` filter is left out, so both counts show). For an admin,
+    ``users`` users have jobs and ``by_user`` lists the ones with most (at most
+    :data:`TOP_USERS`); for a user, ``by_user`` is empty."""
+
+    queued: Count
+    running: Count
+    cpus: Count
+    users: Count = 0
+    by_user: Annotated[tuple[UserTotals, ...], msgspec.Meta(max_length=1000)] = ()
+
+
+#: The most users an admin's status totals list (those with the most jobs).
+TOP_USERS = 100
+
+
 class StatusReply(Message, tag="status_reply", frozen=True, kw_only=True):
+    """One page (see ``StatusRequest``): the machines on the first, then jobs."""
+
     request_id: str
     now: float
     machines: tuple[MachineStatus, ...]
     queue: tuple[JobStatus, ...]
     running: tuple[JobStatus, ...]
+    totals: StatusTotals
+    #: The next page's ``StatusRequest.cursor``; None on the last page.
+    next_cursor: str | None = None
+    #: The most CPUs one user's running jobs may hold (None: no limit): a queued job
+    #: that would take its user past it waits until their running jobs end.
+    max_user_cpus: Cpus | None = None
 
 
 class HistoryReply(Message, tag="history_reply", frozen=True, kw_only=True):
@@ -555,9 +677,11 @@ def in_stream(event: JobEvent, stream: int | None) -> JobEvent:
 AnyMessage = (
     SubmitJobs
     | CancelJob
+    | CancelJobs
     | StatusRequest
     | SubmitReply
     | CancelReply
+    | CancelJobsReply
     | StatusReply
     | ErrorReply
     | HistoryRequest

@@ -55,6 +55,10 @@ Four settings matter more than they look:
 - Credentials and TLS (``mqtts://``), from :class:`broker.settings.MqttSettings`.
   The password is never part of a repr, a URL this module prints, or an
   error message.
+
+A payload past the wire's limit (``broker.limits``) is refused by ``publish``
+before it leaves (:class:`~broker.bus.MessageTooLargeError`, a ``BusError``):
+the broker would drop it unseen.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from broker.bus import BusError, Delivery, Will
+from broker.bus import BusError, Delivery, Will, check_size
 from broker.settings import MqttSettings
 from broker.topics import matches
 
@@ -380,6 +384,8 @@ class MqttBus:
     async def publish(
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
+        # Past the broker's limit the broker drops it: say so now, not after a timeout.
+        check_size(topic, payload)
         what = f"publish to {topic!r}"
         deadline = asyncio.get_running_loop().time() + self._settings.publish_timeout
         while True:

@@ -17,8 +17,9 @@ import msgspec
 from broker.messages import JobSpec
 from broker.topics import PROTOCOL_VERSION
 
-#: Protocols 2 and 3 changed messages, not ``JobSpec``: a spec stored by protocol 1 or
-#: 2 reads as is.
+#: Protocols 2 and 3 changed messages, not ``JobSpec``: a spec stored by protocol 1 or 2
+#: reads as is. (Protocol 3 lowered the MPI-like ``message_bytes`` bound to the wire's
+#: limit; a spec past it could never run, as a part's frame could not carry it.)
 STORED_PROTOCOLS: Final = frozenset({1, 2, PROTOCOL_VERSION})
 
 _encoder = msgspec.json.Encoder()

@@ -4,9 +4,10 @@ Layout (``R`` is the root, ``accordion/v3`` by default; the version is part
 of the root so two protocol versions can share a broker):
 
 - ``R/scheduler/requests``: clients to the scheduler; SubmitJobs, CancelJob,
-  StatusRequest, HistoryRequest, EventsRequest, DrainMachine.
+  CancelJobs, StatusRequest, HistoryRequest, EventsRequest, DrainMachine.
 - ``R/clients/<client>/replies``: the scheduler to one client; SubmitReply,
-  CancelReply, StatusReply, HistoryReply, EventsReply, DrainReply, ErrorReply.
+  CancelReply, CancelJobsReply, StatusReply, HistoryReply, EventsReply, DrainReply,
+  ErrorReply.
 - ``R/agents/<agent>/state``: an agent's AgentOnline, retained; its Last Will
   and its goodbye are AgentOffline.
 - ``R/agents/<agent>/events``: an agent and its job processes to the
@@ -42,9 +43,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: Bumped when a peer of the previous version could not read this one's messages:
-#: 2 gave job events a kind, refusals a code and messages required fields; 3 polite
-#: stops, drains, stream numbers on job events and the requests that use them
-#: (``broker.messages``).
+#: 2 gave job events a kind, refusals a code and messages required fields; 3 gave
+#: polite stops, drains, stream numbers on job events and the requests that use them,
+#: status filters, pages and totals, bulk cancel and refusals for the limits of a
+#: shared cluster (``broker.messages``).
 PROTOCOL_VERSION = 3
 DEFAULT_ROOT = f"accordion/v{PROTOCOL_VERSION}"
 

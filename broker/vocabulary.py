@@ -90,6 +90,17 @@ class Rejection(StrEnum):
     INVALID = "invalid"
     #: Its id is already used by a job with another spec.
     ID_REUSED = "id_reused"
+    #: Its user has as many jobs queued as the scheduler's limit allows
+    #: (``max_queued_per_user``, Slurm's ``MaxSubmitJobs``).
+    QUEUE_LIMIT = "queue_limit"
+    #: It asks for more CPUs than one user's running jobs may hold (``max_user_cpus``):
+    #: it could never start.
+    CPU_LIMIT = "cpu_limit"
+    #: Its account is not one its user may charge (the association file), or its
+    #: user has no association at all.
+    ACCOUNT = "account"
+    #: Its QoS is above the highest its user may ask for (the association file).
+    QOS = "qos"
     #: The scheduler cannot journal it now (its disk is full or failing): not accepted,
     #: try again later.
     JOURNAL = "journal"
@@ -139,9 +150,9 @@ class MachineState(StrEnum):
 class BadMessage(StrEnum):
     """Why a receiver refused a message (``ErrorReply.code``, and the metric label).
 
-    The first three are the codec's (``broker.codec``; a payload too large counts
-    as ``not_msgpack``); the others are a valid message the scheduler will not
-    act on.
+    The first three are the codec's (``broker.codec``), and ``too_large`` for a
+    payload past its limit; the others are a valid message the scheduler will
+    not act on.
     """
 
     NOT_MSGPACK = "not_msgpack"
@@ -153,3 +164,8 @@ class BadMessage(StrEnum):
     UNEXPECTED = "unexpected"
     #: A user's request about another user's job (answered as if it did not exist).
     FORBIDDEN = "forbidden"
+    #: A payload over the scheduler's request bound (``max_request_bytes``) or the
+    #: wire's (``broker.limits``), or a request whose answer would be.
+    TOO_LARGE = "too_large"
+    #: More jobs in one request than the scheduler takes (``max_jobs_per_request``).
+    TOO_MANY = "too_many"

@@ -16,6 +16,12 @@ while the twin counts node expansions.
 Times: ``--time-scale K`` compresses time (cluster seconds = wall seconds x
 K); ``--heartbeat-interval`` and ``--reconcile-grace`` are wall seconds.
 
+A shared cluster: ``--limits FILE`` (``scheduler.live.limits``) and
+``--associations FILE`` (``scheduler.live.associations``) are read and checked
+here, once; ``--max-queued-per-user`` and the other limit options override the
+file's values. A file that cannot be read or a value that cannot be is one
+line on the log and exit status 2.
+
 The journal. One that cannot be used (read-only, damaged, of another time
 scale or a newer schema) is refused at start in one line that says what to
 do, exit status 2. One on a full disk (SQLite needs room for its ``-wal``
@@ -36,6 +42,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
@@ -43,6 +50,7 @@ from broker.bus import BusError
 from broker.topics import DEFAULT_ROOT, TopicError, Topics
 from model.execution import ExecutionModel, ModelKind
 from scheduler.core.snapshot import Policy
+from scheduler.live.limits import DEFAULTS, KEYS
 from scheduler.live.settings import DEFAULT_MAX_WALLTIME
 from scheduler.planning.placement import PlacementRule
 from scheduler.policies.registry import (
@@ -51,6 +59,7 @@ from scheduler.policies.registry import (
     parse_policy_opts,
 )
 from scheduler.runtime.actor import ActorSettings, SchedulerActor
+from scheduler.runtime.admin_files import read_associations, read_limits
 from scheduler.runtime.clock import WallClock
 from scheduler.runtime.exporter import SchedulerMetrics, serve
 from scheduler.runtime.journal import Journal, JournalError, Synchronous
@@ -141,11 +150,45 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=["all", "lifecycle", "none"],
         help="JobEvents for watchers: all, all but 'queued' (fast bulk submission), none",
     )
+    p.add_argument(
+        "--limits",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="per-user and per-request limits (TOML, a [limits] table; see "
+        "scheduler/live/limits.py); the options below override its values",
+    )
+    for key in KEYS:
+        default = getattr(DEFAULTS, key)
+        shown = "no limit" if default is None else f"{default:,}"
+        p.add_argument(
+            f"--{key.replace('_', '-')}",
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"{_LIMIT_HELP[key]} (default: the limits file's, else {shown})",
+        )
+    p.add_argument(
+        "--associations",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the accounts each user may charge and the highest QoS they may ask for "
+        "(TOML; see scheduler/live/associations.py); default: nothing is checked",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING...")
     args = p.parse_args(argv)
     if args.time_scale is not None and not 0 < args.time_scale <= MAX_TIME_SCALE:
         p.error(f"--time-scale must be in (0, {MAX_TIME_SCALE:g}]")
     return args
+
+
+_LIMIT_HELP = {
+    "max_queued_per_user": "jobs one user may have queued",
+    "max_jobs_per_request": "jobs one submission may carry",
+    "max_user_cpus": "CPUs one user's running jobs may hold together (more waits)",
+    "max_request_bytes": "the largest request, bytes (at most the broker's 16 MiB)",
+}
 
 
 def policy_from_args(args: argparse.Namespace) -> Policy:
@@ -186,6 +229,8 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             job_events=args.job_events,
             # Logged in: the broker's ACLs let each user read only their own topics.
             owner_events=mqtt.username is not None,
+            limits=read_limits(args.limits, **{k: getattr(args, k) for k in KEYS}),
+            associations=read_associations(args.associations),
         )
     except (UnknownPolicyError, TopicError, ValueError) as exc:
         log.error("%s", exc)
@@ -249,6 +294,12 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             args.journal,
             clock.time_scale,
             clock.time_scale,
+        )
+        limits = settings.limits
+        log.info(
+            "limits: %s; associations: %s",
+            ", ".join(f"{k} {getattr(limits, k)}" for k in KEYS),
+            args.associations or "none (accounts and QoS are not checked)",
         )
         status = 0
         try:

@@ -12,6 +12,10 @@ wall-clock time.
 
 The engine measures the wall time of every ``schedule`` call (the decision
 time per event); that is the only clock it reads, and only for reporting.
+
+``max_user_cpus`` applies the live scheduler's per-user CPU limit, in the same
+core (``scheduler.core.user_limit``): a job that would take its user past it
+waits for that user's jobs to end, one wider than it is rejected (``cpu_limit``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ def simulate(
     execution: ExecutionModel = DEFAULT_MODEL,
     progress: ProgressFn | None = None,
     progress_every: int = 5000,
+    max_user_cpus: int | None = None,
 ) -> SimulationResult:
     """Replay ``jobs`` (sorted by submit time) on ``machines`` under ``policy``."""
     for a, b in itertools.pairwise(jobs):
@@ -71,7 +76,9 @@ def simulate(
                 f"jobs must be sorted by submit time: {b.id!r} at {b.submit} after "
                 f"{a.id!r} at {a.submit}"
             )
-    core = SchedulerCore(policy=policy, machines=machines, execution=execution)
+    core = SchedulerCore(
+        policy=policy, machines=machines, execution=execution, max_user_cpus=max_user_cpus
+    )
     agents = ModelledAgents({m.id: m.speed for m in machines}, execution)
     # The core's allocation and rate of every start go to the agents (twin.agents).
     running_job = core.running_job

@@ -14,6 +14,10 @@ the scheduler's ``StatusReply`` is the authority).
 
 Every request gets a fresh ``request_id`` and names this client in
 ``reply_to`` (the scheduler only ever answers on ``topics.replies(reply_to)``).
+A status is one page (``broker.messages.StatusRequest``): :meth:`LiveClient.status`
+asks for one, :meth:`LiveClient.machines` and :meth:`LiveClient.live_ids`
+ask for what readiness checks and replays need, in pages that cost what they
+name, not what the queue holds.
 A watcher learns of its own gaps by the events' stream numbers
 (``JobEvent.stream``) and of a reconnection by :attr:`LiveClient.reconnects`,
 and asks for what it missed (:meth:`LiveClient.events_since`;
@@ -59,8 +63,11 @@ from broker.auth import identity_of
 from broker.bus import Bus, BusError, Delivery
 from broker.codec import WireError, decode, encode
 from broker.messages import (
+    MAX_IDS,
     AnyMessage,
     CancelJob,
+    CancelJobs,
+    CancelJobsReply,
     CancelReply,
     ClusterSummary,
     DrainMachine,
@@ -72,6 +79,7 @@ from broker.messages import (
     HistoryRequest,
     JobEvent,
     JobSpec,
+    MachineStatus,
     StatusReply,
     StatusRequest,
     SubmitJobs,
@@ -80,6 +88,7 @@ from broker.messages import (
 from broker.mqtt import MqttBus, MqttSettings
 from broker.settings import read_secret
 from broker.topics import DEFAULT_ROOT, Topics
+from broker.vocabulary import BadMessage, JobState
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +281,9 @@ class LiveClient:
             log.info("reply to no pending request: %s", _kind_of(message))
             return
         if isinstance(message, ErrorReply):
-            future.set_exception(RefusedError(f"the scheduler refused it: {message.error}"))
+            future.set_exception(
+                RefusedError(f"the scheduler refused it: {message.error}", message.code.value)
+            )
         else:
             future.set_result(message)
 
@@ -299,6 +310,7 @@ class LiveClient:
         self,
         message: SubmitJobs
         | CancelJob
+        | CancelJobs
         | StatusRequest
         | HistoryRequest
         | EventsRequest
@@ -335,24 +347,127 @@ class LiveClient:
         request = CancelJob(request_id=new_request_id(), reply_to=self.client_id, job_id=job_id)
         return _expect(await self._ask(request, timeout), CancelReply)
 
-    async def status(self, *, timeout: float | None = None) -> StatusReply:
-        request = StatusRequest(request_id=new_request_id(), reply_to=self.client_id)
+    async def cancel_jobs(
+        self,
+        job_ids: Sequence[str] = (),
+        *,
+        patterns: Sequence[str] = (),
+        user: str | None = None,
+        states: Sequence[JobState] = (),
+        timeout: float | None = None,
+    ) -> CancelJobsReply:
+        """A bulk cancel (``broker.messages.CancelJobs``): one request, or one per
+        :data:`~broker.messages.MAX_IDS` named ids, its counts summed."""
+        chunks = [tuple(job_ids[i : i + MAX_IDS]) for i in range(0, len(job_ids), MAX_IDS)]
+        replies = []
+        for chunk in chunks or [()]:
+            request = CancelJobs(
+                request_id=new_request_id(),
+                reply_to=self.client_id,
+                job_ids=chunk,
+                patterns=tuple(patterns),
+                user=user,
+                states=tuple(states),
+            )
+            replies.append(_expect(await self._ask(request, timeout), CancelJobsReply))
+            patterns = ()  # matched once, with the first chunk
+        first = replies[0]
+        refused = next((r for r in replies if r.code is not None), None)
+        return CancelJobsReply(
+            request_id=first.request_id,
+            cancelled=sum(r.cancelled for r in replies),
+            not_found=sum(r.not_found for r in replies),
+            not_allowed=sum(r.not_allowed for r in replies),
+            already_final=sum(r.already_final for r in replies),
+            skipped=sum(r.skipped for r in replies),
+            code=None if refused is None else refused.code,
+            reason=None if refused is None else refused.reason,
+        )
+
+    async def status(
+        self,
+        *,
+        user: str | None = None,
+        states: Sequence[JobState] = (),
+        ids: Sequence[str] = (),
+        limit: int = MAX_IDS,
+        cursor: str | None = None,
+        machines: bool = True,
+        timeout: float | None = None,
+    ) -> StatusReply:
+        """One page of the status (``broker.messages.StatusRequest`` for the filters)."""
+        request = StatusRequest(
+            request_id=new_request_id(),
+            reply_to=self.client_id,
+            user=user,
+            states=tuple(states),
+            ids=tuple(ids),
+            limit=limit,
+            cursor=cursor,
+            machines=machines,
+        )
         return _expect(await self._ask(request, timeout), StatusReply)
+
+    async def machines(self, *, timeout: float | None = None) -> list[MachineStatus]:
+        """Every machine the scheduler knows, without a job: pages of machines only."""
+        found: list[MachineStatus] = []
+        cursor: str | None = None
+        while True:
+            page = await self.status(limit=0, cursor=cursor, timeout=timeout)
+            found += page.machines
+            if page.next_cursor is None:
+                return found
+            cursor = page.next_cursor
+
+    async def live_ids(self, job_ids: Sequence[str], *, timeout: float | None = None) -> set[str]:
+        """Which of ``job_ids`` are queued or running now.
+
+        Per :data:`~broker.messages.MAX_IDS` ids, first their totals alone (one small
+        reply): when every one of them is still live nothing more is asked; else
+        their rows, page by page. What it costs is what it names.
+        """
+        live: set[str] = set()
+        unique = list(dict.fromkeys(job_ids))
+        for i in range(0, len(unique), MAX_IDS):
+            chunk = unique[i : i + MAX_IDS]
+            head = await self.status(ids=chunk, limit=0, machines=False, timeout=timeout)
+            if head.totals.queued + head.totals.running == len(chunk):
+                live.update(chunk)
+                continue
+            cursor: str | None = None
+            while True:
+                page = await self.status(ids=chunk, machines=False, cursor=cursor, timeout=timeout)
+                live.update(j.id for j in (*page.running, *page.queue))
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        return live
 
     async def history(
         self, job_ids: Sequence[str], *, timeout: float | None = None
     ) -> list[JobEvent]:
         """Every journalled event of ``job_ids`` (by job, then ``seq``), asked in
-        requests of at most :data:`HISTORY_CHUNK` jobs; unknown ids have none."""
+        requests of at most :data:`HISTORY_CHUNK` jobs, halved when the scheduler
+        says an answer would not fit in one message; unknown ids have none."""
         events: list[JobEvent] = []
         for i in range(0, len(job_ids), HISTORY_CHUNK):
-            request = HistoryRequest(
-                request_id=new_request_id(),
-                reply_to=self.client_id,
-                job_ids=tuple(job_ids[i : i + HISTORY_CHUNK]),
-            )
-            events += _expect(await self._ask(request, timeout), HistoryReply).events
+            events += await self._history(job_ids[i : i + HISTORY_CHUNK], timeout)
         return events
+
+    async def _history(self, job_ids: Sequence[str], timeout: float | None) -> list[JobEvent]:
+        request = HistoryRequest(
+            request_id=new_request_id(), reply_to=self.client_id, job_ids=tuple(job_ids)
+        )
+        try:
+            return list(_expect(await self._ask(request, timeout), HistoryReply).events)
+        except RefusedError as exc:
+            if exc.code != BadMessage.TOO_LARGE.value or len(job_ids) < 2:
+                raise
+        half = len(job_ids) // 2
+        return [
+            *(await self._history(job_ids[:half], timeout)),
+            *(await self._history(job_ids[half:], timeout)),
+        ]
 
     async def events_since(
         self, after: int, *, limit: int = 1000, timeout: float | None = None

@@ -3,9 +3,11 @@
 A replay sends the jobs due at the same instant as one ``SubmitJobs``,
 ``(submit - first submit) / K`` wall seconds after it starts, with up to
 ``max_in_flight`` requests awaiting their reply, and :func:`follow` counts the
-jobs that ended from their ``JobEvent`` s, polling ``StatusReply`` now and
-then for the events it may have missed. ``accordion replay`` and ``accordion
-up --demo`` run this same code.
+jobs that ended from their ``JobEvent`` s, asking now and then which of its
+own jobs are still queued or running, for the events it may have missed.
+``accordion replay`` and ``accordion up --demo`` run this same code. What it
+asks the scheduler is about its own jobs (``LiveClient.live_ids``), so a queue
+of other users' jobs, however long, costs it nothing.
 """
 
 from __future__ import annotations
@@ -200,11 +202,12 @@ async def follow(
     """Wait until every accepted job of ``state`` has ended (the client must watch).
 
     Ends are taken from ``JobEvent`` s (QoS 1, but a watcher's queue may overflow
-    or the connection drop). So when no job has ended for ``poll`` seconds a
-    ``StatusReply`` shows which accepted jobs are neither queued nor running,
-    and a ``HistoryRequest`` fetches their journalled events: each gets its true
-    final state. Only then: a status lists the whole queue, too big to ask for
-    every second of a long replay while events flow.
+    or the connection drop). So when no job has ended for ``poll`` seconds the
+    scheduler is asked which of the accepted jobs not yet ended are neither
+    queued nor running (``LiveClient.live_ids``: their totals first, their rows
+    only when some left), and a ``HistoryRequest`` fetches the journalled events
+    of those: each gets its true final state. Only then: a long replay's jobs
+    are many to ask after every second while events flow.
     """
     loop = asyncio.get_running_loop()
     next_poll = loop.time() + poll
@@ -224,9 +227,9 @@ async def follow(
             next_poll = loop.time() + poll
         elif loop.time() >= next_poll:
             try:
-                status = await client.status()
-                present = {j.id for j in status.queue} | {j.id for j in status.running}
-                gone = sorted(state.accepted - present - state.ended.keys())
+                waiting = sorted(state.accepted - state.ended.keys())
+                present = await client.live_ids(waiting)
+                gone = [j for j in waiting if j not in present]
                 if gone:
                     finals = final_states(await client.history(gone))
                     for job_id in gone:

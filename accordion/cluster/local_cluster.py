@@ -63,12 +63,13 @@ from accordion.cluster.wiring import (
     LEASE_HEARTBEATS,
     LOGINS_PER_USER,
     BrokerKind,
+    Sharing,
     Wiring,
     resolve_broker,
 )
 from broker.auth import AuthFiles
 from broker.local import accepts
-from broker.messages import StatusReply
+from broker.messages import MachineStatus
 from broker.topics import DEFAULT_ROOT
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.machine import Machine
@@ -180,6 +181,7 @@ class LocalCluster:
         auth: bool | None = False,
         users: Sequence[str] = (),
         extra_agents: Sequence[str] = (),
+        sharing: Sharing | None = None,
         drain_on_stop: bool = False,
         journal: Path | None = None,
     ) -> None:
@@ -206,6 +208,8 @@ class LocalCluster:
             broker_url=broker_url or "",
         )
         self.broker_port = broker_port
+        #: The scheduler's limits and association files (``wiring.Sharing``).
+        self.sharing = sharing or Sharing()
         self.heartbeat = heartbeat
         # The agents' lease must stay below the scheduler's silence limit (6
         # heartbeats): 4 heartbeats by default, so a requeued job never runs twice.
@@ -493,6 +497,7 @@ class LocalCluster:
             time_scale=self.time_scale,
             heartbeat=self.heartbeat,
             execution=self.execution,
+            sharing=self.sharing,
         )
         child = self._spawn("scheduler", "scheduler", argv, login="scheduler")
         self.scheduler_metrics = child.address = f"http://{HOST}:{metrics}/metrics"
@@ -517,7 +522,7 @@ class LocalCluster:
 
     # -- readiness -------------------------------------------------------------------
 
-    async def ready(self, client: LiveClient, *, timeout: float = 60.0) -> StatusReply:
+    async def ready(self, client: LiveClient, *, timeout: float = 60.0) -> list[MachineStatus]:
         """Wait until every machine is online and every metrics endpoint answers."""
         return await until_ready(
             client,

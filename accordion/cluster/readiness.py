@@ -3,7 +3,8 @@ and when a stopping one's scheduler has heard its agents stop.
 
 :meth:`accordion.cluster.local_cluster.LocalCluster.ready` waits here, and so does
 its stop, between the agents and the scheduler (:func:`until_stops_heard`). The scheduler's
-``StatusReply`` says which machines are online; the endpoints are probed over
+``StatusReply`` says which machines are online (pages of machines only, so a
+long queue does not slow the check down); the endpoints are probed over
 HTTP, all at once in threads (urllib blocks), so hundreds of agents take no
 longer than one. Meanwhile ``check`` is called between attempts, so a child
 that exits ends the wait with its own error (and its log's tail) instead of a
@@ -24,7 +25,7 @@ from accordion.client.live_client import LiveClient, NoReplyError, run_async
 from accordion.cluster.processes import UpError
 from accordion.errors import LiveError
 from broker.bus import BusError
-from broker.messages import StatusReply
+from broker.messages import MachineStatus
 
 
 async def until_ready(
@@ -35,15 +36,15 @@ async def until_ready(
     check: Callable[[], None],
     timeout: float,
     where: Path,
-) -> StatusReply:
-    """The first status that lists ``machines`` online, once every URL of
+) -> list[MachineStatus]:
+    """The first machine list that has ``machines`` online, once every URL of
     ``endpoints`` answers 200; :class:`UpError` after ``timeout`` wall seconds
     (naming what was missing and ``where`` the logs are)."""
     wanted = set(machines)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     missing: set[str] = set(wanted)
-    status: StatusReply | None = None
+    status: list[MachineStatus] | None = None
     # Short at first: a request sent before the scheduler subscribed is lost. Longer
     # after each miss: a scheduler busy registering thousands of agents answers
     # late, and asking again meanwhile only adds to its work.
@@ -51,11 +52,11 @@ async def until_ready(
     while loop.time() < deadline:
         check()
         try:
-            status = await client.status(timeout=wait)
+            status = await client.machines(timeout=wait)
         except NoReplyError:
             wait = min(2 * wait, 8.0)
             continue
-        missing = wanted - {m.id for m in status.machines if m.online}
+        missing = wanted - {m.id for m in status if m.online}
         if not missing:
             break
         await asyncio.sleep(0.1)
@@ -116,8 +117,9 @@ def until_stops_heard(
         deadline = loop.time() + grace
         async with connect(timeout=2.0) as client:
             while loop.time() < deadline:
-                status = await client.status()
-                if not wanted & {m.id for m in status.machines if m.online}:
+                # Machines only: a long queue does not slow a stop down either.
+                machines = await client.machines()
+                if not wanted & {m.id for m in machines if m.online}:
                     return
                 await asyncio.sleep(0.05)
 

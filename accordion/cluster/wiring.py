@@ -14,7 +14,9 @@ says what they are started with. One :class:`Wiring` per cluster holds
 - the ports: every port of the cluster is picked before any child binds its
   own, and never handed out twice (two random picks could otherwise meet);
 - the command lines of the broker, ``python -m scheduler`` and ``python -m
-  nodeagent``, which carry all of the above.
+  nodeagent``, which carry all of the above, and the scheduler's share of
+  the cluster's :class:`Sharing` (its limits and association files, checked
+  before anything starts).
 
 Nothing here starts or watches a process.
 """
@@ -30,13 +32,22 @@ from typing import Final, Literal
 from accordion.client.live_client import Credentials
 from accordion.cluster.processes import UpError
 from accordion.errors import UserError
-from broker.auth import AuthFiles, cluster_accounts, probe_login, write_auth_files
+from broker.auth import (
+    AuthError,
+    AuthFiles,
+    check_user_name,
+    cluster_accounts,
+    probe_login,
+    write_auth_files,
+)
 from broker.local import free_port, mosquitto_binary, mosquitto_config
 from broker.settings import ENV_PASSWORD_FILE, ENV_PROBE_USERNAME, ENV_USERNAME
 from broker.topics import Topics
 from model.execution import ExecutionModel
 from model.machine import Machine
+from scheduler.live.limits import Limits
 from scheduler.planning.placement import PlacementRule
+from scheduler.runtime.admin_files import read_associations, read_limits
 
 BrokerKind = Literal["auto", "mosquitto", "embedded"]
 
@@ -64,6 +75,37 @@ def resolve_broker(kind: BrokerKind) -> Literal["mosquitto", "embedded"]:
 
 def _client_suffix(root: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", root)
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """How a cluster is shared: the admin's limits file and association file, and
+    limits set one by one (``--max-user-cpus`` ...), which override the file's.
+
+    :meth:`check` reads both files as the scheduler will, so a mistake is one
+    line before anything starts; :meth:`argv` is what the scheduler is given.
+    """
+
+    limits_file: Path | None = None
+    associations_file: Path | None = None
+    values: Mapping[str, int] = field(default_factory=dict)
+
+    def check(self) -> Limits:
+        """The limits in force (the scheduler's own reading of the same files)."""
+        try:
+            limits = read_limits(self.limits_file, **self.values)
+            read_associations(self.associations_file)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        return limits
+
+    def argv(self) -> list[str]:
+        args = [f"--{key.replace('_', '-')}={value}" for key, value in self.values.items()]
+        if self.limits_file is not None:
+            args.append(f"--limits={self.limits_file.resolve()}")
+        if self.associations_file is not None:
+            args.append(f"--associations={self.associations_file.resolve()}")
+        return args
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +148,16 @@ class Wiring:
             )
         if self.auth and ADMIN in self.users:
             raise UserError(f"--user {ADMIN}: that name is the cluster's admin login")
+        for user in self.users:
+            try:
+                check_user_name(user)
+            except AuthError as exc:
+                raise UserError(f"--user: {exc}") from None
+            if self.auth and (user == "scheduler" or user.startswith("agent-")):
+                raise UserError(
+                    f"--user {user}: that name is a login of the cluster (the scheduler's is "
+                    "scheduler, an agent's agent-MACHINE)"
+                )
 
     # -- logins ------------------------------------------------------------------------
 
@@ -193,6 +245,7 @@ class Wiring:
         time_scale: float,
         heartbeat: float,
         execution: ExecutionModel,
+        sharing: Sharing | None = None,
     ) -> list[str]:
         host, port = self.broker_address()
         return [
@@ -218,6 +271,7 @@ class Wiring:
             f"--execution-model={execution.kind.value}",
             f"--overhead={execution.overhead!r}",
             f"--model-seed={execution.seed}",
+            *(sharing.argv() if sharing is not None else ()),
         ]
 
     def agent_command(

@@ -1,6 +1,7 @@
-"""The live runtime's client commands: ``submit``, ``cancel``, ``status``, ``replay``,
-``watch``, and ``scheduler`` and ``agent``, which run ``python -m scheduler`` and
-``python -m nodeagent`` with the CLI's ``--broker`` and ``--root``.
+"""The live runtime's client commands: ``submit``, ``replay``, ``watch``, and
+``scheduler`` and ``agent``, which run ``python -m scheduler`` and ``python -m
+nodeagent`` with the CLI's ``--broker`` and ``--root``; ``cancel`` and
+``status`` are :mod:`accordion.commands.queue`'s, registered here in between.
 
 Every one takes ``--broker mqtt://HOST[:PORT]`` (env ``ACCORDION_BROKER``) and
 ``--root`` (env ``ACCORDION_ROOT``). A broker or scheduler that cannot be
@@ -11,7 +12,6 @@ exits 1.
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 import uuid
@@ -33,6 +33,7 @@ from accordion.client.live_client import (
 from accordion.client.replay import ReplayState, arrivals, replay_and_follow
 from accordion.client.replay import replay as replay_plan
 from accordion.client.specs import job_spec, mpi_of, parse_duration
+from accordion.commands import queue
 from accordion.commands.options import (
     DURATIONS,
     BrokerOpt,
@@ -42,14 +43,14 @@ from accordion.commands.options import (
     TimeoutOpt,
     TraceArg,
     WalltimeOpt,
+    login_name,
     swf_rules,
 )
 from accordion.commands.options import variation as variation_of
-from accordion.commands.tables import print_status
 from accordion.display import err_console, out_console, replay_display
 from accordion.errors import LiveError, UserError, parsed, refused, user_errors
 from accordion.experiments.twin_options import MissingUtilOpt, Window, WindowOpt
-from broker.messages import CancelReply, ClusterSummary, JobEvent, StatusReply, SubmitReply
+from broker.messages import ClusterSummary, JobEvent, SubmitReply
 from broker.settings import (
     ENV_CA,
     ENV_CERT,
@@ -71,13 +72,6 @@ class WorkloadKind(StrEnum):
 class MpiPattern(StrEnum):
     ALLREDUCE = "allreduce"
     BARRIER = "barrier"
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser() or "nobody"
-    except (OSError, KeyError):  # no login name in the environment or the user database
-        return "nobody"
 
 
 def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
@@ -151,7 +145,7 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
             walltime=wall,
             work=None if work is None else parse_duration(work, what="--work"),
             workload=workload.value,
-            user=user or _login(),
+            user=user or login_name(),
             account=account,
             qos=qos,
             deadline=None if deadline is None else parse_duration(deadline, what="--deadline"),
@@ -179,45 +173,6 @@ def submit(  # noqa: PLR0917 (typer reads the options from the parameters)
         out_console.print(f"job {result.job_id} was already submitted; nothing changed")
     else:
         out_console.print(f"submitted job {result.job_id}", highlight=False)
-
-
-def cancel(
-    job_id: Annotated[str, typer.Argument(metavar="ID", help="the job id")],
-    broker: BrokerOpt = DEFAULT_BROKER,
-    root: RootOpt = DEFAULT_ROOT,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-) -> None:
-    """Cancel a queued or running job (exit 1 with the reason if it cannot be)."""
-    with user_errors():
-
-        async def ask() -> CancelReply:
-            async with connect(broker, root, timeout=timeout) as client:
-                return await client.cancel(job_id)
-
-        reply = run_async(ask())
-    if not reply.cancelled:
-        raise refused(f"cannot cancel job {job_id}: {reply.reason}")
-    note = f" ({reply.reason})" if reply.reason else ""
-    out_console.print(f"cancelled job {job_id}{note}", highlight=False)
-
-
-def status(
-    limit: Annotated[
-        int, typer.Option("--limit", min=0, help="show at most this many queued jobs")
-    ] = 50,
-    broker: BrokerOpt = DEFAULT_BROKER,
-    root: RootOpt = DEFAULT_ROOT,
-    timeout: TimeoutOpt = DEFAULT_TIMEOUT,
-) -> None:
-    """The machines, the queue and the running jobs, as the scheduler sees them now."""
-    with user_errors():
-
-        async def ask() -> StatusReply:
-            async with connect(broker, root, timeout=timeout) as client:
-                return await client.status()
-
-        reply = run_async(ask())
-    print_status(reply, limit)
 
 
 def _print_replay(state: ReplayState, requests: int, *, followed: bool) -> None:
@@ -310,8 +265,8 @@ def replay(  # noqa: PLR0917 (typer reads the options from the parameters)
 
         async def go() -> tuple[ReplayState, int, int]:
             async with connect(broker, root, timeout=timeout, watch=wait) as client:
-                cluster = await client.status()
-                cpus = sum(m.cpus for m in cluster.machines if m.online)
+                machines = await client.machines()
+                cpus = sum(m.cpus for m in machines if m.online)
                 if not cpus:
                     raise LiveError("no machine is online: start agents first")
                 # Jobs wider than the live cluster are skipped as the twin skips them.
@@ -477,7 +432,7 @@ def agent(
 
 
 def register(app: typer.Typer) -> None:
-    for command in (submit, cancel, status, replay, watch):
+    for command in (submit, queue.cancel, queue.status, replay, watch):
         app.command()(command)
     pass_through = app.command(context_settings=_PASS_THROUGH, add_help_option=False)
     pass_through(scheduler)

@@ -8,6 +8,7 @@ wants.
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 from typing import Annotated
 
@@ -87,6 +88,14 @@ TimeoutOpt = Annotated[
     typer.Option("--timeout", min=0.1, help="seconds to wait for the scheduler's reply"),
 ]
 DURATIONS = "seconds (not sbatch's minutes), M:SS, H:MM:SS or D-H:MM:SS"
+
+
+def login_name() -> str:
+    """Who runs this command, as the OS says (a job's user without a broker login)."""
+    try:
+        return getpass.getuser() or "nobody"
+    except (OSError, KeyError):  # no login name in the environment or the user database
+        return "nobody"
 
 
 def swf_rules(missing_walltime: str, missing_util: float = 1.0) -> SwfRules:

@@ -141,33 +141,31 @@ def print_compare(name: str, n_jobs: int, runs: list[Run], base: Run) -> None:
     out_console.print(table)
 
 
-def print_status(reply: StatusReply, limit: int) -> None:
+def print_status(reply: StatusReply, *, user: str | None = None) -> None:
+    """One page of a status: its machines (the first page's), running and queued jobs,
+    and the totals of what its filters select."""
     now = reply.now
-    online = [m for m in reply.machines if m.online]
-    cpus = sum(m.cpus for m in online)
-    free = sum(m.free for m in online)
-    machines = Table(
-        title=f"machines: {len(online)} of {len(reply.machines)} online, {free} of {cpus} "
-        f"CPUs free; cluster time {now:,.1f} s"
-    )
-    for name in ("machine", "CPUs", "speed", "free", "state"):
-        machines.add_column(name, justify="left" if name in ("machine", "state") else "right")
-    for m in reply.machines:
-        # The agent's state when the scheduler says it (draining, stopped, held ...).
-        state = m.state.value if m.state is not None else "online" if m.online else "offline"
-        machines.add_row(m.id, str(m.cpus), f"{m.speed:g}", str(m.free), state)
-    out_console.print(machines)
-    queue = Table(title=f"queue: {len(reply.queue)} jobs (times in cluster seconds)")
-    for name in ("job", "user", "procs", "submitted", "waiting (s)"):
-        queue.add_column(name, justify="left" if name in ("job", "user") else "right")
-    for j in reply.queue[:limit]:
-        queue.add_row(j.id, j.user, str(j.procs), f"{j.submit:,.1f}", f"{now - j.submit:,.1f}")
-    if len(reply.queue) > limit:
-        queue.add_row(f"... {len(reply.queue) - limit} more", "", "", "", "")
-    out_console.print(queue)
+    if reply.machines:
+        online = [m for m in reply.machines if m.online]
+        cpus = sum(m.cpus for m in online)
+        free = sum(m.free for m in online)
+        machines = Table(
+            title=f"machines: {len(online)} of {len(reply.machines)} online, {free} of {cpus} "
+            f"CPUs free; cluster time {now:,.1f} s"
+        )
+        for name in ("machine", "CPUs", "speed", "free", "state"):
+            machines.add_column(name, justify="left" if name in ("machine", "state") else "right")
+        for m in reply.machines:
+            # The agent's state when the scheduler says it (draining, stopped, held ...).
+            state = m.state.value if m.state is not None else "online" if m.online else "offline"
+            machines.add_row(m.id, str(m.cpus), f"{m.speed:g}", str(m.free), state)
+        out_console.print(machines)
+    totals = reply.totals
+    whose = f" of {user}" if user is not None else ""
     running = Table(
-        title=f"running: {len(reply.running)} jobs (MPL = processes per CPU; above 1 the "
-        "job runs shrunk)"
+        title=f"running{whose}: {totals.running:,} jobs, {totals.cpus:,} CPUs asked for; "
+        f"{len(reply.running)} on this page (MPL = processes per CPU; above 1 the job runs "
+        "shrunk)"
     )
     for name in ("job", "user", "procs", "CPUs", "MPL", "started", "running (s)", "parts", "state"):
         right = name in ("procs", "CPUs", "MPL", "started")
@@ -188,6 +186,35 @@ def print_status(reply: StatusReply, limit: int) -> None:
             "reconciling" if j.reconciling else j.state.value,
         )
     out_console.print(running)
+    queue = Table(
+        title=f"queue{whose}: {totals.queued:,} jobs; {len(reply.queue)} on this page "
+        "(times in cluster seconds)"
+    )
+    for name in ("job", "user", "procs", "submitted", "waiting (s)"):
+        queue.add_column(name, justify="left" if name in ("job", "user") else "right")
+    for j in reply.queue:
+        queue.add_row(j.id, j.user, str(j.procs), f"{j.submit:,.1f}", f"{now - j.submit:,.1f}")
+    out_console.print(queue)
+    limit = reply.max_user_cpus
+    if limit is not None:
+        out_console.print(
+            f"per-user CPU limit: {limit:,} (a queued job that would take its user past it "
+            "waits for their running jobs to end)",
+            highlight=False,
+        )
+    if totals.by_user:
+        users = Table(title=f"users with jobs: {totals.users:,} (those with most below)")
+        for name in ("user", "queued", "running", "CPUs"):
+            users.add_column(name, justify="left" if name == "user" else "right")
+        for u in totals.by_user:
+            held = limit is not None and u.queued and u.cpus >= limit
+            users.add_row(
+                u.user,
+                f"{u.queued:,}",
+                f"{u.running:,}",
+                f"{u.cpus:,}" + (" (at limit)" if held else ""),
+            )
+        out_console.print(users)
 
 
 def print_endpoints(local: LocalCluster, spec: ClusterSpec) -> None:

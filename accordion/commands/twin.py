@@ -49,6 +49,7 @@ from accordion.experiments.runs import (
 from accordion.experiments.twin_options import (
     CalibrationOpt,
     CpusOpt,
+    MaxUserCpusOpt,
     MissingUtilOpt,
     ModelOpt,
     TauOpt,
@@ -132,6 +133,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
+    max_user_cpus: MaxUserCpusOpt = None,
     progress: ProgressOpt = True,
 ) -> None:
     """Replay TRACE under one policy and print its metrics."""
@@ -163,6 +165,7 @@ def simulate(  # noqa: PLR0917 (typer reads the options from the parameters)
                 progress=update,
                 options=options,
                 tau=tau,
+                max_user_cpus=max_user_cpus,
             )
         print_metrics(
             f"{workload.name}: {len(workload.jobs)} jobs, policy {policy}", policy, run.summary
@@ -229,6 +232,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
     model: ModelOpt = ModelKind.LINEAR,
     calibration: CalibrationOpt = None,
     missing_util: MissingUtilOpt = 1.0,
+    max_user_cpus: MaxUserCpusOpt = None,
     progress: ProgressOpt = True,
     per_job: Annotated[
         bool, typer.Option(help="also write each policy's per-job CSV and SWF schedule")
@@ -274,6 +278,7 @@ def compare(  # noqa: PLR0917 (typer reads the options from the parameters)
                         progress=update,
                         options=options[spec],
                         tau=tau,
+                        max_user_cpus=max_user_cpus,
                     )
                 )
         for run in runs:

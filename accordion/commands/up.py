@@ -30,6 +30,7 @@ from accordion.client.live_client import run_async
 from accordion.cluster.local_cluster import DEFAULT_CLUSTER, LocalCluster, Restart
 from accordion.cluster.processes import UpError
 from accordion.cluster.speed import HostSpeed
+from accordion.cluster.wiring import Sharing
 from accordion.commands.options import (
     OverheadOpt,
     PlacementOpt,
@@ -144,6 +145,48 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
         list[str] | None,
         typer.Option("--user", help="with --auth: a user account to create (repeatable)"),
     ] = None,
+    limits: Annotated[
+        Path | None,
+        typer.Option(
+            "--limits",
+            help="the scheduler's limits file (TOML, [limits]: max_queued_per_user, "
+            "max_jobs_per_request, max_user_cpus, max_request_bytes); the options below "
+            "override it",
+        ),
+    ] = None,
+    max_queued_per_user: Annotated[
+        int | None,
+        typer.Option("--max-queued-per-user", min=1, help="jobs one user may have queued [10,000]"),
+    ] = None,
+    max_jobs_per_request: Annotated[
+        int | None,
+        typer.Option(
+            "--max-jobs-per-request", min=1, help="jobs one submission may carry [10,000]"
+        ),
+    ] = None,
+    max_user_cpus: Annotated[
+        int | None,
+        typer.Option(
+            "--max-user-cpus",
+            min=1,
+            help="CPUs one user's running jobs may hold; a job past it waits (the demo's twin "
+            "applies it too) [no limit]",
+        ),
+    ] = None,
+    max_request_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-request-bytes", min=1, help="the largest request, bytes [16 MiB, the most]"
+        ),
+    ] = None,
+    associations: Annotated[
+        Path | None,
+        typer.Option(
+            "--associations",
+            help="the accounts each user may charge and the highest QoS they may ask for "
+            "(TOML); default: not checked",
+        ),
+    ] = None,
     drain_on_stop: Annotated[
         bool,
         typer.Option(
@@ -161,6 +204,21 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
     for the same jobs.
     """
     with user_errors():
+        sharing = Sharing(
+            limits,
+            associations,
+            {
+                k: v
+                for k, v in (
+                    ("max_queued_per_user", max_queued_per_user),
+                    ("max_jobs_per_request", max_jobs_per_request),
+                    ("max_user_cpus", max_user_cpus),
+                    ("max_request_bytes", max_request_bytes),
+                )
+                if v is not None
+            },
+        )
+        in_force = sharing.check()  # the scheduler's reading, before anything starts
         spec = load_cluster(
             cluster if cluster is not None else DEFAULT_CLUSTER, auto_speed=HostSpeed()
         )
@@ -187,6 +245,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
                 time_scale=time_scale,
                 policy_options=options,
                 execution=execution,
+                max_user_cpus=in_force.max_user_cpus,
             )
         scale = plan.time_scale if plan is not None else (time_scale or 1.0)
         # Created when the cluster starts; removed after it unless kept.
@@ -207,6 +266,7 @@ def up(  # noqa: PLR0917 (typer reads the options from the parameters)
             auth=auth,
             # Without --user, one account for whoever runs it.
             users=users or [_os_login()],
+            sharing=sharing,
             drain_on_stop=drain_on_stop,
         )
     if plan is not None:

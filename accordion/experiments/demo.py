@@ -129,8 +129,12 @@ def plan_demo(
     prefix: str = "demo-",
     policy_options: Mapping[str, str] | None = None,
     execution: ExecutionModel = DEFAULT_MODEL,
+    max_user_cpus: int | None = None,
 ) -> DemoPlan:
-    """Generate the demo's jobs, run them in the twin, pick K for ``seconds`` of wall time."""
+    """Generate the demo's jobs, run them in the twin, pick K for ``seconds`` of wall time.
+
+    ``max_user_cpus``: the live scheduler's per-user CPU limit, applied by the twin
+    too, so the two run the same rule."""
     single = policy_info(policy).single_machine or placement is PlacementRule.SINGLE
     workload = demo_jobs(spec, jobs=jobs, seed=seed, single_machine=single)
     result = simulate(
@@ -138,6 +142,7 @@ def plan_demo(
         machines=spec.machines,
         policy=build_policy_with(policy, policy_options or {}, placement=placement),
         execution=execution,
+        max_user_cpus=max_user_cpus,
     )
     twin = compute_metrics(result.outcomes, total_cpus=result.total_cpus, time_base=TWIN_TIME_BASE)
     scale = time_scale if time_scale is not None else nice_scale(twin.makespan / seconds)

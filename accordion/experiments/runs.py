@@ -211,8 +211,10 @@ def run_policy(
     progress: ProgressFn | None = None,
     options: Mapping[str, str] | None = None,
     tau: float = DEFAULT_TAU,
+    max_user_cpus: int | None = None,
 ) -> Run:
-    """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``)."""
+    """Replay ``workload`` under ``spec`` with its ``options`` (``--policy-opt``);
+    ``max_user_cpus``: the live scheduler's per-user CPU limit (``--max-user-cpus``)."""
     options = dict(options or {})
     apps = applications(workload.jobs, execution)
     policy = build_policy_with(spec, options, placement=placement)
@@ -236,11 +238,13 @@ def run_policy(
         policy=policy,
         execution=execution,
         progress=progress,
+        max_user_cpus=max_user_cpus,
     )
     metrics = metrics_of(result, tau=tau)
     data = summary(result, metrics, workload=workload.describe())
     data["placement"] = str(placement)
     data["policy_options"] = options
+    data["max_user_cpus"] = max_user_cpus
     model = data["execution_model"] = execution.describe()
     if apps is not None:
         model["jobs_by_app"] = apps

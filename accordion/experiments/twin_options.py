@@ -134,6 +134,15 @@ CalibrationOpt = Annotated[
         "number named by the header line '; Applications: 1=cg 2=halo'",
     ),
 ]
+MaxUserCpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-user-cpus",
+        min=1,
+        help="the live scheduler's per-user CPU limit: a job that would take its user's "
+        "running jobs past this many CPUs waits, a wider one is rejected",
+    ),
+]
 MissingUtilOpt = Annotated[
     float,
     typer.Option(

@@ -246,7 +246,11 @@ def _resized(parts: tuple[Part, ...], event: JobEvent) -> tuple[Part, ...]:
 
 
 async def fetch_timeline(client: LiveClient, *, keep: int = 10_000) -> LiveTimeline:
-    """The status now and the history of its running jobs (their resizes so far)."""
+    """The status now and the history of its running jobs (their resizes so far).
+
+    The status is its first page: the machines, the running jobs, then as many
+    queued ones as fit in a reply (``broker.limits.MAX_REPLY_BYTES``), so a long
+    queue draws its head, not all of it."""
     timeline = LiveTimeline(keep=keep)
     reply = await client.status()
     ids = [j.id for j in reply.running]

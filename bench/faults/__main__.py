@@ -50,17 +50,21 @@ them, mallory's ``#`` reads nothing of alice's, no ghost machine joins, no
 job of alice's is cancelled; **effects** counts what got through, 0 is the
 target) and ``takeover`` (mallory connects with the scheduler's and an
 agent's client ids and holds them while jobs run; **effects** counts the
-victims' reconnections and restarts, 0 is the target). Four rows are an
-operator's doing (``bench/faults/stop_rows.py``): ``agent-sigterm``,
+victims' reconnections and restarts, 0 is the target), and ``oversized``
+(issue 19's finding 4, ``bench/faults/size_rows.py``: twelve 200 MB publishes
+by a client that is not ours, a 16 MB request and a larger one while jobs
+run; **effects** counts suspect agents, publishes the broker took whole, an
+unanswered 16 MB request and a larger one sent, 0 is the target). Four rows
+are an operator's doing (``bench/faults/stop_rows.py``): ``agent-sigterm``,
 ``up-restarts``, ``duplicate-agent`` (with logins) and ``full-disk`` (the
 journal on a small tmpfs, filled while jobs run: needs root); for them a
 failed job or a **charged** requeue (one counted against the job's budget)
 is a fault too.
 
 The code: ``bench/faults/cluster.py`` (results, cluster, waits),
-``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py`` and ``stop_rows.py``
-(the rows), ``disk.py`` (the tmpfs),
-``table.py`` (the printed matrix).
+``sampler.py`` (``/proc``), ``rows.py``, ``trust_rows.py``, ``size_rows.py``
+and ``stop_rows.py`` (the rows), ``disk.py`` (the tmpfs), ``table.py`` (the
+printed matrix).
 
 Everything runs on 127.0.0.1. Times are wall seconds; the cluster runs at
 time scale ``--time-scale`` (cluster seconds per wall second).
@@ -106,6 +110,7 @@ from bench.faults.rows import (  # noqa: E402
     row_scheduler_kill,
 )
 from bench.faults.sampler import ALLOWANCE, Sampler  # noqa: E402
+from bench.faults.size_rows import row_oversized  # noqa: E402
 from bench.faults.stop_rows import (  # noqa: E402
     DISK_SIZE,
     row_agent_sigterm,
@@ -131,6 +136,7 @@ ROWS: dict[str, Row] = {
     "hostile": row_hostile,
     "forged": row_forged,
     "takeover": row_takeover,
+    "oversized": row_oversized,
     "agent-sigterm": row_agent_sigterm,
     "up-restarts": row_up_restarts,
     "duplicate-agent": row_duplicate_agent,

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NoReturn
 
+from broker.limits import MAX_MPI_MESSAGE_BYTES
 from broker.topics import DEFAULT_ROOT, Topics
 from model.execution import (
     DEFAULT_MODEL,
@@ -67,7 +68,8 @@ PATTERNS: tuple[Pattern, ...] = ("allreduce", "barrier")
 
 MAX_ITERATIONS = 1_000_000
 MAX_COMPUTE = 3600.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#: The wire's bound (``broker.limits``): a part publishes its contribution in one message.
+MAX_MESSAGE_BYTES = MAX_MPI_MESSAGE_BYTES
 
 
 class ParamsError(ValueError):

@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 
 from broker.bus import BusError
+from broker.limits import MAX_MESSAGE_BYTES
 
 _HEADER = struct.Struct("!cBHI")
 PUBLISH, SUBSCRIBE, DELIVER = b"P", b"S", b"D"
@@ -27,8 +28,8 @@ PUBLISH, SUBSCRIBE, DELIVER = b"P", b"S", b"D"
 #: (payload: its exit code in ASCII), which tells an agent that did not fork it.
 HELLO, WELCOME, EXIT = b"H", b"W", b"X"
 OPS = (PUBLISH, SUBSCRIBE, DELIVER, HELLO, WELCOME, EXIT)
-MAX_PAYLOAD = 1 << 24
-"""16 MiB: far above any message of the protocol, low enough to refuse garbage lengths."""
+MAX_PAYLOAD = MAX_MESSAGE_BYTES
+"""The wire's limit (``broker.limits``): a frame carries one message of the protocol."""
 
 
 class PipeError(BusError):

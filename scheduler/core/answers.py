@@ -35,6 +35,8 @@ class RejectCode(StrEnum):
     TOO_WIDE = "too_wide"
     #: The id of another job.
     ID_REUSED = "id_reused"
+    #: More CPUs than one user's running jobs may hold (``scheduler.core.user_limit``).
+    CPU_LIMIT = "cpu_limit"
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,11 +33,18 @@ still count in the cluster. The twin has no heartbeats and passes none.
 Estimates. The running jobs, their expected ends and how a resize moves them
 are ``scheduler.core.running_set``'s; what the core answers to events (``Accepted``,
 ``Rejected``, ``Left``) is in ``scheduler.core.answers``.
+
+*Per user.* With ``track_users`` (the live scheduler) or a ``max_user_cpus``
+the core keeps per-user tallies (``scheduler.core.user_load``); with
+``max_user_cpus`` it offers the policy only jobs that keep their user within
+that many running CPUs, and applies a decision's starts only while they do
+(``scheduler.core.user_limit``: the rule, and why it lives here).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence, Set
+from dataclasses import replace
 
 from model.execution import DEFAULT_MODEL, ExecutionModel
 from model.job import Job
@@ -60,6 +67,8 @@ from scheduler.core.recovery import Recovery
 from scheduler.core.running_set import RunningSet
 from scheduler.core.snapshot import Decisions, Policy, Reservation, RunningJob, Snapshot
 from scheduler.core.usage import UsageLedger
+from scheduler.core.user_limit import UserCpuLimit, merged, too_wide_for_user
+from scheduler.core.user_load import UserLoad
 
 __all__ = [
     "Accepted",
@@ -84,6 +93,8 @@ class SchedulerCore:
         usage_period: float = 86400.0,
         max_requeues: int = 2,
         cordoned: Set[str] = frozenset(),
+        max_user_cpus: int | None = None,
+        track_users: bool = False,
     ) -> None:
         self.policy = policy
         #: Jobs are malleable by default, but only a policy that says it folds them
@@ -93,7 +104,16 @@ class SchedulerCore:
         self._idle_on_empty = bool(getattr(policy, "idle_on_empty_queue", False))
         self.execution = execution
         self.usage = UsageLedger(usage_period)
-        self._book = JobBook()
+        #: Per-user tallies, kept when something reads them (module docstring).
+        self.load = UserLoad() if track_users or max_user_cpus is not None else None
+        self._user_limit = (
+            None
+            if max_user_cpus is None or self.load is None
+            else UserCpuLimit(max_user_cpus, self.load)
+        )
+        #: The last round of ``schedule`` deferred a start for the limit, and started one.
+        self._deferred = False
+        self._book = JobBook(self.load)
         self._running = RunningSet()
         self._queue = JobQueue(running=self._running, folds=self._folds)
         self._cluster = Cluster(
@@ -122,6 +142,15 @@ class SchedulerCore:
     @property
     def max_requeues(self) -> int:
         return self._recovery.max_requeues
+
+    @property
+    def max_user_cpus(self) -> int | None:
+        """The CPUs one user's running jobs may hold (None: no limit)."""
+        return None if self._user_limit is None else self._user_limit.limit
+
+    def held_by_limit(self, job: Job) -> bool:
+        """Whether queued ``job`` waits because its user runs too many CPUs to start it."""
+        return self._user_limit is not None and not self._user_limit.fits(job)
 
     @property
     def machines(self) -> Sequence[Machine]:
@@ -153,6 +182,10 @@ class SchedulerCore:
     def job(self, job_id: str) -> Job | None:
         """The job known by ``job_id`` (in any state), if any."""
         return self._book.known.get(job_id)
+
+    def arrival(self, job_id: str) -> int:
+        """The arrival number of a known job: its place in the queue's order."""
+        return self._queue.order[job_id]
 
     def requeues(self, job_id: str) -> int:
         """How many times the job was requeued after losing a machine."""
@@ -253,7 +286,9 @@ class SchedulerCore:
             why = f"job id {job.id!r} is already used by a different job"
             return Rejected(job.id, RejectCode.ID_REUSED, why)
         limit = self._cluster.total if capacity is None else capacity
-        wide = too_wide(job, self.cpus_needed(job), limit)
+        wide = too_wide(job, self.cpus_needed(job), limit) or too_wide_for_user(
+            job, self.max_user_cpus
+        )
         if wide is not None:
             return wide
         book.enter(job, JobState.QUEUED)
@@ -302,6 +337,19 @@ class SchedulerCore:
             return Left(run.job, run.start, now, run.parts, JobState.CANCELLED)
         return None
 
+    def cancel_queued(self, job_ids: Iterable[str]) -> list[Job]:
+        """Cancel the queued jobs among ``job_ids`` in one pass over the queue (a bulk
+        cancel of thousands costs one pass, not one per job); returns them."""
+        book = self._book
+        jobs = []
+        for job_id in job_ids:
+            if book.states.get(job_id) is JobState.QUEUED:
+                book.move(job_id, JobState.CANCELLED)
+                jobs.append(book.known[job_id])
+                self._reservations.pop(job_id, None)
+        self._queue.remove_many(jobs)
+        return jobs
+
     # -- scheduling -------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
@@ -316,6 +364,12 @@ class SchedulerCore:
             index: QueueIndex | None = waiting.index
         else:
             queue, index = waiting.visible(total)
+        held = self._user_limit
+        if held is not None:
+            # A fold is at least half its processes: twice the queue's widest bounds them.
+            offered = held.offered(queue, waiting.widest * (2 if self._folds else 1))
+            if offered is not None:
+                queue, index = offered, None
         free: Mapping[str, int] = cluster.free
         cordoned = self._cordoned
         if cordoned:
@@ -345,14 +399,34 @@ class SchedulerCore:
         return snap
 
     def schedule(self, now: float) -> Decisions:
-        """Run the policy once and apply its decisions; returns them for the caller to act on."""
+        """Run the policy once and apply its decisions; returns them for the caller to act on.
+
+        Under a per-user CPU limit, a round that deferred a start is followed by
+        another at the same instant (``scheduler.core.user_limit``), and the rounds
+        are returned as one answer.
+        """
         if not self._queue.jobs and self._idle_on_empty:
             # The policy promised to decide nothing now; what it would have returned
             # (no reservation) replaces the promises held, as below.
             if self._reservations:
                 self._reservations = {}
             return Decisions()
+        decisions = self._round(now)
+        while self._deferred:
+            decisions = merged(decisions, self._round(now))
+        return decisions
+
+    def _round(self, now: float) -> Decisions:
+        """One call of the policy, its decisions checked and applied."""
         decisions = self.policy.decide(self.snapshot(now))
+        self._deferred = False
+        limit = self._user_limit
+        if limit is not None and decisions.starts:
+            kept, deferred = limit.split(decisions.starts)
+            # Another round only after progress: each one then starts a job.
+            self._deferred = bool(deferred) and bool(kept)
+            if deferred:
+                decisions = replace(decisions, starts=kept)
         for resize in decisions.resizes:
             self._apply_resize(resize.job, resize.parts, now)
         if decisions.starts:

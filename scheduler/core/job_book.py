@@ -7,7 +7,8 @@ illegal one raises). A job requeued after losing a machine keeps a count of
 its requeues, which numbers its next attempt (fencing), and of those not
 charged to its requeue budget (a start fenced before it ran). A restored
 running job waits here as *pending* until its agents confirm it
-(``scheduler.core.recovery``).
+(``scheduler.core.recovery``). Every state change passes here, so a book given
+a :class:`~scheduler.core.user_load.UserLoad` keeps its per-user tallies.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ from __future__ import annotations
 from model.job import Job
 from scheduler.core.answers import PendingJob
 from scheduler.core.job_lifecycle import JobState, transition
+from scheduler.core.user_load import UserLoad
 
 
 class JobBook:
     """Known jobs, their states and requeues (see the module docstring)."""
 
-    __slots__ = ("_requeues", "_uncharged", "known", "pending", "states")
+    __slots__ = ("_requeues", "_uncharged", "known", "load", "pending", "states")
 
-    def __init__(self) -> None:
+    def __init__(self, load: UserLoad | None = None) -> None:
+        #: Told of every state change, when given (``scheduler.core.user_load``).
+        self.load = load
         self.known: dict[str, Job] = {}
         self.states: dict[str, JobState] = {}
         self._requeues: dict[str, int] = {}
@@ -36,6 +40,8 @@ class JobBook:
             raise ValueError(f"job {job.id!r} is already known")
         self.known[job.id] = job
         self.states[job.id] = state
+        if self.load is not None:
+            self.load.moved(job, None, state)
         if requeues:
             self._requeues[job.id] = requeues
         if uncharged:
@@ -44,7 +50,10 @@ class JobBook:
     def move(self, job_id: str, to: JobState) -> None:
         """Move the job's state by the lifecycle table (an illegal move raises)."""
         states = self.states
-        states[job_id] = transition(states[job_id], to)
+        old = states[job_id]
+        states[job_id] = transition(old, to)
+        if self.load is not None:
+            self.load.moved(self.known[job_id], old, to)
 
     def requeues(self, job_id: str) -> int:
         """How many times the job was requeued after losing a machine."""

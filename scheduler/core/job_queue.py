@@ -98,6 +98,16 @@ class JobQueue:
         if self.index.awake:
             self.index.remove(job)
 
+    def remove_many(self, jobs: Sequence[Job]) -> None:
+        """Queued jobs leave the queue without starting (a bulk cancel), in one pass."""
+        if not jobs:
+            return
+        gone = {j.id for j in jobs}
+        self.jobs = [j for j in self.jobs if j.id not in gone]
+        if self.index.awake:
+            for job in jobs:
+                self.index.remove(job)
+
     def visible(self, total_cpus: int) -> tuple[Sequence[Job], QueueIndex | None]:
         """The queue the policy sees on a cluster of ``total_cpus``, and the index when
         it describes that queue (None when jobs too wide are hidden: it holds them)."""

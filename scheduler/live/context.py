@@ -11,9 +11,10 @@ which the actor publishes once the transaction has committed. So what anyone
 is told is on disk first, and every handler is driven in tests without a
 broker, a loop or a file.
 
-Shared moves: a job's end (:meth:`Context.end_job`), the lost-agent rule's
-outcome for one job (:meth:`Context.after_loss`), and job events, which are
-numbered per job (``seq`` from 1, no gaps) and in the stream each is
+Shared moves: a job's end (:meth:`Context.end_job`), a client's cancel
+(:meth:`Context.cancel_job`, :meth:`Context.cancel_queued`), the lost-agent
+rule's outcome for one job (:meth:`Context.after_loss`), and job events, which
+are numbered per job (``seq`` from 1, no gaps) and in the stream each is
 published on (``stream``: every job's on ``events``, one owner's on
 ``users/<owner>/events``, each from 1 without gaps), journalled and then
 published at QoS 1.
@@ -78,6 +79,7 @@ class JournalWriter(Protocol):
         *,
         start: float | None = None,
     ) -> None: ...
+    def record_cancels(self, job_ids: Sequence[str], at: float, detail: str) -> None: ...
     def record_event(
         self, event: JobEvent, *, owner: str | None = None, owner_stream: int | None = None
     ) -> None: ...
@@ -313,6 +315,31 @@ class Context:
         self.metrics.jobs_finished.labels(state=state.value).inc()
         self.event(job_id, ended_event(state), now, detail)
         self.dirty = True
+
+    def cancel_job(self, job_id: str, now: float, detail: str) -> None:
+        """Cancel a queued or running job a client named (its state checked by the caller)."""
+        left = self.core.cancel(job_id, now)
+        self.journal.record_end(job_id, now, JobState.CANCELLED, detail)
+        if isinstance(left, Left):
+            live = self.placements.untrack(job_id)
+            self.cancel_parts(live)
+            live.end_all(PartInput.CANCELLED)
+        self.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc()
+        self.event(job_id, JobEventKind.CANCELLED, now, detail)
+        self.dirty = True
+
+    def cancel_queued(self, job_ids: Sequence[str], now: float, detail: str) -> int:
+        """Cancel many queued jobs at once (a bulk cancel: one pass over the queue, one
+        journal statement); returns how many were queued and are now cancelled."""
+        jobs = self.core.cancel_queued(job_ids)
+        if not jobs:
+            return 0
+        self.journal.record_cancels([j.id for j in jobs], now, detail)
+        self.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc(len(jobs))
+        for job in jobs:
+            self.event(job.id, JobEventKind.CANCELLED, now, detail)
+        self.dirty = True
+        return len(jobs)
 
     def after_loss(
         self,

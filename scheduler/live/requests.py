@@ -1,4 +1,4 @@
-"""Clients' requests: submit, cancel, status and history, answered on their reply topic.
+"""Clients' requests: submit, cancel (one or many), status, history; answered on their reply topic.
 
 *Idempotency.* Jobs are keyed by the client's id. Submitting the same spec
 again (a QoS 1 redelivery, a client retry) is answered ``accepted,
@@ -9,25 +9,41 @@ Cancelling a cancelled job answers ``cancelled`` again.
 the ``SubmitReply`` waits in the outbox until the actor has committed it.
 
 *A job that cannot be accepted* (wider than the cluster as configured, beyond the maximum
-wall time, an id reused for another spec) is rejected in its own
-``SubmitResult``, with a code (``broker.vocabulary.Rejection``) and a reason in
-words; the rest of the request goes on, and the rejection is counted by its
-code. Too wide is the core's rule (``SchedulerCore.submit``), given the
+wall time, an id reused for another spec, its user at the queued-jobs limit,
+wider than the per-user CPU limit, an account or QoS its user may not use) is
+rejected in its own ``SubmitResult``, with a code
+(``broker.vocabulary.Rejection``) and a reason in words that names the limit
+and its value; the rest of the request goes on, and the rejection is counted
+by its code. Too wide is the core's rule (``SchedulerCore.submit``), given the
 cluster as configured as its capacity. *The cluster as configured* is every
 machine whose agent registered and has not said goodbye
 (``Context.configured_cpus``): a machine lost or suspect right now still
 counts, so a job wider than the CPUs online waits in the queue until its
 machines are back; an agent scaled down says goodbye and stops counting. A
 ``reply_to`` that cannot be a topic level refuses the whole request (nobody
-could be told what was done).
+could be told what was done), and so does a request of more jobs than
+``max_jobs_per_request`` (an ``ErrorReply`` of code ``too_many``).
+
+*Limits and associations* (``scheduler.live.limits``,
+``scheduler.live.associations``): checked per job, in that order after the
+owner is set: the association (a user's account and QoS; an admin's requests
+are not checked), then, for a job not seen before, its user's queued jobs
+against ``max_queued_per_user`` (the core's tallies, so a request's own jobs
+count as they are accepted).
+
+*Status* is ``scheduler.live.status``'s (filtered, paged, bounded); *bulk
+cancel* is ``scheduler.live.bulk_cancel``'s.
 
 *History.* ``HistoryRequest`` is answered from the journal's ``job_events``:
 exactly the events that were published, so a watcher that saw a gap in a
-job's ``seq`` fills it. ``EventsRequest`` is answered from the same rows by
-their number in the requester's stream (every job's for an admin or a
-broker without logins, a user's own jobs' otherwise), so a watcher that saw a
-jump in ``JobEvent.stream``, or reconnected, gets what it missed whichever
-jobs those were.
+job's ``seq`` fills it. An answer that would not fit in one message is
+refused (``too_large``), so the watcher asks for fewer jobs at a time.
+``EventsRequest`` is answered from the same rows by their number in the
+requester's stream (every job's for an admin or a broker without logins, a
+user's own jobs' otherwise), so a watcher that saw a jump in
+``JobEvent.stream``, or reconnected, gets what it missed whichever jobs those
+were; an answer is cut short (``more``) before it would pass the message
+limit.
 
 *A journal that cannot be written* (its disk full, read-only or failing:
 ``JournalWriter.failure``): submissions are refused with the code
@@ -44,31 +60,32 @@ an admin only on ``scheduler/admin/<admin>``, so the topic names the sender
 (:class:`Requester`), never the payload. A user's submissions are owned by
 that user whatever their ``user`` field says; a user may cancel, and read
 the history of, only their own jobs (another user's job is answered as if it
-did not exist, and counted ``forbidden``); an admin may cancel any job and
-submit for any user. Replies go to ``users/<user>/replies/<reply_to>``,
-which only that user (and admins) may read. A request on the identity-less
-``scheduler/requests`` topic (a broker without logins) has no requester and
-no checks, as before.
+did not exist, and counted ``forbidden``; a bulk cancel counts them
+``not_allowed``); an admin may cancel any job and submit for any user. Replies
+go to ``users/<user>/replies/<reply_to>``, which only that user (and admins)
+may read. A request on the identity-less ``scheduler/requests`` topic (a
+broker without logins) has no requester and no checks, as before, but the
+association table still applies to the user its jobs name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.codec import encoded_size
+from broker.limits import MAX_MESSAGE_BYTES, MAX_REPLY_BYTES
 from broker.messages import (
     AnyMessage,
     CancelJob,
+    CancelJobs,
     CancelReply,
     DrainMachine,
+    ErrorReply,
     EventsReply,
     EventsRequest,
     HistoryReply,
     HistoryRequest,
     JobSpec,
-    JobStatus,
-    MachineStatus,
-    PartSpec,
-    StatusReply,
     StatusRequest,
     SubmitJobs,
     SubmitReply,
@@ -76,17 +93,27 @@ from broker.messages import (
     owned_by,
 )
 from broker.topics import Topics
-from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, MachineState, Rejection
-from broker.vocabulary import JobState as WireState
+from broker.vocabulary import BadMessage, CancelRefusal, JobEventKind, Rejection
 from model.job import JobError
-from scheduler.core.core import Left, Rejected
+from scheduler.core.core import Rejected
 from scheduler.core.job_lifecycle import JobState, is_final
 from scheduler.live import drains
+from scheduler.live.associations import Refusal
+from scheduler.live.bulk_cancel import NothingNamedError, cancel_jobs
 from scheduler.live.context import Context
-from scheduler.live.part_lifecycle import PartInput
+from scheduler.live.limits import raise_hint
 from scheduler.live.specs import SpecError, check_spec, job_from_spec
+from scheduler.live.status import CursorError, status
 
-Request = SubmitJobs | CancelJob | StatusRequest | HistoryRequest | EventsRequest | DrainMachine
+Request = (
+    SubmitJobs
+    | CancelJob
+    | CancelJobs
+    | StatusRequest
+    | HistoryRequest
+    | EventsRequest
+    | DrainMachine
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +146,10 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
             _submit(ctx, message, now, who)
         case CancelJob():
             _cancel(ctx, message, now, who)
+        case CancelJobs():
+            _cancel_many(ctx, message, now, who)
         case StatusRequest():
-            reply = status(ctx, now, message.request_id)
-            ctx.reply(message.reply_to, reply, reply_user(who), durable=False)
+            _status(ctx, message, now, who)
         case HistoryRequest():
             _history(ctx, message, who)
         case EventsRequest():
@@ -129,6 +157,19 @@ def handle(ctx: Context, message: Request, now: float, who: Requester | None = N
         case DrainMachine():
             admin = who is None or who.admin
             drains.handle(ctx, message, now, admin, reply_user(who))
+
+
+def refuse(
+    ctx: Context, message: AnyMessage, code: BadMessage, error: str, who: Requester | None = None
+) -> None:
+    """A valid message the scheduler will not act on: count it, answer it if it asks."""
+    ctx.count_bad(code, f"{kind(message)}: {error}")
+    reply_to = getattr(message, "reply_to", None)
+    if isinstance(reply_to, str):
+        request_id = getattr(message, "request_id", None)
+        error_reply = ErrorReply(request_id=request_id, code=code, error=error)
+        # A refusal promises nothing journaled: it goes out at once.
+        ctx.reply(reply_to, error_reply, reply_user(who), durable=False)
 
 
 def reply_to_ok(ctx: Context, message: Request, who: Requester | None = None) -> bool:
@@ -145,15 +186,35 @@ def _owns(ctx: Context, who: Requester | None, job_id: str) -> bool:
 
 
 def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None) -> None:
+    most = ctx.settings.limits.max_jobs_per_request
+    if len(request.jobs) > most:
+        refuse(
+            ctx,
+            request,
+            BadMessage.TOO_MANY,
+            f"a request of {len(request.jobs):,} jobs is over the limit of {most:,} jobs per "
+            f"request (max_jobs_per_request); send them in requests of at most {most:,}",
+            who,
+        )
+        return
     results: list[SubmitResult] = []
     durable: list[tuple[JobSpec, float]] = []
     counts = {"accepted": 0, "rejected": 0, "duplicate": 0}
     specs = request.jobs
+    admin = who is not None and who.admin
     if who is not None and not who.admin:
         # The owner is the authenticated user, whatever the payload says.
         specs = tuple(owned_by(spec, who.name) for spec in specs)
+    table = None if admin else ctx.settings.associations
     failure = ctx.journal.failure
-    for spec in specs:
+    for asked in specs:
+        # An association may charge the user's default account: that spec is the job's.
+        spec = asked if table is None else table.admit(asked)
+        if isinstance(spec, Refusal):
+            results.append(_rejected(asked, spec.code, spec.reason))
+            counts["rejected"] += 1
+            ctx.metrics.rejections.labels(reason=spec.code).inc()
+            continue
         if failure is None or ctx.core.job(spec.id) is not None:
             # (A job known already is answered as ever: a duplicate promises nothing
             # new, and its answer waits, like the first, for the journal to take it.)
@@ -195,6 +256,16 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
             return _rejected(spec, Rejection.ID_REUSED, why)
         answer = core.submit(known)
     else:
+        load = core.load
+        queued = 0 if load is None else load.queued.get(spec.user, 0)
+        most = ctx.settings.limits.max_queued_per_user
+        if queued >= most:
+            return _rejected(
+                spec,
+                Rejection.QUEUE_LIMIT,
+                f"user {spec.user!r} has {queued:,} jobs queued, the limit "
+                f"(max_queued_per_user) is {most:,}; {raise_hint('max_queued_per_user')}",
+            )
         try:
             check_spec(spec, max_walltime=ctx.settings.max_walltime)
             job = job_from_spec(spec, now)
@@ -205,7 +276,9 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
         # Too wide is the core's rule, against the cluster as configured (module docstring).
         answer = core.submit(job, capacity=ctx.configured_cpus())
     if isinstance(answer, Rejected):
-        return _rejected(spec, Rejection(answer.code.value), answer.reason)
+        code = Rejection(answer.code.value)
+        hint = f"; {raise_hint('max_user_cpus')}" if code is Rejection.CPU_LIMIT else ""
+        return _rejected(spec, code, answer.reason + hint)
     if not answer.duplicate:
         ctx.specs[spec.id] = spec
         ctx.event(spec.id, JobEventKind.QUEUED, now)
@@ -235,16 +308,8 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
     elif ctx.journal.failure is not None:
         code, reason = CancelRefusal.JOURNAL, f"{ctx.journal.failure}; try again later"
     else:
-        left = ctx.core.cancel(job_id, now)
+        ctx.cancel_job(job_id, now, "cancelled by a client")
         cancelled = True
-        ctx.journal.record_end(job_id, now, JobState.CANCELLED, "cancelled by a client")
-        if isinstance(left, Left):
-            live = ctx.placements.untrack(job_id)
-            ctx.cancel_parts(live)
-            live.end_all(PartInput.CANCELLED)
-        ctx.metrics.jobs_finished.labels(state=JobState.CANCELLED.value).inc()
-        ctx.event(job_id, JobEventKind.CANCELLED, now, "cancelled by a client")
-        ctx.dirty = True
     ctx.reply(
         request.reply_to,
         CancelReply(
@@ -259,6 +324,27 @@ def _cancel(ctx: Context, request: CancelJob, now: float, who: Requester | None)
     )
 
 
+def _cancel_many(ctx: Context, request: CancelJobs, now: float, who: Requester | None) -> None:
+    requester = None if who is None or who.admin else who.name
+    try:
+        reply = cancel_jobs(ctx, request, now, requester=requester)
+    except NothingNamedError as exc:
+        refuse(ctx, request, BadMessage.INVALID, str(exc), who)
+        return
+    # Counts of nothing cancelled (or of a journal refusing writes) promise nothing.
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=reply.cancelled > 0)
+
+
+def _status(ctx: Context, request: StatusRequest, now: float, who: Requester | None) -> None:
+    try:
+        # No requester: a broker without logins, where every client is trusted alike.
+        reply = status(ctx, request, now, admin=who is None or who.admin)
+    except CursorError as exc:
+        refuse(ctx, request, BadMessage.INVALID, str(exc), who)
+        return
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
+
+
 def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> None:
     known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
     theirs = [j for j in known if _owns(ctx, who, j)]
@@ -267,12 +353,16 @@ def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> No
     allowed = set(theirs)
     unknown = tuple(j for j in request.job_ids if j not in allowed)
     events = ctx.journal.job_events(theirs)
-    ctx.reply(
-        request.reply_to,
-        HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown),
-        reply_user(who),
-        durable=False,
-    )
+    reply = HistoryReply(request_id=request.request_id, events=tuple(events), unknown=unknown)
+    size = encoded_size(reply)
+    if size > MAX_MESSAGE_BYTES:
+        why = (
+            f"the events of {len(theirs):,} jobs take {size:,} bytes, over the message limit "
+            f"of {MAX_MESSAGE_BYTES:,}; ask for fewer jobs at a time"
+        )
+        refuse(ctx, request, BadMessage.TOO_LARGE, why, who)
+        return
+    ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
 
 
 def _events(ctx: Context, request: EventsRequest, who: Requester | None) -> None:
@@ -280,68 +370,16 @@ def _events(ctx: Context, request: EventsRequest, who: Requester | None) -> None
     owner = None if who is None or who.admin else who.name
     events, more = ctx.journal.stream_events(request.after, request.limit, owner=owner)
     last = ctx.stream if owner is None else ctx.owner_streams.get(owner, 0)
-    reply = EventsReply(request_id=request.request_id, events=tuple(events), last=last, more=more)
+    # Cut short before the reply bound (at least one event, so the watcher moves on):
+    # the rest is ``more``, which the watcher asks for next.
+    size, kept = 0, 0
+    for event in events:
+        size += encoded_size(event)
+        if kept and size > MAX_REPLY_BYTES:
+            more = True
+            break
+        kept += 1
+    reply = EventsReply(
+        request_id=request.request_id, events=tuple(events[:kept]), last=last, more=more
+    )
     ctx.reply(request.reply_to, reply, reply_user(who), durable=False)
-
-
-def status(ctx: Context, now: float, request_id: str = "-") -> StatusReply:
-    """The cluster, the queue and the running jobs as a ``StatusReply``."""
-    core = ctx.core
-    machines = tuple(
-        MachineStatus(
-            id=agent_id,
-            cpus=ag.machine.cpus,
-            speed=ag.machine.speed,
-            free=core.free(agent_id) if ag.life.available else 0,
-            # A machine held for adoption (its agent dead, its parts running on) is not
-            # online: nothing new starts there until an incarnation registers.
-            online=ag.life.heard,
-            state=MachineState(ag.life.state.value),
-        )
-        for agent_id, ag in sorted(ctx.agents.items())
-    )
-    queue = tuple(
-        JobStatus(
-            id=j.id,
-            state=WireState.QUEUED,
-            procs=j.procs,
-            user=j.user,
-            submit=j.submit,
-            walltime=j.walltime,
-            deadline=j.deadline,
-        )
-        for j in core.queue
-    )
-    running = [
-        JobStatus(
-            id=r.job.id,
-            state=WireState.RUNNING,
-            procs=r.job.procs,
-            user=r.job.user,
-            submit=r.job.submit,
-            start=r.start,
-            parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in r.parts),
-            walltime=r.job.walltime,
-            est_end=r.est_end,
-            deadline=r.job.deadline,
-        )
-        for r in core.running
-    ]
-    running += [
-        JobStatus(
-            id=p.job.id,
-            state=WireState.RUNNING,
-            procs=p.job.procs,
-            user=p.job.user,
-            submit=p.job.submit,
-            start=p.start,
-            parts=tuple(PartSpec(machine=q.machine, cpus=q.cpus) for q in p.parts),
-            walltime=p.job.walltime,
-            deadline=p.job.deadline,
-            reconciling=True,
-        )
-        for p in core.pending.values()
-    ]
-    return StatusReply(
-        request_id=request_id, now=now, machines=machines, queue=queue, running=tuple(running)
-    )

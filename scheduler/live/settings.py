@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from scheduler.live.associations import Associations
+from scheduler.live.limits import DEFAULTS, Limits
+
 JobEvents = Literal["all", "lifecycle", "none"]
 
 #: 365 days: a wall-time estimate (or work) beyond this is a client's mistake.
@@ -58,6 +61,11 @@ class ActorSettings:
     #: Also publish each job's events on its owner's ``users/<user>/events`` (on when
     #: the scheduler logs in: with ACLs, a user reads only that topic).
     owner_events: bool = False
+    #: Per-user and per-request limits (``scheduler.live.limits``).
+    limits: Limits = DEFAULTS
+    #: The accounts and QoS each user may use (``scheduler.live.associations``); None:
+    #: nothing is checked.
+    associations: Associations | None = None
 
     def __post_init__(self) -> None:
         for name in (

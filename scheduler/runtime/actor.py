@@ -38,7 +38,9 @@ injected :class:`~scheduler.runtime.clock.Clock` (cluster seconds = wall seconds
 or a valid message on a topic where it makes no sense, is counted in
 ``accordion_scheduler_bad_messages_total{reason}``, answered with an
 ``ErrorReply`` when it names a ``reply_to``, and dropped; the messages around
-it are handled as usual.
+it are handled as usual. A request larger than ``max_request_bytes``
+(``scheduler.live.limits``) is refused so before it is decoded (``too_large``),
+its envelope read for whom to answer.
 
 *Who asks.* Requests come on ``scheduler/requests`` (an open broker) or on
 ``scheduler/requests/<user>`` and ``scheduler/admin/<admin>`` (a broker
@@ -82,6 +84,7 @@ from broker.codec import WireError, decode, encode, peek_reply_to
 from broker.messages import (
     AnyMessage,
     CancelJob,
+    CancelJobs,
     ClusterSummary,
     DrainMachine,
     ErrorReply,
@@ -102,6 +105,7 @@ from scheduler.live.context import Context, Outgoing
 from scheduler.live.dispatch import dispatch
 from scheduler.live.settings import ActorSettings, JobEvents
 from scheduler.live.specs import job_from_spec
+from scheduler.live.status import status
 from scheduler.runtime.clock import Clock
 from scheduler.runtime.exporter import GaugeState, MachineGauge, SchedulerMetrics
 from scheduler.runtime.journal import Journal
@@ -146,8 +150,7 @@ class _Held:
 
 def _bad_reason(exc: WireError) -> BadMessage:
     """The code of a decoding failure (its metric label and its ``ErrorReply.code``)."""
-    # too_large is not a code of its own: an oversized payload is not msgpack we read.
-    return BadMessage.NOT_MSGPACK if exc.reason == "too_large" else BadMessage(exc.reason)
+    return BadMessage(exc.reason)
 
 
 class SchedulerActor:
@@ -177,6 +180,9 @@ class SchedulerActor:
             machines=(),
             execution=execution,
             max_requeues=self.settings.max_requeues,
+            # The status's totals and the queued-jobs limit read the per-user tallies.
+            track_users=True,
+            max_user_cpus=self.settings.limits.max_user_cpus,
         )
         self.metrics = metrics if metrics is not None else SchedulerMetrics(CollectorRegistry())
         self.metrics.policy = policy.name
@@ -278,7 +284,8 @@ class SchedulerActor:
         return self._clock.now() < self._hold_until
 
     def status(self, now: float, request_id: str = "-") -> StatusReply:
-        return requests.status(self.ctx, now, request_id)
+        """The first page of an admin's unfiltered status (tests and tools)."""
+        return status(self.ctx, StatusRequest(request_id=request_id), now, admin=True)
 
     async def _read(self) -> None:
         async for delivery in self._bus.deliveries():
@@ -380,6 +387,16 @@ class SchedulerActor:
         if channel == "state" and not delivery.payload:
             return  # a retained state being cleared: MQTT's delete, not a message
         who = requests.requester(self._topics, topic)
+        request = who is not None or topic == self._topics.requests
+        bound = self.settings.limits.max_request_bytes
+        if request and len(delivery.payload) > bound:
+            size = len(delivery.payload)
+            why = (
+                f"a request of {size:,} bytes is over this scheduler's limit of {bound:,} "
+                "bytes (max_request_bytes); send less at a time"
+            )
+            self._bad_payload(delivery.payload, BadMessage.TOO_LARGE, why, who)
+            return
         try:
             message = decode(delivery.payload)
         except WireError as exc:
@@ -393,7 +410,7 @@ class SchedulerActor:
                 who,
             )
             return
-        if who is not None or topic == self._topics.requests:
+        if request:
             self._on_request(message, now, who)
         elif channel == "state":
             agents.on_state(ctx, agent, message, now)
@@ -405,7 +422,13 @@ class SchedulerActor:
     def _on_request(self, message: AnyMessage, now: float, who: requests.Requester | None) -> None:
         if not isinstance(
             message,
-            SubmitJobs | CancelJob | StatusRequest | HistoryRequest | EventsRequest | DrainMachine,
+            SubmitJobs
+            | CancelJob
+            | CancelJobs
+            | StatusRequest
+            | HistoryRequest
+            | EventsRequest
+            | DrainMachine,
         ):
             why = f"{requests.kind(message)} is not a request"
             self._refuse(message, BadMessage.UNEXPECTED, why, who)
@@ -415,9 +438,8 @@ class SchedulerActor:
             why = f"reply_to {message.reply_to!r} cannot be a topic level"
             self.ctx.count_bad(BadMessage.INVALID, why)
             return
-        if isinstance(message, SubmitJobs | CancelJob | DrainMachine) and (
-            self._held or now < self._hold_until
-        ):
+        changes = isinstance(message, SubmitJobs | CancelJob | CancelJobs | DrainMachine)
+        if changes and (self._held or now < self._hold_until):
             self._held.append(_Held(message, who))
             return
         requests.handle(self.ctx, message, now, who)
@@ -449,15 +471,7 @@ class SchedulerActor:
         who: requests.Requester | None = None,
     ) -> None:
         """A valid message the scheduler will not act on: count, answer if possible."""
-        self.ctx.count_bad(code, f"{requests.kind(message)}: {error}")
-        reply_to = getattr(message, "reply_to", None)
-        if isinstance(reply_to, str):
-            self.ctx.reply(
-                reply_to,
-                ErrorReply(request_id=getattr(message, "request_id", None), code=code, error=error),
-                requests.reply_user(who),
-                durable=False,
-            )
+        requests.refuse(self.ctx, message, code, error, who)
 
     # -- the periodic checks and decisions --------------------------------------------
 

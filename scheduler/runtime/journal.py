@@ -358,6 +358,23 @@ class Journal:
             )
             self._event(end, job_id, state.value, detail)
 
+    def record_cancels(self, job_ids: Sequence[str], at: float, detail: str) -> None:
+        """Queued jobs cancelled together (a bulk cancel): one statement for all their
+        rows and one for their history, in the enclosing transaction."""
+        with self.transaction():
+            changed = self._writer.executemany(
+                "UPDATE jobs SET state=?, end_at=?, detail=?, held_until=NULL, hold_cause=NULL "
+                "WHERE id=?",
+                [(JobState.CANCELLED.value, at, detail or None, j) for j in job_ids],
+            )
+            if changed not in (len(job_ids), -1):  # -1: held, while the disk refuses writes
+                # A local bug: the actor journals only jobs it accepted.
+                raise KeyError(f"some of {len(job_ids)} cancelled jobs are not in the journal")
+            self._writer.executemany(
+                "INSERT INTO events(at, job_id, kind, detail) VALUES (?, ?, ?, ?)",
+                [(at, j, JobState.CANCELLED.value, detail or None) for j in job_ids],
+            )
+
     def record_event(
         self, event: JobEvent, *, owner: str | None = None, owner_stream: int | None = None
     ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from accordion.cli import app
@@ -56,3 +57,38 @@ def test_scheduler_and_agent_commands_pass_the_urls_login_and_tls_by_environment
     rebuilt = MqttSettings(host=given.host, port=given.port).with_env(env)
     assert rebuilt == given
     assert settings_env(MqttSettings.from_url("mqtt://h:1", env={})) == {}
+
+
+@pytest.mark.parametrize("name", ["bob~x", "a b", "x:y", "tab\there", "hash#", "scheduler"])
+def test_auth_init_and_up_refuse_names_the_login_scheme_cannot_carry(
+    tmp_path: Path, name: str
+) -> None:
+    result = runner.invoke(app, ["auth", "init", str(tmp_path / "a"), "--user", name])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    up = runner.invoke(app, ["up", "--user", name, "--run-dir", str(tmp_path / "r")])
+    assert up.exit_code == 2, up.output
+    assert "Traceback" not in up.output
+    assert not (tmp_path / "r").exists()  # refused before anything started
+
+
+def test_up_refuses_a_bad_limits_or_association_file_before_starting(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[limits]\nmax_user_cpus = 0\n")
+    result = runner.invoke(app, ["up", "--limits", str(limits), "--run-dir", str(tmp_path / "r")])
+    assert result.exit_code == 2, result.output
+    assert "max_user_cpus must be a whole number >= 1" in result.output
+    assoc = tmp_path / "assoc.toml"
+    assoc.write_text("[users.alice]\naccounts = []\n")
+    result = runner.invoke(
+        app, ["up", "--associations", str(assoc), "--run-dir", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "accounts is empty" in result.output
+    result = runner.invoke(
+        app, ["up", "--max-request-bytes", "99999999", "--run-dir", str(tmp_path / "r")]
+    )
+    assert result.exit_code == 2, result.output
+    assert "max_request_bytes" in result.output
+    assert not (tmp_path / "r").exists()

@@ -46,6 +46,17 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
     m.SubmitJobs(request_id="r1", reply_to="cli-1", jobs=(JOB, spec("j2", walltime=1.0, work=0.5))),
     m.CancelJob(request_id="r2", reply_to="cli-1", job_id="job-1"),
     m.StatusRequest(request_id="r3", reply_to="cli-1"),
+    m.CancelJobs(
+        request_id="r5",
+        reply_to="cli-1",
+        job_ids=("job-1",),
+        patterns=("sweep-*", "r[0-9]?-[!x]*"),
+        user="alice",
+        states=(JobState.QUEUED,),
+    ),
+    m.CancelJobsReply(
+        request_id="r5", cancelled=3, not_found=1, not_allowed=2, already_final=0, skipped=1
+    ),
     m.HistoryRequest(request_id="r4", reply_to="cli-1", job_ids=("job-1", "j2")),
     m.HistoryReply(
         request_id="r4",
@@ -127,6 +138,15 @@ ONE_OF_EACH: tuple[m.Message, ...] = (
                 reconciling=True,
             ),
         ),
+        totals=m.StatusTotals(
+            queued=1,
+            running=2,
+            cpus=10,
+            users=2,
+            by_user=(m.UserTotals("bob", queued=1, running=1, cpus=2),),
+        ),
+        next_cursor="q:7",
+        max_user_cpus=16,
     ),
     m.ErrorReply(request_id="r9", code=BadMessage.INVALID, error="invalid message: ..."),
     m.AgentOnline(
@@ -168,10 +188,19 @@ REQUIRED: dict[str, set[str]] = {
     "submit_jobs": {"jobs"},
     "cancel_job": {"job_id"},
     "status_request": set(),
+    "cancel_jobs": set(),
+    "cancel_jobs_reply": {
+        "request_id",
+        "cancelled",
+        "not_found",
+        "not_allowed",
+        "already_final",
+        "skipped",
+    },
     "history_request": {"job_ids"},
     "submit_reply": {"request_id", "results"},
     "cancel_reply": {"request_id", "job_id", "cancelled"},
-    "status_reply": {"request_id", "now", "machines", "queue", "running"},
+    "status_reply": {"request_id", "now", "machines", "queue", "running", "totals"},
     "error_reply": {"request_id", "code", "error"},
     "history_reply": {"request_id", "events", "unknown"},
     "events_request": {"after"},
@@ -284,7 +313,16 @@ def test_enums_travel_as_their_values() -> None:
     )
     assert (
         msgspec.msgpack.decode(
-            encode(m.StatusReply(request_id="r", now=0.0, machines=(), queue=(), running=(status,)))
+            encode(
+                m.StatusReply(
+                    request_id="r",
+                    now=0.0,
+                    machines=(),
+                    queue=(),
+                    running=(status,),
+                    totals=m.StatusTotals(queued=0, running=1, cpus=1),
+                )
+            )
         )["running"][0]["state"]
         == "running"
     )

@@ -24,13 +24,14 @@ import pytest
 from broker.bus import Bus, BusError, Delivery, Will
 from broker.codec import decode, encode
 from broker.local import free_port
-from broker.messages import StatusReply, StatusRequest
+from broker.messages import StatusReply, StatusRequest, StatusTotals
 from broker.mqtt import MqttBus, MqttSettings
 from broker.topics import Topics
 from tests.broker import scenarios
 from tests.broker.scenarios import LATENCIES, Inbox
 from tests.integration.conftest import BrokerEndpoint
 
+NO_TOTALS = StatusTotals(queued=0, running=0, cpus=0)
 ROOT = Path(__file__).resolve().parents[2]
 integration = pytest.mark.integration
 
@@ -402,7 +403,12 @@ async def test_qos1_request_response(
                 asked = decode((await requests.next(timeout=3600)).payload)
                 assert isinstance(asked, StatusRequest)
                 answer = StatusReply(
-                    request_id=asked.request_id, now=1.0, machines=(), queue=(), running=()
+                    request_id=asked.request_id,
+                    now=1.0,
+                    machines=(),
+                    queue=(),
+                    running=(),
+                    totals=NO_TOTALS,
                 )
                 await server.publish(topics.replies(asked.reply_to), encode(answer), qos=1)
 
@@ -416,7 +422,7 @@ async def test_qos1_request_response(
                 reply = decode((await replies.next()).payload)
                 rtts.append(time.perf_counter() - start)
                 assert reply == StatusReply(
-                    request_id=f"r{i}", now=1.0, machines=(), queue=(), running=()
+                    request_id=f"r{i}", now=1.0, machines=(), queue=(), running=(), totals=NO_TOTALS
                 )
             serving.cancel()
 

@@ -15,11 +15,13 @@ One scenario, in order, on its own compose project and host ports:
    ``alice`` publishing on an agent's commands and state topics is denied
    (an admin reading the whole root sees none of it); alice asking for an
    agent's client id gets her own login as client id, and the agent keeps
-   its connection;
+   its connection; and alice's 200 MB publish is cut off by the broker
+   (``deploy/mosquitto.conf``'s ``max_packet_size``), nothing of it delivered;
 2. the demo workload (``docker compose run --rm submit``) in the background;
 3. mid-run: ``--scale agent-fast=4``, then back to 2 (the two removed say
-   goodbye); SIGKILL of one old agent (``docker kill``); ``restart broker``;
-   ``restart scheduler``;
+   goodbye); a big agent drained by the admin (alice's drain refused), seen
+   draining in the scheduler's gauge, then resumed; SIGKILL of one old agent
+   (``docker kill``); ``restart broker``; ``restart scheduler``;
 4. the submit client must end with status 0: every accepted job finished and
    the live-against-twin table printed;
 5. Prometheus's totals equal the journal's, read in the scheduler's
@@ -50,8 +52,12 @@ from typing import Any
 
 import pytest
 
+from accordion.client.live_client import LiveClient
+from accordion.errors import RefusedError
+from bench.faults.raw_mqtt import publish_raw
 from broker.bus import BusError
 from broker.codec import encode
+from broker.limits import MAX_MESSAGE_BYTES
 from broker.messages import AgentOnline, JobSpec, MachineSpec, StartPart, StatusRequest
 from broker.mqtt import MqttBus
 from broker.settings import MqttSettings
@@ -273,6 +279,18 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
             # A fresh connection each: Mosquitto closes one whose publish it denied.
             async with MqttBus(alice, "forger") as forger:
                 await forger.publish(topic, payload, retain=True)
+        # The testbed's broker keeps the wire's bound: a client that is not ours is cut off.
+        huge = await asyncio.to_thread(
+            publish_raw,
+            "127.0.0.1",
+            alice.port,
+            topics.user_requests("alice"),
+            200_000_000,
+            client_id="alice",
+            username="alice",
+            password=alice.password,
+        )
+        assert huge.cut_off, huge
         # Alice asks for the victim agent's client id: the broker gives her her login.
         async with MqttBus(alice, victim) as intruder:
             ask = StatusRequest(request_id="hostile", reply_to=victim)
@@ -283,6 +301,34 @@ async def hostile_checks(bed: ComposeTestbed, victim: str) -> None:
                 seen.append(d)
         payloads = {p for _, p in forged}
         assert not [d for d in seen if d.payload in payloads], "a forgery got through"
+        assert all(len(d.payload) <= MAX_MESSAGE_BYTES for d in seen)
+
+
+async def drain_checks(bed: ComposeTestbed, machine: str) -> None:
+    """An admin drains ``machine`` mid-run and resumes it; a user may do neither."""
+    topics = Topics()
+    async with (
+        MqttBus(bed.broker("alice"), "alice-drain") as bus,
+        LiveClient(bus, topics, identity="alice") as alice,
+    ):
+        with pytest.raises(RefusedError, match="only an admin"):
+            await alice.drain(machine)
+    async with (
+        MqttBus(bed.broker("admin"), "admin-drain") as bus,
+        LiveClient(bus, topics, identity="admin", admin=True) as admin,
+    ):
+        drained = await admin.drain(machine)
+        assert drained.code is None, drained
+        assert drained.draining
+        await asyncio.to_thread(
+            bed.wait_scheduler, r'^accordion_scheduler_machines\{state="draining"\} 1\.0$'
+        )
+        resumed = await admin.drain(machine, drain=False)
+        assert resumed.code is None, resumed
+        assert not resumed.draining
+        await asyncio.to_thread(
+            bed.wait_scheduler, r'^accordion_scheduler_machines\{state="draining"\} 0\.0$'
+        )
 
 
 def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed) -> None:
@@ -319,6 +365,11 @@ def test_the_testbed_survives_scaling_kills_and_restarts(testbed: ComposeTestbed
         bed.wait_prometheus('count(up{job="agents"} == 1)', lambda v: list(v.values()) == [8.0])
         bed.run("up", "-d", "--wait", "--no-recreate", "--scale", "agent-fast=2")
         bed.wait_machines_online(6)
+        big = next(c for c in bed.compose.get_containers() if c.Service == "agent-big")
+        host = json.loads(
+            subprocess.run(["docker", "inspect", big.ID], capture_output=True, check=True).stdout
+        )[0]["Config"]["Hostname"]
+        asyncio.run(asyncio.wait_for(drain_checks(bed, f"big-{host}"), STARTUP))
         victim = next(c for c in bed.compose.get_containers() if c.Service == "agent-old")
         subprocess.run(["docker", "kill", str(victim.ID)], check=True, capture_output=True)
         bed.wait_scheduler(r'^accordion_scheduler_agents_lost_total\{reason="will"\} [1-9]')

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from accordion.gantt.bars import UNPLACED, BarKind
 from accordion.gantt.live import LiveTimeline, predicted_start, wait_reason
-from broker.messages import JobEvent, JobStatus, MachineStatus, PartSpec, StatusReply
+from broker.messages import (
+    JobEvent,
+    JobStatus,
+    MachineStatus,
+    PartSpec,
+    StatusReply,
+    StatusTotals,
+)
 from broker.vocabulary import JobEventKind, JobState
 
 MACHINES = (
@@ -49,7 +56,12 @@ def running(job: str, start: float, est_end: float, *parts: tuple[str, int]) -> 
 def status(
     now: float, *, queue: tuple[JobStatus, ...] = (), running: tuple[JobStatus, ...] = ()
 ) -> StatusReply:
-    return StatusReply(request_id="s", now=now, machines=MACHINES, queue=queue, running=running)
+    totals = StatusTotals(
+        queued=len(queue), running=len(running), cpus=sum(j.procs for j in running)
+    )
+    return StatusReply(
+        request_id="s", now=now, machines=MACHINES, queue=queue, running=running, totals=totals
+    )
 
 
 def bars_of(timeline: LiveTimeline, job: str) -> list[tuple[str, int, float, float, BarKind]]:

@@ -15,6 +15,8 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from broker.codec import encode
 from broker.messages import EventsReply, EventsRequest, JobEvent, PartSpec
 from broker.vocabulary import JobEventKind
@@ -228,5 +230,37 @@ async def test_a_users_stream_is_their_own_jobs_numbered_for_them(tmp_path: Path
         assert [(e.job_id, e.stream) for e in reply.events] == [("a1", 1), ("a2", 2)]
         assert (reply.last, reply.more) == (2, False)
         assert all(e.job_id.startswith("a") for e in c.client.inbox.all(JobEvent))
+    finally:
+        await c.stop()
+
+
+async def test_an_events_reply_stops_at_the_reply_bound_and_says_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bound lowered to a few events' bytes: what a watcher asks of 10,000 events
+    # whose rows are large would otherwise pass it.
+    one = len(encode(JobEvent(job_id="q00", seq=1, at=0.0, event=JobEventKind.QUEUED, stream=1)))
+    monkeypatch.setattr("scheduler.live.requests.MAX_REPLY_BYTES", 3 * one)
+    c = Cluster(
+        tmp_path / "j.sqlite",
+        settings=ActorSettings(
+            tick_interval=3600.0, summary_interval=0.0, startup_grace=0.0, job_events="all"
+        ),
+    )
+    await c.client.start(TOPICS.events)
+    await c.start()
+    try:
+        await c.agent("m", 1)
+        await c.client.submit(*(spec(f"q{i:02}", 1) for i in range(10)))  # one runs, 9 wait
+        rid = c.client.request_id()
+        await c.client.send(
+            EventsRequest(request_id=rid, reply_to=c.client.name, after=0, limit=100)
+        )
+        reply = await c.client.inbox.expect(EventsReply, lambda r: r.request_id == rid)
+        assert 1 <= len(reply.events) <= 3
+        assert sum(len(encode(e)) for e in reply.events) <= 3 * one + len(reply.events)
+        assert reply.last >= 10
+        assert reply.more
+        assert [e.stream for e in reply.events] == list(range(1, len(reply.events) + 1))
     finally:
         await c.stop()

@@ -21,6 +21,8 @@ import pytest
 from bench.faults.disk import DiskError, fill, free, read_only, small_tmpfs
 from broker.messages import (
     CancelJob,
+    CancelJobs,
+    CancelJobsReply,
     CancelReply,
     JobEvent,
     JobSpec,
@@ -115,6 +117,16 @@ async def test_a_full_disk_refuses_submissions_keeps_running_jobs_and_resumes(
         await c.client.send(CancelJob(request_id=rid, reply_to=c.client.name, job_id="waiting"))
         answer = await c.client.inbox.expect(CancelReply, lambda r: r.request_id == rid)
         assert (answer.cancelled, answer.code) == (False, CancelRefusal.JOURNAL)
+        # So is a bulk cancel, whole: nothing cancelled, the reason said.
+        rid = c.client.request_id()
+        await c.client.send(
+            CancelJobs(request_id=rid, reply_to=c.client.name, job_ids=("waiting", "nothing"))
+        )
+        bulk = await c.client.inbox.expect(CancelJobsReply, lambda r: r.request_id == rid)
+        assert (bulk.cancelled, bulk.not_found, bulk.code) == (0, 0, CancelRefusal.JOURNAL)
+        assert bulk.reason is not None
+        assert "its disk is full" in bulk.reason
+        assert c.state("waiting") == "queued"
         # No decision meanwhile: the CPUs "running" freed stay free until the disk has room.
         assert not a1.started("waiting")
         assert actor.metrics.registry.get_sample_value("accordion_scheduler_journal_writable") == 0

@@ -7,10 +7,12 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 
 from broker.codec import encode
-from broker.messages import StatusReply
+from broker.messages import StatusReply, StatusTotals
 from scheduler.runtime.exporter import GaugeState, SchedulerMetrics, serve
 from tests.builders import spec
 from tests.scheduler.runtime.harness import Cluster, eventually, served_totals
+
+NO_TOTALS = StatusTotals(queued=0, running=0, cpus=0)
 
 
 def test_the_collector_reads_the_latest_state_at_scrape_time() -> None:
@@ -140,7 +142,11 @@ async def test_totals_survive_a_scheduler_restart(cluster: Cluster) -> None:
     await cluster.client.submit(spec("wide", 9), spec("wider", 12), spec("j1", 2))
     await cluster.client.send_raw(b"\xc1")  # a byte msgpack never uses
     await cluster.client.send_raw(
-        encode(StatusReply(request_id="x", now=0.0, machines=(), queue=(), running=()))
+        encode(
+            StatusReply(
+                request_id="x", now=0.0, machines=(), queue=(), running=(), totals=NO_TOTALS
+            )
+        )
     )
     await a2.kill()
     await eventually(lambda: not cluster.online("a2"))

@@ -33,7 +33,7 @@ from broker.messages import (
     SubmitReply,
 )
 from broker.mqtt import MqttBus, MqttSettings
-from broker.topics import Topics
+from broker.topics import DEFAULT_ROOT, Topics
 from scheduler.__main__ import parse_args, serve_scheduler
 from scheduler.runtime.journal import Journal
 from tests.builders import spec
@@ -53,7 +53,7 @@ def test_options_and_their_defaults() -> None:
         "fastest",
         60.0,
     )
-    assert (args.metrics_port, args.root, args.job_events) == (None, "accordion/v3", "lifecycle")
+    assert (args.metrics_port, args.root, args.job_events) == (None, DEFAULT_ROOT, "lifecycle")
     assert parse_args([]).time_scale is None  # the journal's, else 1
 
 
@@ -319,3 +319,13 @@ async def test_the_scheduler_process_on_mosquitto(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_bad_limits_file_exits_2(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.toml"
+    limits.write_text("[limits]\nmax_queued_per_user = -1\n")
+    args = parse_args(["--limits", str(limits), "--journal", str(tmp_path / "j.sqlite")])
+    assert await serve_scheduler(args) == 2
+    args = parse_args(["--associations", str(tmp_path / "none.toml")])
+    assert await serve_scheduler(args) == 2
+    assert parse_args(["--max-user-cpus", "8"]).max_user_cpus == 8
