@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
@@ -47,16 +46,22 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
-    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
-    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     #: The run time it plans with: the user's estimate, or EASY++'s prediction
     #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
     predictor: Predictor = Predictor.ESTIMATE
     name: str = "easy"
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.BACKFILL
+
+    @property
+    def idle_on_empty_queue(self) -> bool:
+        """Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``)."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         if len(snapshot.machines) == 1:

