@@ -29,6 +29,7 @@ trace without a cluster file is on one machine, so this is the twin's hot path.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -52,6 +53,13 @@ class EasyBackfill:
     #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
     predictor: Predictor = Predictor.ESTIMATE
     name: str = "easy"
+    #: One machine's single-part allocations by machine and width, built once and
+    #: shared by every start of that width (``decide_one_machine``): values, so
+    #: sharing them changes nothing, and a replay keeps one tuple and one ``Part``
+    #: per width instead of per job (fewer objects for the garbage collector to walk).
+    _one_parts: dict[str, dict[int, tuple[Part, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def plan_rule(self) -> PlanRule:
@@ -154,12 +162,18 @@ class EasyBackfill:
         starts: list[Start] = []
         n = len(order)
         i = 0
+        by_width = self._one_parts.get(only)
+        if by_width is None:
+            by_width = self._one_parts[only] = {}
         while i < n:
             procs = order[i].procs
             if procs > free:
                 break
             free -= procs
-            starts.append(Start(order[i], (Part(only, procs),)))
+            parts = by_width.get(procs)
+            if parts is None:
+                parts = by_width[procs] = (Part(only, procs),)
+            starts.append(Start(order[i], parts))
             i += 1
         if i == n:
             return Decisions(starts=starts)
@@ -167,7 +181,7 @@ class EasyBackfill:
         reservation: Reservation | None = None
         computed = False
         if free > 0:
-            shadow_time = float("inf")
+            shadow_time = math.inf
             extra = 0
             speed = machine.speed
             # islice, not a slice: no copy of the rest of a long queue at every event.
@@ -190,7 +204,10 @@ class EasyBackfill:
                         continue
                     extra -= procs
                 free -= procs
-                starts.append(Start(job, (Part(only, procs),)))
+                parts = by_width.get(procs)
+                if parts is None:
+                    parts = by_width[procs] = (Part(only, procs),)
+                starts.append(Start(job, parts))
                 if free == 0:
                     break
         if not computed:
