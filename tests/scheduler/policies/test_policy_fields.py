@@ -9,7 +9,7 @@ import pytest
 
 from scheduler.policies.dpsa import DEFAULT_BUDGET, Dpsa
 from scheduler.policies.flexible import FlexibleBackfill
-from scheduler.policies.registry import POLICIES, build_policy
+from scheduler.policies.registry import POLICIES, build_policy, policy_options
 from scheduler.policies.tabu import DEFAULT_MAX_ITERATIONS, DEFAULT_TABU_SIZE, EgEdfTabu
 from scheduler.priority.flexible_score import AGE_FACTOR, BOOST_VALUE, MAX_SCORE, MIN_SCORE, K
 from tests.compiled_build import COMPILED
@@ -66,3 +66,19 @@ def test_a_bad_value_is_a_one_line_error_naming_the_field(build: object, message
     with pytest.raises(ValueError, match=message) as raised:
         build()  # type: ignore[operator]
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "key", "kind"),
+    [
+        ("dpsa-p", "time_budget", "float | None"),
+        ("easy:fairshare", "priority.by", "'user' | 'group'"),
+        ("easy:multifactor", "priority.max_qos", "int | None"),
+    ],
+)
+def test_options_whose_types_are_not_classes_are_options_on_both_builds(
+    spec: str, key: str, kind: str
+) -> None:
+    """A union or a Literal is ``type`` in a compiled class's annotations; the
+    registry reads it from the source, so the compiled pass has the same options."""
+    assert (key, kind) in {(o.key, o.kind) for o in policy_options(spec)}
