@@ -43,21 +43,49 @@ class Progress:
     version: int = 0
 
 
-@dataclass(slots=True)
 class _Progress:
-    job: Job
-    #: Where the job runs now, and where it started (its expanded run time's).
-    alloc: Allocation
-    first: Allocation
-    start: float
-    since: float
-    done: float = 0.0
-    rate: float = 1.0
-    version: int = 0
-    #: The segments before the last resize, and the parts of each; None until the
-    #: first (most jobs never resize, and a list per job would be built for nothing).
-    segments: list[Segment] | None = None
-    segment_parts: list[tuple[Part, ...]] | None = None
+    """One running job's progress. A plain class, not a dataclass: the compiled
+    build (``compiled``) then builds one natively at every start, where a
+    dataclass's generated ``__init__`` would run as interpreted code."""
+
+    __slots__ = (
+        "alloc",
+        "done",
+        "first",
+        "job",
+        "rate",
+        "segment_parts",
+        "segments",
+        "since",
+        "start",
+        "version",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        alloc: Allocation,
+        *,
+        first: Allocation,
+        start: float,
+        since: float,
+        rate: float,
+        done: float = 0.0,
+        version: int = 0,
+    ) -> None:
+        self.job = job
+        #: Where the job runs now, and where it started (its expanded run time's).
+        self.alloc = alloc
+        self.first = first
+        self.start = start
+        self.since = since
+        self.done = done
+        self.rate = rate
+        self.version = version
+        #: The segments before the last resize, and the parts of each; None until the
+        #: first (most jobs never resize, and a list per job would be built for nothing).
+        self.segments: list[Segment] | None = None
+        self.segment_parts: list[tuple[Part, ...]] | None = None
 
 
 class ModelledAgents:
@@ -84,7 +112,7 @@ class ModelledAgents:
         if alloc is None or rate is None:
             alloc = Allocation.of(parts, self._speeds)
             rate = alloc.rate(job, self._execution)
-        prog = _Progress(job, alloc, alloc, now, now, rate=rate)
+        prog = _Progress(job, alloc, first=alloc, start=now, since=now, rate=rate)
         self._jobs[job.id] = prog
         return now + job.runtime / rate, 0
 
@@ -139,7 +167,14 @@ class ModelledAgents:
         rate = alloc.rate(job, self._execution)
         first = alloc if at.first == parts else Allocation.of(at.first, self._speeds)
         prog = _Progress(
-            job, alloc, first, at.start, at.since, done=at.done, rate=rate, version=at.version
+            job,
+            alloc,
+            first=first,
+            start=at.start,
+            since=at.since,
+            rate=rate,
+            done=at.done,
+            version=at.version,
         )
         if at.segments:
             prog.segments = list(at.segments)

@@ -4,7 +4,12 @@ Run on demand (not a test): ``.venv/bin/python -m bench.replay``. It first
 sets the twin's EASY beside a textbook EASY loop (``bench/replay/textbook_easy.py``)
 on the same jobs, checks job by job that both compute the same schedule (or
 the yardstick would not measure the same work), and shows what a priority
-source costs over plain EASY (the targets: 1.5x and 2x). Each replay
+source costs over plain EASY (the targets: 1.5x and 2x), once on each build of
+the hot path (``--builds``: pure Python, and the mypyc build of the ``compiled``
+package where a fresh one is installed; the textbook loop is pure Python in
+both, so it is the same yardstick, and each ratio is taken against its
+fastest run of the trace: it reads compiled ``Job`` values more slowly than
+plain ones). Each replay
 runs in a fresh child process so its peak memory (VmHWM) is its own; the
 table shows jobs per second, events per second, the decision time per event,
 wall time and peak memory, and for the time targets the fraction of the
@@ -24,9 +29,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from compiled.hook import PURE_ENV, describe
 
 ROOT = Path(__file__).resolve().parents[2]
 PWA = ROOT.parent / "shared" / "workloads" / "pwa"
@@ -118,10 +126,12 @@ def yardstick(trace: str, repeats: int = REPEATS) -> None:
             schedules[spec] = starts
     ours, book = schedules["easy"], schedules["textbook"]
     differ = sum(1 for j, t in ours.items() if book.get(j) != t) + len(book.keys() - ours.keys())
-    print(json.dumps({"jobs": len(ours), "cpu": best, "differ": differ}))
+    print(json.dumps({"jobs": len(ours), "cpu": best, "differ": differ, "build": describe()}))
 
 
-def yardstick_table(console: Console, traces: list[str], repeats: int = REPEATS) -> None:
+def yardstick_table(
+    console: Console, traces: list[str], builds: list[str], repeats: int = REPEATS
+) -> None:
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     table = Table(
         title=f"EASY against a textbook EASY loop (bench/replay/textbook_easy.py); "
@@ -130,42 +140,67 @@ def yardstick_table(console: Console, traces: list[str], repeats: int = REPEATS)
     )
     for col in (
         "trace",
+        "build",
         "jobs",
         "textbook s",
         "easy s",
-        "easy / textbook",
+        "easy / fastest textbook",
         "same schedule",
         *(f"{spec} s" for spec in PRIORITY_SPECS),
         *(f"{spec} / easy" for spec in PRIORITY_SPECS),
     ):
         table.add_column(col, justify="right")
     for trace in traces:
-        console.print(f"yardstick on {trace} ...", style="dim")
-        proc = subprocess.run(
-            [sys.executable, __file__, "--yardstick-child", trace, "--repeats", str(repeats)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            console.print(f"[red]{trace} yardstick failed:[/] {proc.stderr.strip()[-500:]}")
-            continue
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        cpu = r["cpu"]
-        ratio = cpu["easy"] / cpu["textbook"]
-        table.add_row(
-            trace,
-            f"{r['jobs']:,}",
-            f"{cpu['textbook']:.2f}",
-            f"{cpu['easy']:.2f}",
-            _against(ratio, YARDSTICK_TARGET),
-            "yes, job by job" if r["differ"] == 0 else f"[red]no: {r['differ']} jobs differ",
-            *(f"{cpu[spec]:.2f}" for spec in PRIORITY_SPECS),
-            *(_against(cpu[spec] / cpu["easy"], PRIORITY_TARGET) for spec in PRIORITY_SPECS),
-        )
+        results: dict[str, dict[str, Any]] = {}
+        for build in builds:
+            console.print(f"yardstick on {trace}, {build} build ...", style="dim")
+            proc = subprocess.run(
+                [sys.executable, __file__, "--yardstick-child", trace, "--repeats", str(repeats)],
+                capture_output=True,
+                text=True,
+                check=False,
+                env=_build_env(build),
+            )
+            if proc.returncode != 0:
+                console.print(f"[red]{trace} yardstick failed:[/] {proc.stderr.strip()[-500:]}")
+                continue
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            if build == "compiled" and not r["build"].startswith("compiled"):
+                console.print(f"[red]{trace}: no compiled build to measure:[/] {r['build']}")
+                continue
+            results[build] = r
+        # The textbook loop is pure Python in every build, but it reads compiled Job
+        # values more slowly than plain ones; every row's ratio is against the fastest
+        # textbook run of the trace, so no build is flattered by a slower yardstick.
+        yard = min((r["cpu"]["textbook"] for r in results.values()), default=0.0)
+        for build, r in results.items():
+            _yardstick_row(table, trace, build, r, yard)
     console.print(table)
     console.print(
         "load average at the end " + " ".join(f"{x:.1f}" for x in os.getloadavg()), style="dim"
+    )
+
+
+def _build_env(build: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    if build == "pure":
+        env[PURE_ENV] = "1"
+    return env
+
+
+def _yardstick_row(table: Table, trace: str, build: str, r: dict[str, Any], yard: float) -> None:
+    cpu = r["cpu"]
+    ratio = cpu["easy"] / yard
+    table.add_row(
+        trace,
+        build,
+        f"{r['jobs']:,}",
+        f"{cpu['textbook']:.2f}",
+        f"{cpu['easy']:.2f}",
+        _against(ratio, YARDSTICK_TARGET),
+        "yes, job by job" if r["differ"] == 0 else f"[red]no: {r['differ']} jobs differ",
+        *(f"{cpu[spec]:.2f}" for spec in PRIORITY_SPECS),
+        *(_against(cpu[spec] / cpu["easy"], PRIORITY_TARGET) for spec in PRIORITY_SPECS),
     )
 
 
@@ -188,6 +223,12 @@ def main() -> None:
         help="traces for the textbook-EASY and priority-cost table ('' to skip)",
     )
     parser.add_argument(
+        "--builds",
+        default="pure,compiled",
+        help="builds of the hot path the yardstick table measures: pure, compiled or both "
+        "(compiled needs ACCORDION_COMPILE=1 scripts/setup)",
+    )
+    parser.add_argument(
         "--repeats",
         type=int,
         default=REPEATS,
@@ -207,11 +248,15 @@ def main() -> None:
     if not PWA.is_dir():
         sys.exit(f"bench: {PWA} not found (the shared traces sit beside the checkout)")
     console = Console(width=None if sys.stdout.isatty() else 200)
+    builds = [b for b in args.builds.split(",") if b]
+    if any(b not in {"pure", "compiled"} for b in builds):
+        sys.exit(f"bench: --builds takes pure and/or compiled, not {args.builds!r}")
+    console.print(f"this process imports the hot path {describe()}", style="dim")
     if args.yardstick:
-        yardstick_table(console, args.yardstick.split(","), args.repeats)
+        yardstick_table(console, args.yardstick.split(","), builds, args.repeats)
     if not args.policies:
         return
-    table = Table(title="twin replay of real traces (whole trace, one process each)")
+    table = Table(title=f"twin replay of real traces (whole trace, one process each; {describe()})")
     for col in (
         "trace",
         "policy",

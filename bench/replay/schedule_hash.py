@@ -10,6 +10,10 @@ as "same" or "DIFFERENT" and exits 1 if any differs or is missing.
 
 Policies whose replay of a whole trace takes minutes (EG-EDF, Tabu, DPSA,
 conservative) are hashed on the first ``--short`` jobs of each trace.
+
+The children import the hot path as this process does: compiled where a fresh
+build is installed (``ACCORDION_COMPILE=1 scripts/setup``), pure Python under
+``ACCORDION_PURE=1``; the first line printed says which.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from compiled.hook import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 PWA = ROOT.parent / "shared" / "workloads" / "pwa"
@@ -92,6 +98,7 @@ def main() -> None:
     if args.child:
         child(*args.child, args.jobs)
         return
+    print(f"the hot path: {describe()}", flush=True)
     work = [(t, p, None) for t in args.traces.split(",") for p in args.policies.split(",") if p] + [
         (t, p, args.short)
         for t in args.traces.split(",")

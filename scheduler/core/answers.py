@@ -17,7 +17,7 @@ from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 
 
-class PolicyError(RuntimeError):
+class PolicyError(Exception):
     """A policy returned a decision that cannot be applied (a bug in the policy)."""
 
 

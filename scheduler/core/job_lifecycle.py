@@ -18,7 +18,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
 
 
-class IllegalTransitionError(RuntimeError):
+class IllegalTransitionError(Exception):
     """A lifecycle move the table does not allow (a bug in the caller)."""
 
 

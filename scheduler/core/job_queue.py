@@ -42,6 +42,17 @@ from scheduler.core.snapshot import RunningJob
 Where = tuple[frozenset[Capability], bool]
 
 
+def _position(queue: list[Job], order: dict[str, int], job: Job) -> int:
+    """Where ``job`` is in ``queue`` (sorted by ``order``), found by bisection. Its
+    own function: the key's closure is then built only when a search is needed,
+    not at every :meth:`JobQueue.take` (compiled, a closure's environment is made
+    when the function that holds it is entered)."""
+    at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
+    if queue[at].id != job.id:
+        raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
+    return at
+
+
 class JobQueue:
     """Waiting jobs in arrival order (see the module docstring)."""
 
@@ -100,16 +111,12 @@ class JobQueue:
         is always in arrival order, so this costs a few list moves, not a rebuilt
         queue at every event."""
         queue = self.jobs
-        order = self.order
         for job in started:
             if queue[0] is job:
                 # The head (most starts under an arrival-order policy): no search.
                 del queue[0]
                 continue
-            at = bisect.bisect_left(queue, order[job.id], key=lambda j: order[j.id])
-            if queue[at].id != job.id:
-                raise RuntimeError(f"queue out of arrival order at job {job.id!r}")
-            del queue[at]
+            del queue[_position(queue, self.order, job)]
         if self.where:
             for job in started:
                 if job.needs or job.one_machine:

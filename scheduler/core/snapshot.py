@@ -163,11 +163,12 @@ class Decisions:
 class Policy(Protocol):
     """A scheduling policy: pure, deterministic, no I/O.
 
-    A policy may also say ``idle_on_empty_queue = True`` (a class attribute, read
-    with ``getattr``): it then promises to decide nothing at all (no start, resize,
-    reservation or counter) when the queue is empty, and the core does not call it
-    then. Each policy that says so has that promise checked against its own
-    ``decide`` (``tests/scheduler/core/test_idle_on_empty_queue.py``).
+    A policy may also say ``idle_on_empty_queue`` is true (an attribute or a property,
+    read with ``getattr``; the policies here use a property, since mypyc loses the
+    ``ClassVar`` of a compiled dataclass's field): it then promises to decide nothing
+    at all (no start, resize, reservation or counter) when the queue is empty, and
+    the core does not call it then. Each policy that says so has that promise
+    checked against its own ``decide`` (``tests/scheduler/core/test_idle_on_empty_queue.py``).
     """
 
     @property

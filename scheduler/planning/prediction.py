@@ -21,7 +21,8 @@ otherwise be planned to free its CPUs at every instant, and every job
 waiting for them to start at once.
 
 *What a prediction means* depends on the policy, which says so with a
-:class:`PlanRule` (a class attribute ``plan_rule``):
+:class:`PlanRule` (an attribute ``plan_rule``; the policies here use a property,
+as ``idle_on_empty_queue`` in ``scheduler.core.snapshot.Policy`` says why):
 
 ``reservations`` (conservative backfilling, EG-EDF, EG-EDF with Tabu search)
     The policy keeps a reservation for every waiting job and hands them back
@@ -140,8 +141,8 @@ class Plan:
 
 
 def plan_rule(policy: Policy) -> PlanRule:
-    """The policy's :class:`PlanRule` (its class attribute ``plan_rule``; ``backfill`` if
-    it states none: the conservative plan of its queue, an estimate)."""
+    """The policy's :class:`PlanRule` (its attribute or property ``plan_rule``;
+    ``backfill`` if it states none: the conservative plan of its queue, an estimate)."""
     rule = getattr(policy, "plan_rule", PlanRule.BACKFILL)
     return PlanRule(rule)
 

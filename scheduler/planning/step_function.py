@@ -103,13 +103,20 @@ class Timeline:
 
     __slots__ = ("free", "times")
 
-    def __init__(
-        self,
+    def __init__(self, times: list[float], free: list[int]) -> None:
+        """The step function as it is: ``times`` ascending, ``times[0]`` now, and the
+        CPUs free from each (built by :meth:`of`, :meth:`constant` or :meth:`of_releases`)."""
+        self.times = times
+        self.free = free
+
+    @classmethod
+    def of(
+        cls,
         now: float,
         free_now: int,
         releases: Iterable[tuple[float, int]],
         bookings: Iterable[tuple[float, float, int]] = (),
-    ) -> None:
+    ) -> Timeline:
         """``releases``: ``(time, cpus)`` given back, ``time >= now``; ``bookings``:
         ``(start, end, cpus)`` held. Infeasible bookings are allowed here (see
         :meth:`feasible`)."""
@@ -123,24 +130,20 @@ class Timeline:
         # Instants where nothing changes in sum (one booking ends as another of the
         # same width starts) are no breakpoints; now always is.
         times = sorted([t for t, d in steps.items() if d or t == now])
-        self.times = times
-        self.free = list(accumulate([steps[t] for t in times]))
+        return cls(times, list(accumulate([steps[t] for t in times])))
 
     @classmethod
     def constant(cls, now: float, free_now: int) -> Timeline:
         """The timeline of a machine with nothing running or booked: ``free_now``
-        CPUs from now on (what ``Timeline(now, free_now, ())`` builds, without the
+        CPUs from now on (what ``Timeline.of(now, free_now, ())`` builds, without the
         general pass; EG-EDF builds one per idle machine at every event)."""
-        timeline = cls.__new__(cls)
-        timeline.times = [now]
-        timeline.free = [free_now]
-        return timeline
+        return cls([now], [free_now])
 
     @classmethod
     def of_releases(
         cls, now: float, free_now: int, releases: Sequence[tuple[float, int]]
     ) -> Timeline:
-        """What ``Timeline(now, free_now, releases)`` builds, for ``releases`` already in
+        """What ``Timeline.of(now, free_now, releases)`` builds, for ``releases`` already in
         time order (``time >= now``), in one pass without a dict or a sort (out of
         order, it falls back to the general pass): EG-EDF
         builds one per busy machine at every event, from the running jobs, which the
@@ -158,11 +161,8 @@ class Timeline:
                 free.append(total)
                 last = t
             else:
-                return cls(now, free_now, releases)  # not in time order after all
-        timeline = cls.__new__(cls)
-        timeline.times = times
-        timeline.free = free
-        return timeline
+                return cls.of(now, free_now, releases)  # not in time order after all
+        return cls(times, free)
 
     @property
     def end(self) -> float:

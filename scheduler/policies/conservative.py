@@ -53,7 +53,6 @@ Workloads Archive traces a decision costs about ten microseconds per queued job.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from model.allocation import pace
 from model.job import Job
@@ -71,14 +70,17 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConservativeBackfill:
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     #: The run time it plans with: the user's estimate, or EASY++'s prediction
     #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
     predictor: Predictor = Predictor.ESTIMATE
     name: str = "conservative"
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.RESERVATIONS
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         order = self.priority.order(snapshot)

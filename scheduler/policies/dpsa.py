@@ -82,7 +82,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Literal
 
 from model.allocation import pace
 from model.job import Job
@@ -126,9 +126,6 @@ class _Found:
 class Dpsa:
     """DPSA with one of its three variants (see the module docstring)."""
 
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
-
     variant: Variant = "p"
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
@@ -140,6 +137,11 @@ class Dpsa:
     #: so one configuration serves the twin and, with a clock added, a live run.
     time_budget: float | None = None
     name: str = "dpsa-p"
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.BACKFILL
 
     def __post_init__(self) -> None:
         if self.variant not in ("p", "n", "w"):

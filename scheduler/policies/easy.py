@@ -29,9 +29,9 @@ trace without a cluster file is on one machine, so this is the twin's hot path.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import ClassVar
 
 from model.allocation import pace
 from model.machine import Part
@@ -47,16 +47,29 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EasyBackfill:
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
-    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
-    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     #: The run time it plans with: the user's estimate, or EASY++'s prediction
     #: (``last-two``; the core applies it, ``scheduler.core.run_history``).
     predictor: Predictor = Predictor.ESTIMATE
     name: str = "easy"
+    #: One machine's single-part allocations by machine and width, built once and
+    #: shared by every start of that width (``decide_one_machine``): values, so
+    #: sharing them changes nothing, and a replay keeps one tuple and one ``Part``
+    #: per width instead of per job (fewer objects for the garbage collector to walk).
+    _one_parts: dict[str, dict[int, tuple[Part, ...]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.BACKFILL
+
+    @property
+    def idle_on_empty_queue(self) -> bool:
+        """Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``)."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         if len(snapshot.machines) == 1:
@@ -151,12 +164,18 @@ class EasyBackfill:
         starts: list[Start] = []
         n = len(order)
         i = 0
+        by_width = self._one_parts.get(only)
+        if by_width is None:
+            by_width = self._one_parts[only] = {}
         while i < n:
             procs = order[i].procs
             if procs > free:
                 break
             free -= procs
-            starts.append(Start(order[i], (Part(only, procs),)))
+            parts = by_width.get(procs)
+            if parts is None:
+                parts = by_width[procs] = (Part(only, procs),)
+            starts.append(Start(order[i], parts))
             i += 1
         if i == n:
             return Decisions(starts=starts)
@@ -164,7 +183,7 @@ class EasyBackfill:
         reservation: Reservation | None = None
         computed = False
         if free > 0:
-            shadow_time = float("inf")
+            shadow_time = math.inf
             extra = 0
             speed = machine.speed
             # islice, not a slice: no copy of the rest of a long queue at every event.
@@ -187,7 +206,10 @@ class EasyBackfill:
                         continue
                     extra -= procs
                 free -= procs
-                starts.append(Start(job, (Part(only, procs),)))
+                parts = by_width.get(procs)
+                if parts is None:
+                    parts = by_width[procs] = (Part(only, procs),)
+                starts.append(Start(job, parts))
                 if free == 0:
                     break
         if not computed:

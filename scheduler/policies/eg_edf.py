@@ -63,7 +63,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 from model.job import Job
 from scheduler.core.snapshot import Decisions, SnapshotView
@@ -249,11 +248,13 @@ class EgEdf:
     conservative backfilling does.
     """
 
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
-
     keep_order: bool = True
     name: str = "eg-edf"
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.RESERVATIONS
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         if not snapshot.queue:

@@ -257,14 +257,16 @@ class Plan:
                 now,
                 speeds[mid],
                 slots,
-                Timeline(now, free[mid], released, [(x.start, x.end, x.job.procs) for x in slots]),
+                Timeline.of(
+                    now, free[mid], released, [(x.start, x.end, x.job.procs) for x in slots]
+                ),
             )
             add_plan(mp)
             by_id[mid] = mp
             if mp.timeline.feasible():
                 plan._compact(mp, keep_order=keep_order)
             else:
-                mp.timeline = Timeline(now, free[mid], released)
+                mp.timeline = Timeline.of(now, free[mid], released)
                 plan._replan(mp, keep_order=keep_order)
             for s in slots:
                 d = s.job.deadline

@@ -102,7 +102,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from model.job import Job
 from model.machine import Machine, Part
@@ -148,14 +147,19 @@ _Take = tuple[_Held, str, int]
 class FcfsMalleable:
     """FCFS with virtual malleability (see the module docstring for the rule)."""
 
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.IN_ORDER
-
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fcfs-malleable"
-    #: Tells the core that jobs may run on fewer CPUs than processes under this policy.
-    folds: ClassVar[bool] = True
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.IN_ORDER
+
+    @property
+    def folds(self) -> bool:
+        """Tells the core that jobs may run on fewer CPUs than processes under this policy."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         plan = _Plan(snapshot, self.placement)

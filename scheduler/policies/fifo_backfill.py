@@ -12,7 +12,6 @@ in seven hours at 89 % utilisation, a test.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from scheduler.core.snapshot import Decisions, SnapshotView, Start
 from scheduler.planning.placement import Placement, machines_for
@@ -24,13 +23,19 @@ from scheduler.priority.fifo import Fifo
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FifoBackfill:
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
-    #: Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``).
-    idle_on_empty_queue: ClassVar[bool] = True
     priority: PrioritySource = field(default_factory=Fifo)
     placement: Placement = field(default_factory=Placement)
     name: str = "fifo-backfill"
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.BACKFILL
+
+    @property
+    def idle_on_empty_queue(self) -> bool:
+        """Nothing to decide on an empty queue (``scheduler.core.snapshot.Policy``)."""
+        return True
 
     def decide(self, snapshot: SnapshotView) -> Decisions:
         free = dict(snapshot.free)

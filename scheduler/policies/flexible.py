@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from model.job import Job
 from scheduler.core.snapshot import Decisions, SnapshotView
@@ -59,9 +58,6 @@ from scheduler.priority.flexible_score import (
 class FlexibleBackfill:
     """EASY backfilling over :class:`FlexiblePriority` (see the module docstring)."""
 
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.BACKFILL
-
     #: The score's constants, the paper's by default (``scheduler.priority.flexible_score``).
     age_factor: float = AGE_FACTOR
     k: float = K
@@ -73,6 +69,11 @@ class FlexibleBackfill:
     name: str = "flexible"
     priority: FlexiblePriority = field(init=False, repr=False, compare=False)
     _easy: EasyBackfill = field(init=False, repr=False, compare=False)
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.BACKFILL
 
     def __post_init__(self) -> None:
         # The score checks its constants (a bad one is a one-line ValueError).

@@ -7,12 +7,15 @@ placement rule applies to every policy that places jobs itself.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from scheduler.core.snapshot import Policy
@@ -231,10 +234,46 @@ def _converter(hint: object) -> tuple[str, Callable[[str], object]] | None:
     return None
 
 
+def _field_hints(cls: type) -> dict[str, object]:
+    """``typing.get_type_hints(cls)``, also for a class of the compiled build (the
+    ``compiled`` package): mypyc keeps a class as the annotation of a field and ``type``
+    for any other (``float | None``, a ``Literal``), which no option converts from.
+    Those fields' annotations are read from the class's source instead and evaluated
+    in its module, as ``get_type_hints`` evaluates them."""
+    hints: dict[str, object] = typing.get_type_hints(cls)
+    erased = {name for name, hint in hints.items() if hint is type}
+    if not erased:
+        return hints
+    texts = {name: text for name, text in _source_annotations(cls).items() if name in erased}
+    # A stand-in class in the same module: get_type_hints evaluates its string
+    # annotations in that module's namespace, as it would the source's.
+    stand_in = type(cls.__name__, (), {"__annotations__": texts, "__module__": cls.__module__})
+    return hints | typing.get_type_hints(stand_in)
+
+
+def _source_annotations(cls: type) -> dict[str, str]:
+    """The annotations of ``cls``'s fields as written in its source, found through its
+    package, whose ``__init__`` the compiled build leaves pure (so its ``__path__`` is
+    the checkout's)."""
+    package, _, leaf = cls.__module__.rpartition(".")
+    found: dict[str, str] = {}
+    for folder in getattr(sys.modules[package], "__path__", ()):
+        path = Path(folder) / f"{leaf}.py"
+        if not path.is_file():
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and node.name == cls.__qualname__:
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                        found[item.target.id] = ast.unparse(item.annotation)
+        break
+    return found
+
+
 def _options_of(obj: object, prefix: str = "") -> list[PolicyOption]:
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         return []
-    hints = typing.get_type_hints(type(obj))
+    hints = _field_hints(type(obj))
     found: list[PolicyOption] = []
     for f in dataclasses.fields(obj):
         if not f.init or f.name.startswith("_") or f.name in RESERVED_FIELDS:

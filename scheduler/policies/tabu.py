@@ -53,7 +53,6 @@ import math
 from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from scheduler.core.snapshot import Decisions, SnapshotView
 from scheduler.planning.prediction import PlanRule
@@ -327,7 +326,10 @@ def _two_latest(machines: list[MachinePlan], src: MachinePlan) -> _Latest:
             continue
         end = mp.timeline.times[-1]
         if end > first[0]:
-            first, second = (end, mp), first
+            # Two statements, not ``first, second = (end, mp), first``: mypyc (1.x)
+            # mistypes that swap's tuple and refuses the None of an empty slot.
+            second = first
+            first = (end, mp)
         elif end > second[0]:
             second = (end, mp)
     return first, second
@@ -359,15 +361,17 @@ class EgEdfTabu:
     """EG-EDF (sec. 3.2) followed by the Tabu search (sec. 3.3) at every decision
     that inserted a job."""
 
-    #: What its predicted starts are (``scheduler.planning.prediction``).
-    plan_rule: ClassVar[PlanRule] = PlanRule.RESERVATIONS
-
     #: Jobs kept in the tabu list, and iterations per decision (sec. 3.3; our defaults).
     tabu_size: int = DEFAULT_TABU_SIZE
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     keep_order: bool = True
     name: str = "eg-edf-tabu"
     tabu: TabuSearch = field(init=False, repr=False, compare=False)
+
+    @property
+    def plan_rule(self) -> PlanRule:
+        """What its predicted starts are (``scheduler.planning.prediction``)."""
+        return PlanRule.RESERVATIONS
 
     def __post_init__(self) -> None:
         # Fields of the policy itself, so a caller sets them as policy options.

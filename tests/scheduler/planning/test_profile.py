@@ -75,7 +75,7 @@ def test_an_overdue_end_is_planned_by_the_overdue_rule_not_by_the_profile() -> N
         Profile(now=50.0, machines=ONE, free={"m": 2}, ends=ends)
     # 10 s over at 50: planned at 40 + 16 = 56 (scheduler.planning.overdue).
     runs = [
-        RunningJob(job=job(c, 10.0), parts=parts, start=0.0, est_end=t, cpus=c)
+        RunningJob(job=job(f"j{c}", c, walltime=10.0), parts=parts, start=0.0, est_end=t, cpus=c)
         for c, (t, parts) in zip((3, 5), ends, strict=True)
     ]
     p = Profile(now=50.0, machines=ONE, free={"m": 2}, ends=planned_releases(50.0, runs))

@@ -19,7 +19,7 @@ def test_of_releases_builds_what_the_general_pass_builds(
     """In time order (what a snapshot's running jobs give) or not (the fallback)."""
     for given_order in (sorted(ends), ends):
         fast = Timeline.of_releases(0.0, free_now, given_order)
-        general = Timeline(0.0, free_now, given_order)
+        general = Timeline.of(0.0, free_now, given_order)
         assert (fast.times, fast.free) == (general.times, general.free)
 
 
