@@ -75,8 +75,10 @@ class ActorSettings:
     #: (``scheduler.runtime.journal_archive``), which a restart does not read; 0: at
     #: the next tick; None: never (the journal keeps every job).
     archive_after: float | None = 3600.0
-    #: Jobs moved per timer tick at most (one batch, a few milliseconds of the actor's
-    #: loop: ``bench.journal_archive``); a backlog moves a batch per turn of the loop.
+    #: Jobs moved per timer tick at most: one batch, which holds the actor's loop for
+    #: tens of milliseconds (``bench.journal_archive``, 500 a batch: 25-33 ms on
+    #: average, 64 ms at worst over 100,000 jobs, 182 ms over 1,000,000 on a shared
+    #: machine); a backlog moves a batch per turn of the loop.
     archive_batch: int = 500
     #: Per-user and per-request limits (``scheduler.live.limits``).
     limits: Limits = DEFAULTS
