@@ -272,6 +272,8 @@ class SchedulerActor:
             now,
             streams=self._journal.last_streams(),
             drained=self._journal.drained(),
+            usage=journalled.usage.sums,
+            usage_period=journalled.usage.period,
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
@@ -407,7 +409,9 @@ class SchedulerActor:
         if after is None:
             return
         limit = self.settings.archive_batch
-        moved = self._journal.archive(now - after * self._clock.time_scale, limit)
+        moved = self._journal.archive(
+            now - after * self._clock.time_scale, limit, usage_period=self.core.usage.period
+        )
         self.archived += moved.jobs
         if moved.jobs >= limit:
             self.tick()

@@ -78,7 +78,8 @@ The archive (schema 10). Jobs that ended longer than a retention ago move, with
 their events, to a second file beside the journal (:meth:`Journal.archive`,
 ``scheduler.runtime.journal_archive``), so the tables a restart reads stay
 small; the readers of a job's history look there too
-(``scheduler.runtime.journal_reading``).
+(``scheduler.runtime.journal_reading``). What a restart needs of the moved
+jobs stays here: their counts, stream numbers and fair-share usage.
 
 The tables and their migrations are in ``scheduler.runtime.journal_schema``; the
 values a reader gets in ``scheduler.runtime.journal_records`` (re-exported here).
@@ -105,10 +106,12 @@ from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
 from scheduler.runtime import journal_reading
 from scheduler.runtime.journal_archive import (
+    ArchiveError,
     Moved,
     archive_path,
     archived_counts,
     archived_streams,
+    archived_usage,
     attach,
     move_batch,
 )
@@ -478,18 +481,26 @@ class Journal:
     # -- the archive ----------------------------------------------------------
 
     def archive(
-        self, cutoff: float, limit: int, *, after_copy: Callable[[], None] | None = None
+        self,
+        cutoff: float,
+        limit: int,
+        *,
+        usage_period: float = 86400.0,
+        after_copy: Callable[[], None] | None = None,
     ) -> Moved:
         """Move at most ``limit`` jobs that ended at or before ``cutoff`` (cluster s), with
-        their events, to the archive (``journal_archive.move_batch``). Nothing while
-        the journal cannot be written, has no archive attached, or is inside a
-        transaction (the move commits its own two). A disk that refuses the move is
-        logged and left for the next call: the move is idempotent."""
+        their events, to the archive (``journal_archive.move_batch``), keeping their
+        usage split by ``usage_period`` (the ledger's). Nothing while the journal
+        cannot be written, has no archive attached, or is inside a transaction (the
+        move commits its own two). A disk that refuses the move is logged and left
+        for the next call: the move is idempotent."""
         if not self.archived or self.failure is not None or self._db.in_transaction:
             return Moved()
         try:
-            return move_batch(self._db, cutoff, limit, after_copy=after_copy)
-        except sqlite3.Error as exc:
+            return move_batch(
+                self._db, cutoff, limit, usage_period=usage_period, after_copy=after_copy
+            )
+        except (sqlite3.Error, ArchiveError) as exc:
             log.warning("the journal's archive %s refused a move: %s", self.archive_path, exc)
             return Moved()
 
@@ -540,10 +551,13 @@ class Journal:
     # -- reading ----------------------------------------------------------
 
     def load(self) -> JournalState:
-        """Meta and every job in submission order (what a restarted scheduler needs)."""
+        """Meta and every job in submission order (what a restarted scheduler needs),
+        and what the archived jobs left: their counts and usage."""
         rows = self._db.execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY rowid").fetchall()
         jobs = [row_job(row) for row in rows]
-        return JournalState(self.meta(), jobs, self.totals(), archived_counts(self._db))
+        return JournalState(
+            self.meta(), jobs, self.totals(), archived_counts(self._db), archived_usage(self._db)
+        )
 
     def job(self, job_id: str) -> JournalJob | None:
         """One job's row, archived or not (an id a restart forgot is still taken)."""

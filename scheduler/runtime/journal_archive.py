@@ -25,9 +25,19 @@ journal, so a moved event's number is never given again.
 
 What a restart still needs of the moved jobs is kept in the journal, in the
 delete's transaction: their counts (``archived_counts``: accepted, requeues,
-ended by state, which the exporter's counters start from) and the last
+ended by state, which the exporter's counters start from), the last
 event-stream numbers they took (``archived_streams``, so the streams go on
-past them).
+past them) and their fair-share usage (``archived_usage``: what
+``Recovery.restore_final`` would have charged the usage ledger for them at a
+restart, summed per user or group and period; the restart charges the sums
+first, ``UsageLedger.add_period``). Kept with the delete, not the copy, so a
+kill between the two commits charges nothing twice: the jobs still in the
+journal are charged from their rows, and their sums are added when the next
+batch deletes them. One row per name and period, so the table grows with
+the days and the names, not the jobs. It is not pruned to the longest
+fair-share window: a restart may run another policy (or window) than the
+one that archived, and a journal that never archived keeps every period's
+use too, so pruning would make the two differ.
 
 Bound. One batch touches ``limit`` jobs and their events by index (the
 journal's ``jobs_ended`` and ``events_job``, schema 10), so its time is
@@ -39,14 +49,18 @@ once (after the messages waiting) while a backlog lasts.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.storage import spec_from_json
+from model.machine import parts_cpus
 from scheduler.core.job_lifecycle import JobState
-from scheduler.runtime.journal_records import ArchivedCounts
+from scheduler.core.usage import split_periods
+from scheduler.runtime.journal_records import ArchivedCounts, ArchivedUsage, parts_of
 
 #: The name the archive file is ATTACHed under.
 SCHEMA = "archive"
@@ -179,11 +193,21 @@ def move_batch(
     cutoff: float,
     limit: int,
     *,
+    usage_period: float,
     after_copy: Callable[[], None] | None = None,
 ) -> Moved:
     """Move at most ``limit`` jobs that ended at or before ``cutoff`` (cluster seconds)
     into the archive (the module docstring); what was deleted from the journal.
-    ``after_copy``: called between the two commits (tests put a crash there)."""
+    ``usage_period``: the usage ledger's period length, which the moved jobs' usage
+    is split by. ``after_copy``: called between the two commits (tests put a crash
+    there)."""
+    kept = archived_usage_period(db)
+    if kept is not None and kept != usage_period:
+        # The sums kept cannot be split again: refused before anything moves.
+        raise ArchiveError(
+            f"the journal's archived usage is split by periods of {kept} s, not "
+            f"{usage_period} s: run with that usage period, or start a new journal"
+        )
     ids = [
         str(row[0])
         for row in db.execute(
@@ -198,7 +222,7 @@ def move_batch(
     _in_one(db, _copy, batch)
     if after_copy is not None:
         after_copy()
-    return _in_one(db, _delete, batch)
+    return _in_one(db, lambda db, batch: _delete(db, batch, usage_period), batch)
 
 
 def _in_one(
@@ -233,10 +257,11 @@ def _copy(db: sqlite3.Connection, batch: str) -> Moved:
     return Moved(jobs, events, job_events)
 
 
-def _delete(db: sqlite3.Connection, batch: str) -> Moved:
+def _delete(db: sqlite3.Connection, batch: str, usage_period: float) -> Moved:
     """Delete the copied jobs from the journal, keeping what a restart needs of them."""
     _keep_counts(db, batch)
     _keep_streams(db, batch)
+    _keep_usage(db, batch, usage_period)
     job_events = db.execute(
         f"DELETE FROM main.job_events WHERE job_id IN {_IDS}", (batch,)
     ).rowcount
@@ -277,6 +302,62 @@ def _keep_streams(db: sqlite3.Connection, batch: str) -> None:
         "ON CONFLICT(owner) DO UPDATE SET last = MAX(last, excluded.last)",
         [(owner, int(last)) for owner, last in rows if last is not None],
     )
+
+
+def _keep_usage(db: sqlite3.Connection, batch: str, period: float) -> None:
+    """Add the jobs' usage to ``archived_usage``: per job, exactly what
+    ``Recovery.restore_final`` charges for its row (its run with its last parts,
+    split by periods as ``UsageLedger`` splits it), in the order a restart would
+    charge them (submission order)."""
+    sums: dict[tuple[str, str, int], float] = {}
+    rows = db.execute(
+        f"SELECT spec, start_at, end_at, parts FROM main.jobs WHERE id IN {_IDS} ORDER BY rowid",
+        (batch,),
+    )
+    for spec_text, start, end, parts_json in rows:
+        parts = parts_of(parts_json)
+        if start is None or end is None or not parts:
+            continue  # never ran: a restart would not charge it, nor know its names
+        spec = spec_from_json(str(spec_text))
+        cpus = parts_cpus(parts)
+        begin, until = float(start), float(end)
+        if until <= begin or cpus <= 0:
+            # The ledger knows the names of such a run but charges nothing: a row of 0.
+            pieces = [(math.floor(begin / period), 0.0)]
+        else:
+            pieces = [(index, s * cpus) for index, s in split_periods(begin, until, period)]
+        for key in (("user", spec.user), ("group", spec.group)):
+            for index, amount in pieces:
+                at = (*key, index)
+                sums[at] = sums.get(at, 0.0) + amount
+    if not sums:
+        return
+    db.execute(
+        "INSERT OR IGNORE INTO main.meta(key, value) VALUES ('usage_period', ?)", (repr(period),)
+    )
+    db.executemany(
+        "INSERT INTO main.archived_usage(kind, name, period, cpu_seconds) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(kind, name, period) DO UPDATE SET cpu_seconds = cpu_seconds + "
+        "excluded.cpu_seconds",
+        [(kind, name, index, amount) for (kind, name, index), amount in sums.items()],
+    )
+
+
+def archived_usage_period(db: sqlite3.Connection) -> float | None:
+    """The period length the archived usage is split by (None: none kept yet)."""
+    row = db.execute("SELECT value FROM main.meta WHERE key='usage_period'").fetchone()
+    return None if row is None else float(row[0])
+
+
+def archived_usage(db: sqlite3.Connection) -> ArchivedUsage:
+    """The moved jobs' usage sums, by kind, name and period (none for a journal that
+    never archived a job that ran)."""
+    rows = db.execute(
+        "SELECT kind, name, period, cpu_seconds FROM main.archived_usage "
+        "ORDER BY kind DESC, name, period"
+    ).fetchall()
+    sums = tuple((str(k), str(n), int(i), float(v)) for k, n, i, v in rows)
+    return ArchivedUsage(archived_usage_period(db), sums)
 
 
 def archived_counts(db: sqlite3.Connection) -> ArchivedCounts:

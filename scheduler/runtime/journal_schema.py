@@ -42,8 +42,11 @@ Schema versions, each migrated in place when a newer scheduler opens the file
     tables: ``archived_counts`` (the moved jobs' counts, which the exporter's
     counters start from) and ``archived_streams`` (the last event-stream
     numbers moved, scheduler-wide under the owner ``''``, so the streams go on
-    past them). Migrating builds the indexes over the rows there (once, the
-    cost of a scan); an older journal has archived nothing.
+    past them), and ``archived_usage``: the moved jobs' fair-share usage,
+    CPU-seconds per ``(kind, name, period)``, split by the period length in
+    ``meta`` (``usage_period``), which a restart charges to the usage ledger.
+    Migrating builds the indexes over the rows there (once, the cost of a
+    scan); an older journal has archived nothing.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -122,6 +125,13 @@ CREATE TABLE IF NOT EXISTS archived_counts (
 CREATE TABLE IF NOT EXISTS archived_streams (
     owner TEXT PRIMARY KEY,
     last INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS archived_usage (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    period INTEGER NOT NULL,
+    cpu_seconds REAL NOT NULL,
+    PRIMARY KEY (kind, name, period)
 ) WITHOUT ROWID;
 """
 

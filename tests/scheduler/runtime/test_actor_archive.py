@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from accordion.gantt.live import LiveTimeline
+from broker.insight import PriorityReply, PriorityRequest
 from broker.messages import HistoryReply, HistoryRequest, StatusReply, StatusRequest
 from broker.vocabulary import Rejection
 from scheduler.runtime.actor import SchedulerActor
@@ -114,6 +115,63 @@ async def test_a_restart_after_archiving_recovers_its_jobs_and_still_tells_the_e
         assert [(r.accepted, r.duplicate) for r in again.results] == [(True, True), (False, False)]
         assert again.results[1].code == Rejection.ID_REUSED
         assert actor.core.job("d1") is None
+    finally:
+        await c.stop()
+
+
+async def priorities(c: Cluster) -> list[tuple[str, int, float | None, list[float]]]:
+    """The ``accordion priority`` answer: each queued job's rank, priority and factors."""
+    rid = c.client.request_id()
+    await c.client.send(PriorityRequest(request_id=rid, reply_to=c.client.name))
+    reply = await c.client.inbox.expect(PriorityReply, lambda r: r.request_id == rid)
+    return [(r.job_id, r.rank, r.priority, [f.value for f in r.factors]) for r in reply.rows]
+
+
+async def test_a_restart_after_archiving_keeps_the_fair_share_standing(tmp_path: Path) -> None:
+    c = Cluster(
+        tmp_path / "journal.sqlite", policy="fcfs:fairshare", settings=ARCHIVING, archive=True
+    )
+    await c.client.start()
+    try:
+        actor = await c.start()
+        a1 = await c.agent("a1", 4)
+        await c.client.submit(
+            spec("d1", 4, user="ann", group="g1"),
+            spec("d2", 4, user="bob", group="g1"),
+            spec("run", 4, user="cid", group="g2"),
+            *(spec(f"q-{u}", 2, user=u, group="g2") for u in ("ann", "bob", "dan")),
+        )
+        await eventually(lambda: a1.started("d1"))
+        c.clock.advance(10.0)
+        await a1.finish("d1")
+        await eventually(lambda: a1.started("d2"))
+        c.clock.advance(30.0)
+        await a1.finish("d2")
+        await eventually(lambda: a1.started("run"))
+        c.clock.advance(120.0)
+        before = await priorities(c)
+        # dan never ran, ann ran 40 CPU-seconds and bob 120: the order tells them apart.
+        assert [(job, rank) for job, rank, _, _ in before] == [
+            ("q-dan", 1),
+            ("q-ann", 2),
+            ("q-bob", 3),
+        ]
+        usage = actor.core.usage
+        sums = {n: usage.decayed("user", n, 0, 7, 0.7) for n in ("ann", "bob", "cid")}
+        assert sums == {"ann": 40.0, "bob": 120.0, "cid": 0.0}
+        await passed(c, actor)
+        assert actor.archived == 2
+        assert c.journal is not None
+        assert [row.spec.id for row in c.journal.load().jobs] == ["run", "q-ann", "q-bob", "q-dan"]
+        await c.kill_scheduler()
+        actor = await c.start()
+        await a1.heartbeat()
+        await eventually(lambda: not actor.reconciling)
+        # The archived runs are charged as before the restart: same sums, same answer.
+        usage = actor.core.usage
+        assert {n: usage.decayed("user", n, 0, 7, 0.7) for n in sums} == sums
+        assert usage.decayed("group", "g1", 0, 7, 0.7) == 160.0
+        assert await priorities(c) == before
     finally:
         await c.stop()
 
