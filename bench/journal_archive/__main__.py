@@ -131,6 +131,8 @@ def restart(path: Path) -> tuple[float, int, int]:
             10.0**9,
             streams=journal.last_streams(),
             drained=journal.drained(),
+            usage=state.usage.sums,
+            usage_period=state.usage.period,
         )
         seconds = time.perf_counter() - t0
         return seconds, len(actor.core.queue), len(actor.core.pending)
