@@ -28,7 +28,9 @@ do, exit status 2. One on a full disk (SQLite needs room for its ``-wal``
 and ``-shm`` files even to read) is waited for: one line says so, and the
 scheduler starts once there is room, rather than exiting for a supervisor to
 restart it into the same wall. A disk that fills while the scheduler runs
-is ``scheduler.runtime.journal_writer``'s.
+is ``scheduler.runtime.journal_writer``'s. ``--archive-after`` (default 1h)
+moves ended jobs to the journal's archive file beside it
+(``scheduler.runtime.journal_archive``); ``never`` keeps them in the journal.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ from scheduler.runtime.admin_files import read_associations, read_limits
 from scheduler.runtime.clock import WallClock
 from scheduler.runtime.exporter import SchedulerMetrics, serve
 from scheduler.runtime.journal import Journal, JournalError, Synchronous
+from scheduler.runtime.journal_archive import parse_after
 
 log = logging.getLogger("scheduler")
 
@@ -99,6 +102,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="FULL",
         choices=["FULL", "NORMAL"],
         help="journal durability: FULL survives power loss, NORMAL only a killed process",
+    )
+    p.add_argument(
+        "--archive-after",
+        default="1h",
+        help="move ended jobs and their events to the journal's archive (JOURNAL-archive) "
+        "this long (wall time: 90s, 30m, 1h, 7d; 0: at once) after they end, or never",
     )
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus text here")
     p.add_argument(
@@ -235,15 +244,18 @@ async def serve_scheduler(args: argparse.Namespace) -> int:
             max_walltime=args.max_walltime,
             job_events=args.job_events,
             predict_interval=args.predict_interval,
+            archive_after=parse_after(args.archive_after),
             # Logged in: the broker's ACLs let each user read only their own topics.
             owner_events=mqtt.username is not None,
             limits=read_limits(args.limits, **{k: getattr(args, k) for k in KEYS}),
             associations=read_associations(args.associations),
         )
-    except (UnknownPolicyError, TopicError, ValueError) as exc:
+    except (UnknownPolicyError, TopicError, ValueError) as exc:  # ArchiveError is one
         log.error("%s", exc)
         return 2
-    journal = await open_journal(args.journal, args.synchronous)
+    # Archiving never, a journal that archived before is still read with its archive.
+    archive = True if settings.archive_after is not None else None
+    journal = await open_journal(args.journal, args.synchronous, archive=archive)
     if journal is None:
         return 2
     with journal:
@@ -334,13 +346,16 @@ FULL_BELOW = 1 << 20
 FULL_RETRY = 1.0
 
 
-async def open_journal(path: str, synchronous: Synchronous) -> Journal | None:
-    """The journal, checked; None (after one line saying why and what to do) if it
-    cannot be used. A full disk is waited out (the module docstring)."""
+async def open_journal(
+    path: str, synchronous: Synchronous, *, archive: bool | None = None
+) -> Journal | None:
+    """The journal, checked, its archive attached as ``Journal`` says of ``archive``;
+    None (after one line saying why and what to do) if it cannot be used. A full
+    disk is waited out (the module docstring)."""
     waiting = False
     while True:
         try:
-            journal = Journal(path, synchronous=synchronous, check=True)
+            journal = Journal(path, synchronous=synchronous, check=True, archive=archive)
         except (JournalError, OSError) as exc:
             free = _free_bytes(path)
             if free is None or free >= FULL_BELOW:

@@ -274,6 +274,12 @@ class SchedulerCore:
             job, requeues=requeues, uncharged=uncharged, planned=self._planned(job)
         )
 
+    def restore_usage(
+        self, sums: Iterable[tuple[str, str, int, float]], period: float | None
+    ) -> None:
+        """Archived jobs' usage, before the journal's jobs (``Recovery.restore_usage``)."""
+        self._recovery.restore_usage(sums, period)
+
     def restore_final(
         self,
         job: Job,

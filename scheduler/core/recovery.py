@@ -15,9 +15,11 @@ the live runtime (which of these it calls) is ``scheduler.live.coupling``'s
 table.
 
 Restart. A restarted live scheduler rebuilds the core from its journal with
-the ``restore_*`` methods: queued jobs in submission order, finished ones for
-idempotency (and the usage ledger), and running ones as *pending*: known and
-``RUNNING``, but holding no CPUs until the caller has heard from their agents.
+the ``restore_*`` methods: first the usage of the jobs the journal no longer
+holds (moved to its archive: :meth:`Recovery.restore_usage`), then queued jobs
+in submission order, finished ones for idempotency (and the usage ledger),
+and running ones as *pending*: known and ``RUNNING``, but holding no CPUs
+until the caller has heard from their agents.
 :meth:`Recovery.restore_running` then puts a pending job on its CPUs;
 :meth:`Recovery.job_lost` applies the lost-machine rule to it.
 
@@ -26,6 +28,8 @@ job book, queue and cluster, and answers these calls through it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from model.job import Job
 from model.machine import Part, parts_cpus
@@ -91,6 +95,22 @@ class Recovery:
         (``scheduler.core.run_history``)."""
         self._book.enter(job, JobState.QUEUED, requeues=requeues, uncharged=uncharged)
         self._queue.add(job if planned is None else planned)
+
+    def restore_usage(
+        self, sums: Iterable[tuple[str, str, int, float]], period: float | None
+    ) -> None:
+        """Charge the usage the journal kept for jobs it no longer holds: CPU-seconds per
+        ``(kind, name, period index)``, split by periods of ``period`` seconds (None:
+        none kept), which must be the ledger's. Called before the journal's own jobs
+        are restored, so their charges add to these sums."""
+        ledger = self._cluster.usage
+        if period is not None and period != ledger.period:
+            raise ValueError(
+                f"the journal's archived usage is split by periods of {period} s, "
+                f"the usage ledger's are {ledger.period} s"
+            )
+        for kind, name, index, cpu_seconds in sums:
+            ledger.add_period(kind, name, index, cpu_seconds)
 
     def restore_final(
         self,

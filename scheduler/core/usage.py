@@ -83,6 +83,33 @@ class UsageLedger:
         if len(unfolded) >= self._fold_at:
             self._fold()
 
+    def add_period(self, kind: str, name: str, period_index: int, cpu_seconds: float) -> None:
+        """Add ``cpu_seconds`` already split to period ``period_index`` to one user's or
+        group's use, and know ``name`` (even when it is 0): what a restart charges for
+        jobs that are no longer in the journal (``scheduler.runtime.journal_archive``
+        kept their sums). Applied at once, after the notes and charges written before
+        it, so a read sees the same as if those jobs had been charged here in order."""
+        if self._unfolded:
+            self._fold()
+        names = self._names[kind]
+        if name in names and cpu_seconds <= 0:
+            return  # as a note of a name already known: nothing is news
+        names.setdefault(name, None)
+        touched = self._touched
+        touched[kind].append(name)
+        if len(touched[kind]) >= _TOUCHED_AT:
+            # Both afresh, as _apply does: a reader of either kind looks at every name.
+            touched["user"] = []
+            touched["group"] = []
+        if cpu_seconds <= 0:
+            return
+        for table in self._memo[kind].values():
+            table.pop(name, None)
+        per = self._charged[kind].get(name)
+        if per is None:
+            per = self._charged[kind][name] = {}
+        per[period_index] = per.get(period_index, 0.0) + cpu_seconds
+
     def _fold(self) -> None:
         """Apply the notes and charges written since the last read, in order."""
         unfolded, self._unfolded = self._unfolded, []

@@ -39,6 +39,9 @@ the job's doing: a part of it that is not re-announced is requeued uncharged.
 
 Each job's event sequence, the scheduler-wide stream and each owner's go on
 from the journal's last numbers; the machines an admin drained stay drained.
+The fair-share usage of the jobs moved to the journal's archive, which the
+journal keeps as sums per user or group and period, is charged before the
+journal's own jobs, so fair-share weighs what it weighed before the restart.
 """
 
 from __future__ import annotations
@@ -110,11 +113,16 @@ def restore(
     *,
     streams: tuple[int, dict[str, int]] = (0, {}),
     drained: dict[str, float] | None = None,
+    usage: Sequence[tuple[str, str, int, float]] = (),
+    usage_period: float | None = None,
 ) -> Reconciliation:
     """Rebuild ``ctx`` from the journal's ``jobs`` (see the module docstring), its
-    event ``streams`` (the last numbers, scheduler-wide and by owner) and the
-    machines an admin ``drained``."""
+    event ``streams`` (the last numbers, scheduler-wide and by owner), the
+    machines an admin ``drained`` and the ``usage`` of the jobs it archived
+    (``(kind, name, period index, CPU-seconds)`` by periods of ``usage_period``)."""
     core = ctx.core
+    # First, as those jobs ended before the journal's were restored (Recovery.restore_usage).
+    core.restore_usage(usage, usage_period)
     holds: list[float] = []
     for row in jobs:
         spec = row.spec

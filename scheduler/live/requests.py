@@ -194,6 +194,13 @@ def _owns(ctx: Context, who: Requester | None, job_id: str) -> bool:
     return spec is not None and spec.user == who.name
 
 
+def _spec_of(ctx: Context, job_id: str) -> JobSpec | None:
+    """The spec of a job the scheduler knows, or that its journal archived (a restart
+    forgets archived jobs; their ids and histories are still theirs)."""
+    spec = ctx.specs.get(job_id)
+    return spec if spec is not None else ctx.journal.archived_spec(job_id)
+
+
 def _submit(ctx: Context, request: SubmitJobs, now: float, who: Requester | None) -> None:
     most = ctx.settings.limits.max_jobs_per_request
     if len(request.jobs) > most:
@@ -261,6 +268,13 @@ def _submit_one(ctx: Context, spec: JobSpec, now: float) -> SubmitResult:
     """The job's result; a rejection's code is also its metric label."""
     core = ctx.core
     known = core.job(spec.id)
+    archived = ctx.journal.archived_spec(spec.id) if known is None else None
+    if archived is not None:
+        # A job a restart forgot (archived): its id stays taken, its answer the same.
+        if archived != spec:
+            why = f"job id {spec.id!r} is already used by a different job"
+            return _rejected(spec, Rejection.ID_REUSED, why)
+        return SubmitResult(spec.id, True, duplicate=True)
     if known is not None:
         # The Job carries its submit time, so equal specs are compared here and
         # the core is handed the job it knows: it answers "duplicate".
@@ -359,8 +373,9 @@ def _status(ctx: Context, request: StatusRequest, now: float, who: Requester | N
 
 
 def _history(ctx: Context, request: HistoryRequest, who: Requester | None) -> None:
-    known = [j for j in request.job_ids if ctx.core.state_of(j) is not None]
-    theirs = [j for j in known if _owns(ctx, who, j)]
+    specs = {j: spec for j in request.job_ids if (spec := _spec_of(ctx, j)) is not None}
+    known = [j for j in request.job_ids if j in specs]
+    theirs = [j for j in known if who is None or who.admin or specs[j].user == who.name]
     if len(theirs) < len(known):
         ctx.count_bad(BadMessage.FORBIDDEN, f"{reply_user(who)} asked for other users' job events")
     allowed = set(theirs)

@@ -47,6 +47,11 @@ instant first, then one decision):
    transaction; never inside a batch's handling: a submission is answered
    before any prediction of it is worked out.
 
+6. After a timer tick, move a batch of ended jobs past ``archive_after`` to
+   the journal's archive (``scheduler.runtime.journal_archive``), in its own
+   two commits; a full batch asks for another tick, so a backlog moves batch
+   by batch with the mailbox served in between.
+
 Everything the actor decides lives in those sans-I/O modules, over one
 :class:`~scheduler.live.context.Context`; this module only moves bytes, opens
 transactions and keeps time. ``now`` is read once per batch from the
@@ -245,6 +250,8 @@ class SchedulerActor:
         #: Times the gauges' state was rebuilt from the core (a batch that changed something).
         self.gauge_rebuilds = 0
         self.predictions = 0
+        #: Ended jobs moved to the journal's archive by this actor.
+        self.archived = 0
         self._pace = PredictionPace(self.settings.predict_interval, self.settings.predict_refresh)
 
     @property
@@ -265,6 +272,8 @@ class SchedulerActor:
             now,
             streams=self._journal.last_streams(),
             drained=self._journal.drained(),
+            usage=journalled.usage.sums,
+            usage_period=journalled.usage.period,
         )
         self._hold_until = now + self.settings.startup_grace * self._clock.time_scale
         self.ctx.heard_since = now
@@ -347,6 +356,7 @@ class SchedulerActor:
         ctx = self.ctx
         now = self._clock.now()
         self.batches += 1
+        ticked = False  # this batch ran the periodic checks (then it archives too)
         if self._tick_due and self._journal.failure is not None and self._journal.retry():
             ctx.dirty = True  # decisions waited for the journal
         work: list[tuple[Delivery, AnyMessage | None]] = []
@@ -371,7 +381,7 @@ class SchedulerActor:
                 changed = self._on_delivery(delivery, now, decoded) or changed
             reconcile.settle(ctx, self._reconciliation, now)
             if self._tick_due:
-                self._tick_due = False
+                self._tick_due, ticked = False, True
                 changed = self._on_tick(now) or changed
             self._count_failures()
             # What the batch counted is durable with it (the exporter restores it).
@@ -389,6 +399,22 @@ class SchedulerActor:
         await self._refresh(now)
         if self._prediction_due():
             self._predict(now)
+        if ticked:
+            self._archive(now)
+
+    def _archive(self, now: float) -> None:
+        """Move a batch of long-ended jobs to the journal's archive, outside any batch's
+        transaction; a full one asks for the next at once, after what waits."""
+        after = self.settings.archive_after
+        if after is None:
+            return
+        limit = self.settings.archive_batch
+        moved = self._journal.archive(
+            now - after * self._clock.time_scale, limit, usage_period=self.core.usage.period
+        )
+        self.archived += moved.jobs
+        if moved.jobs >= limit:
+            self.tick()
 
     # -- predictions (``scheduler.live.insight``) ---------------------------------------
 

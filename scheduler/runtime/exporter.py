@@ -466,8 +466,13 @@ class SchedulerMetrics:
                 self.job_finished(
                     procs=job.spec.procs, submit=job.submit, start=job.start, end=job.end
                 )
-        self.submissions.labels(result="accepted").inc(accepted)
-        self.requeues.inc(requeues)
+        # The jobs moved to the archive count as ever (their wait and slowdown
+        # observations are not kept: the histograms restart from the journal's jobs).
+        archived = state.archived
+        for final, n in archived.ended.items():
+            self.jobs_finished.labels(state=final).inc(n)
+        self.submissions.labels(result="accepted").inc(accepted + archived.accepted)
+        self.requeues.inc(requeues + archived.requeues)
         for (name, labels), value in state.totals.items():
             counter = self._journaled.get(name)
             if counter is None or (name, labels) == (self.submissions.name, ACCEPTED):

@@ -25,8 +25,9 @@ Tables:
 - ``jobs``: one row per accepted job, keyed by the client's job id (so every
   write is idempotent), with its spec (JSON of ``broker.messages.JobSpec``,
   readable with the ``sqlite3`` shell), submit time, state, start, end, parts
-  and how many times it was requeued. Rows are never deleted; the implicit
-  rowid is the submission order, which is the queue order on restore;
+  and how many times it was requeued. Rows are deleted only when an ended job
+  moves to the archive (below); the implicit rowid is the submission order,
+  which is the queue order on restore;
 - ``events``: append-only history (starts, resizes, requeues, holds, ends) for
   audits and reports, read with :meth:`Journal.history`; a restart does not
   need it;
@@ -73,6 +74,13 @@ the writes are kept in memory and written again later
 A journal that cannot be opened, or is damaged, is refused at once by a
 :class:`JournalError` that says what to do.
 
+The archive (schema 10). Jobs that ended longer than a retention ago move, with
+their events, to a second file beside the journal (:meth:`Journal.archive`,
+``scheduler.runtime.journal_archive``), so the tables a restart reads stay
+small; the readers of a job's history look there too
+(``scheduler.runtime.journal_reading``). What a restart needs of the moved
+jobs stays here: their counts, stream numbers and fair-share usage.
+
 The tables and their migrations are in ``scheduler.runtime.journal_schema``; the
 values a reader gets in ``scheduler.runtime.journal_records`` (re-exported here).
 
@@ -84,20 +92,31 @@ drain in one, so thousands of submissions cost one commit).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+import logging
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from broker.messages import JobEvent, JobSpec, PartSpec
-from broker.storage import STORED_PROTOCOLS, spec_to_json
+from broker.messages import JobEvent, JobSpec
+from broker.storage import STORED_PROTOCOLS, spec_from_json, spec_to_json
 from broker.topics import PROTOCOL_VERSION
-from broker.vocabulary import JobEventKind
 from model.machine import Part
 from scheduler.core.job_lifecycle import JobState
+from scheduler.runtime import journal_reading
+from scheduler.runtime.journal_archive import (
+    ArchiveError,
+    Moved,
+    archive_path,
+    archived_counts,
+    archived_streams,
+    archived_usage,
+    attach,
+    move_batch,
+)
 from scheduler.runtime.journal_open import Synchronous, open_database
 from scheduler.runtime.journal_records import (
-    EVENT_COLUMNS,
     EVENT_KINDS,
     JOB_COLUMNS,
     JournalEvent,
@@ -107,13 +126,13 @@ from scheduler.runtime.journal_records import (
     TotalKey,
     labels_of,
     labels_text,
-    parts_of,
     parts_text,
-    row_event,
     row_job,
 )
 from scheduler.runtime.journal_schema import SCHEMA_VERSION, JournalError
 from scheduler.runtime.journal_writer import Writer
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "EVENT_KINDS",
@@ -133,15 +152,34 @@ class Journal:
     """The SQLite journal (see the module docstring). Single-threaded: the actor's."""
 
     def __init__(
-        self, path: str | Path, *, synchronous: Synchronous = "FULL", check: bool = False
+        self,
+        path: str | Path,
+        *,
+        synchronous: Synchronous = "FULL",
+        check: bool = False,
+        archive: bool | None = None,
     ) -> None:
         """Open (or create) the journal at ``path``; ``check`` reads it all first
         (SQLite's ``quick_check``), so a damaged file is refused at start rather
-        than found out later. Raises :class:`JournalError`, in one line that says
+        than found out later. ``archive``: attach the archive beside it
+        (``journal_archive.archive_path``), made if missing (True), never
+        (False), or only if it is there (None: a journal that archived before is
+        still read whole). Raises :class:`JournalError`, in one line that says
         what to do, for a journal that cannot be opened or written, or is damaged."""
         self.path = Path(path)
         self._db = open_database(self.path, synchronous, check=check)
         self._writer = Writer(self._db, self.path)
+        self.archive_path = archive_path(self.path)
+        self.archived = bool(archive) or (archive is None and self.archive_path.exists())
+        if self.archived:
+            try:
+                attach(self._db, self.archive_path, synchronous)
+            except sqlite3.Error as exc:
+                self._db.close()
+                raise JournalError(
+                    f"the journal's archive {self.archive_path} cannot be used ({exc}): "
+                    "check it and its directory, or move it aside (its jobs are then forgotten)"
+                ) from None
 
     # -- life -------------------------------------------------------------
 
@@ -408,33 +446,10 @@ class Journal:
             )
 
     def job_events(self, job_ids: Iterable[str]) -> list[JobEvent]:
-        """The journalled events of ``job_ids``, by job (in the order asked) then seq,
-        as published on the scheduler-wide stream (``stream``: their number there)."""
-        out: list[JobEvent] = []
-        for job_id in job_ids:
-            rows = self._db.execute(
-                "SELECT seq, at, event, detail, cpus_before, cpus_after, parts, stream, "
-                "exit_status, signal FROM job_events "
-                "WHERE job_id=? ORDER BY seq",
-                (job_id,),
-            ).fetchall()
-            out += [
-                JobEvent(
-                    job_id=job_id,
-                    seq=int(seq),
-                    at=float(at),
-                    event=JobEventKind(kind),
-                    detail=d or "",
-                    cpus_before=before,
-                    cpus_after=after,
-                    parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
-                    stream=stream,
-                    exit_status=status,
-                    signal=signum,
-                )
-                for seq, at, kind, d, before, after, parts, stream, status, signum in rows
-            ]
-        return out
+        """The journalled events of ``job_ids`` (archived ones too), by job (in the order
+        asked) then seq, as published on the scheduler-wide stream (``stream``: their
+        number there)."""
+        return journal_reading.job_events(self._db, job_ids, archived=self.archived)
 
     def last_event_seqs(self) -> dict[str, int]:
         """Each job's highest event seq (a restarted scheduler goes on from there)."""
@@ -443,46 +458,51 @@ class Journal:
 
     def last_streams(self) -> tuple[int, dict[str, int]]:
         """The last number of the scheduler-wide event stream, and of each owner's (a
-        restarted scheduler goes on from there)."""
+        restarted scheduler goes on from there), archived events' included."""
         (last,) = self._db.execute("SELECT COALESCE(MAX(stream), 0) FROM job_events").fetchone()
         rows = self._db.execute(
             "SELECT owner, MAX(owner_stream) FROM job_events "
             "WHERE owner IS NOT NULL AND owner_stream IS NOT NULL GROUP BY owner"
         )
-        return int(last), {str(owner): int(n) for owner, n in rows.fetchall()}
+        owners = {str(owner): int(n) for owner, n in rows.fetchall()}
+        moved, moved_owners = archived_streams(self._db)
+        for owner, n in moved_owners.items():
+            owners[owner] = max(owners.get(owner, 0), n)
+        return max(int(last), moved), owners
 
     def stream_events(
         self, after: int, limit: int, *, owner: str | None = None
     ) -> tuple[list[JobEvent], bool]:
         """The events of the scheduler-wide stream (or of ``owner``'s) numbered past
-        ``after``, at most ``limit`` of them in order, each with its number in that
-        stream as its ``stream``; and whether more follow."""
-        number = "stream" if owner is None else "owner_stream"
-        where = f"{number} > ?" + ("" if owner is None else " AND owner = ?")
-        args: tuple[object, ...] = (after,) if owner is None else (after, owner)
-        rows = self._db.execute(
-            f"SELECT job_id, seq, at, event, detail, cpus_before, cpus_after, parts, {number}, "
-            f"exit_status, signal FROM job_events WHERE {where} ORDER BY {number} LIMIT ?",
-            (*args, limit + 1),
-        ).fetchall()
-        shown = rows[:limit]
-        events = [
-            JobEvent(
-                job_id=str(job_id),
-                seq=int(seq),
-                at=float(at),
-                event=JobEventKind(kind),
-                detail=d or "",
-                cpus_before=before,
-                cpus_after=after_cpus,
-                parts=tuple(PartSpec(machine=p.machine, cpus=p.cpus) for p in parts_of(parts)),
-                stream=int(n),
-                exit_status=status,
-                signal=signum,
+        ``after``, archived ones too, at most ``limit`` of them in order, each with its
+        number in that stream as its ``stream``; and whether more follow."""
+        return journal_reading.stream_events(self._db, after, limit, owner, archived=self.archived)
+
+    # -- the archive ----------------------------------------------------------
+
+    def archive(
+        self,
+        cutoff: float,
+        limit: int,
+        *,
+        usage_period: float = 86400.0,
+        after_copy: Callable[[], None] | None = None,
+    ) -> Moved:
+        """Move at most ``limit`` jobs that ended at or before ``cutoff`` (cluster s), with
+        their events, to the archive (``journal_archive.move_batch``), keeping their
+        usage split by ``usage_period`` (the ledger's). Nothing while the journal
+        cannot be written, has no archive attached, or is inside a transaction (the
+        move commits its own two). A disk that refuses the move is logged and left
+        for the next call: the move is idempotent."""
+        if not self.archived or self.failure is not None or self._db.in_transaction:
+            return Moved()
+        try:
+            return move_batch(
+                self._db, cutoff, limit, usage_period=usage_period, after_copy=after_copy
             )
-            for job_id, seq, at, kind, d, before, after_cpus, parts, n, status, signum in shown
-        ]
-        return events, len(rows) > limit
+        except (sqlite3.Error, ArchiveError) as exc:
+            log.warning("the journal's archive %s refused a move: %s", self.archive_path, exc)
+            return Moved()
 
     # -- drains -------------------------------------------------------------
 
@@ -531,33 +551,33 @@ class Journal:
     # -- reading ----------------------------------------------------------
 
     def load(self) -> JournalState:
-        """Meta and every job in submission order (what a restarted scheduler needs)."""
+        """Meta and every job in submission order (what a restarted scheduler needs),
+        and what the archived jobs left: their counts and usage."""
         rows = self._db.execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY rowid").fetchall()
-        return JournalState(self.meta(), [row_job(row) for row in rows], self.totals())
+        jobs = [row_job(row) for row in rows]
+        return JournalState(
+            self.meta(), jobs, self.totals(), archived_counts(self._db), archived_usage(self._db)
+        )
 
     def job(self, job_id: str) -> JournalJob | None:
-        """One job's row (tests and tools)."""
-        row = self._db.execute(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id=?",
-            (job_id,),
-        ).fetchone()
-        if row is None:
+        """One job's row, archived or not (an id a restart forgot is still taken)."""
+        return journal_reading.job(self._db, job_id, archived=self.archived)
+
+    def archived_spec(self, job_id: str) -> JobSpec | None:
+        """The spec of an archived job (one a restarted scheduler no longer knows), so
+        its id stays taken and its history stays its owner's; None if not archived."""
+        if not self.archived:
             return None
-        return row_job(row)
+        row = journal_reading.archived_spec(self._db, job_id)
+        return None if row is None else spec_from_json(row)
 
     def history(self, job_id: str | None = None) -> list[JournalEvent]:
-        """The audit history (every job's, or ``job_id``'s), oldest first.
+        """The audit history (every job's, or ``job_id``'s, archived ones too), oldest first.
 
         The one reader of the ``events`` table: a resized job's segments and a
         requeued job's starts are only here, not in its row.
         """
-        sql = f"SELECT {EVENT_COLUMNS} FROM events"
-        args: tuple[str, ...] = ()
-        if job_id is not None:
-            sql += " WHERE job_id=?"
-            args = (job_id,)
-        rows = self._db.execute(sql + " ORDER BY seq", args).fetchall()
-        return [row_event(row) for row in rows]
+        return journal_reading.history(self._db, job_id, archived=self.archived)
 
     def totals(self) -> dict[TotalKey, int]:
         """Every journaled total (what :meth:`record_totals` last set for each)."""

@@ -58,6 +58,29 @@ class JournalJob:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivedCounts:
+    """What the jobs moved to the archive (``scheduler.runtime.journal_archive``) leave in
+    the journal for the exporter's counters, which a restart starts from."""
+
+    accepted: int = 0
+    requeues: int = 0
+    #: Ended jobs by final state (``finished``, ``failed``, ``cancelled``).
+    ended: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedUsage:
+    """The fair-share usage of the jobs moved to the archive, kept in the journal
+    (``archived_usage``) so a restart charges it (``UsageLedger.add_period``)."""
+
+    #: The period length (cluster seconds) the sums are split by; None: none kept.
+    period: float | None = None
+    #: ``(kind, name, period index, CPU-seconds)``, kind ``user`` or ``group``; a row
+    #: of 0 keeps a name known whose archived runs took no time.
+    sums: tuple[tuple[str, str, int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class JournalState:
     """What a restarted scheduler needs: meta, every job in submission order, and
     the totals (schema 4) that the jobs cannot tell (rejections, bad messages,
@@ -66,6 +89,10 @@ class JournalState:
     meta: Meta | None
     jobs: list[JournalJob]
     totals: Mapping[TotalKey, int] = field(default_factory=dict)
+    #: The counts of the jobs moved to the archive (not in ``jobs``).
+    archived: ArchivedCounts = field(default_factory=ArchivedCounts)
+    #: Their fair-share usage, which a restart charges before ``jobs``'.
+    usage: ArchivedUsage = field(default_factory=ArchivedUsage)
 
 
 #: The kinds of history entries this journal writes: a start or a resize (with the

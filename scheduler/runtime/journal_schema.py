@@ -35,7 +35,18 @@ Schema versions, each migrated in place when a newer scheduler opens the file
    NULL there (no cause, no number): the streams of a migrated journal start
    after its last event;
 9. ``job_events.exit_status`` and ``.signal``: how a command job's command
-   ended, on its final event; NULL in older rows and for other jobs.
+   ended, on its final event; NULL in older rows and for other jobs;
+10. the archive (``scheduler.runtime.journal_archive``): indexes that find an
+    ended job's rows without a scan (``events_job``, ``jobs_ended``), and what
+    the rows moved out leave behind for a restart, which reads only these
+    tables: ``archived_counts`` (the moved jobs' counts, which the exporter's
+    counters start from) and ``archived_streams`` (the last event-stream
+    numbers moved, scheduler-wide under the owner ``''``, so the streams go on
+    past them), and ``archived_usage``: the moved jobs' fair-share usage,
+    CPU-seconds per ``(kind, name, period)``, split by the period length in
+    ``meta`` (``usage_period``), which a restart charges to the usage ledger.
+    Migrating builds the indexes over the rows there (once, the cost of a
+    scan); an older journal has archived nothing.
 
 All of it runs in the caller's transaction, so a migration that fails leaves
 the file as it was.
@@ -49,7 +60,7 @@ from pathlib import Path
 
 from scheduler.runtime.journal_records import labels_text, parts_of
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -107,12 +118,29 @@ CREATE TABLE IF NOT EXISTS drains (
     at REAL NOT NULL,
     by TEXT
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS archived_counts (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS archived_streams (
+    owner TEXT PRIMARY KEY,
+    last INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS archived_usage (
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    period INTEGER NOT NULL,
+    cpu_seconds REAL NOT NULL,
+    PRIMARY KEY (kind, name, period)
+) WITHOUT ROWID;
 """
 
 #: Made after the migrations, which add the columns they index to older files.
 _INDEXES = """
 CREATE UNIQUE INDEX IF NOT EXISTS job_events_stream ON job_events(stream);
 CREATE INDEX IF NOT EXISTS job_events_owner ON job_events(owner, owner_stream);
+CREATE INDEX IF NOT EXISTS events_job ON events(job_id);
+CREATE INDEX IF NOT EXISTS jobs_ended ON jobs(end_at) WHERE end_at IS NOT NULL;
 """
 
 #: The metric family that counts resizes (``scheduler.runtime.exporter``'s name for it),
@@ -148,7 +176,8 @@ def prepare(db: sqlite3.Connection, path: Path) -> None:
         return
     # Schema 2 only added the job_events table, created above; schema 3 the resize
     # columns, schema 7 the events' parts, schema 8 the causes and stream
-    # numbers and schema 9 a command's end, added to the tables an older scheduler made.
+    # numbers and schema 9 a command's end, added to the tables an older scheduler made;
+    # schema 10's tables are made above and its indexes by ``_index``.
     _add_columns(db, "events", [("before", "TEXT")])
     _add_columns(
         db,

@@ -325,8 +325,11 @@ class Cluster:
         clock: ManualClock | None = None,
         wrap_bus: Callable[[MemoryBus], Bus] | None = None,
         execution: ExecutionModel = DEFAULT_MODEL,
+        archive: bool | None = None,
     ) -> None:
         self.execution = execution
+        #: As ``Journal``'s: attach the journal's archive (True), or only if it exists.
+        self.archive = archive
         self.path = path
         self.wrap_bus = wrap_bus
         self.policy = policy
@@ -342,7 +345,7 @@ class Cluster:
 
     async def start(self) -> SchedulerActor:
         """Start (or restart) the scheduler on the journal at ``path``."""
-        self.journal = Journal(self.path)
+        self.journal = Journal(self.path, archive=self.archive)
         self.journal.ensure_meta(epoch=0.0, time_scale=self.clock.time_scale, policy=self.policy)
         self.bus = self.broker.client("scheduler")
         await self.bus.__aenter__()

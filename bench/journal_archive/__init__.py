@@ -1,0 +1,1 @@
+"""Benchmark: restart time and journal size, ended jobs hot or archived."""
