@@ -69,35 +69,10 @@ ARCHIVE_VERSION = 1
 
 _ENDED = tuple(s.value for s in (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED))
 
-_TABLES = """
-CREATE TABLE IF NOT EXISTS archive.meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS archive.jobs (
-    id TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    submit REAL NOT NULL,
-    state TEXT NOT NULL,
-    start_at REAL,
-    end_at REAL,
-    parts TEXT,
-    requeues INTEGER NOT NULL DEFAULT 0,
-    detail TEXT,
-    held_until REAL,
-    uncharged INTEGER NOT NULL DEFAULT 0,
-    hold_cause TEXT
-);
-CREATE TABLE IF NOT EXISTS archive.events (
-    seq INTEGER PRIMARY KEY,
-    at REAL NOT NULL,
-    job_id TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    detail TEXT,
-    before TEXT,
-    cause TEXT,
-    charged INTEGER
-);
+#: The journal's tables whose rows move, made alike in the archive (with ``meta``).
+_MOVED = ("jobs", "events", "job_events")
+
+_INDEXES = """
 CREATE INDEX IF NOT EXISTS archive.archive_events_job ON events(job_id);
 CREATE TABLE IF NOT EXISTS archive.job_events (
     job_id TEXT NOT NULL,
@@ -119,15 +94,6 @@ CREATE INDEX IF NOT EXISTS archive.archive_job_events_stream ON job_events(strea
 CREATE INDEX IF NOT EXISTS archive.archive_job_events_owner ON job_events(owner, owner_stream);
 """
 
-_JOB_COLUMNS = (
-    "id, spec, submit, state, start_at, end_at, parts, requeues, detail, held_until, "
-    "uncharged, hold_cause"
-)
-_EVENT_COLUMNS = "seq, at, job_id, kind, detail, before, cause, charged"
-_JOB_EVENT_COLUMNS = (
-    "job_id, seq, at, event, detail, cpus_before, cpus_after, parts, stream, owner, "
-    "owner_stream, exit_status, signal"
-)
 #: The moved jobs' ids, bound as one JSON array (no limit on SQL variables to mind).
 _IDS = "(SELECT value FROM json_each(?))"
 
@@ -166,7 +132,9 @@ def attach(db: sqlite3.Connection, path: Path, synchronous: str) -> None:
     db.execute(f"PRAGMA {SCHEMA}.synchronous={synchronous}")
     db.execute("BEGIN IMMEDIATE")
     try:
-        for statement in _TABLES.split(";"):
+        for statement in _tables(db):
+            db.execute(statement)
+        for statement in _INDEXES.split(";"):
             if statement.strip():
                 db.execute(statement)
         db.execute(
@@ -238,22 +206,38 @@ def _in_one(
     return moved
 
 
+def _tables(db: sqlite3.Connection) -> list[str]:
+    """The archive's tables, made from the journal's own ``CREATE`` statements (as its
+    schema and migrations left them), so the two cannot drift apart. ``events`` keeps
+    the journal's numbers, so its ``seq`` is a plain key there, not AUTOINCREMENT."""
+    statements = []
+    for name in ("meta", *_MOVED):
+        row = db.execute(
+            "SELECT sql FROM main.sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        head = f"CREATE TABLE {name} "
+        if row is None or not str(row[0]).startswith(head):
+            raise RuntimeError(f"the journal's table {name!r} is not as its schema makes it")
+        body = str(row[0])[len(head) :].replace(" AUTOINCREMENT", "")
+        statements.append(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.{name} {body}")
+    return statements
+
+
 def _copy(db: sqlite3.Connection, batch: str) -> Moved:
-    jobs = db.execute(
-        f"INSERT OR IGNORE INTO {SCHEMA}.jobs({_JOB_COLUMNS}) "
-        f"SELECT {_JOB_COLUMNS} FROM main.jobs WHERE id IN {_IDS}",
-        (batch,),
-    ).rowcount
-    events = db.execute(
-        f"INSERT OR IGNORE INTO {SCHEMA}.events({_EVENT_COLUMNS}) "
-        f"SELECT {_EVENT_COLUMNS} FROM main.events WHERE job_id IN {_IDS}",
-        (batch,),
-    ).rowcount
-    job_events = db.execute(
-        f"INSERT OR IGNORE INTO {SCHEMA}.job_events({_JOB_EVENT_COLUMNS}) "
-        f"SELECT {_JOB_EVENT_COLUMNS} FROM main.job_events WHERE job_id IN {_IDS}",
-        (batch,),
-    ).rowcount
+    moved = []
+    for name in _MOVED:
+        # The journal's columns, named: an archive made before a column was added to
+        # the journal then fails here, loudly, rather than storing rows askew.
+        columns = ", ".join(row[1] for row in db.execute(f"PRAGMA main.table_info({name})"))
+        key = "id" if name == "jobs" else "job_id"
+        moved.append(
+            db.execute(
+                f"INSERT OR IGNORE INTO {SCHEMA}.{name}({columns}) "
+                f"SELECT {columns} FROM main.{name} WHERE {key} IN {_IDS}",
+                (batch,),
+            ).rowcount
+        )
+    jobs, events, job_events = moved
     return Moved(jobs, events, job_events)
 
 
