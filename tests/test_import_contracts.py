@@ -34,6 +34,7 @@ JOB_MAY_IMPORT = {
     "nodeagent.launch.contract",
     "nodeagent.launch.frames",
     "nodeagent.launch.jobtree",
+    "nodeagent.launch.json_fields",
     "nodeagent.launch.mpi_ranks",
     "nodeagent.launch.runner",
 }

@@ -39,7 +39,8 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from nodeagent.launch.json_fields import ints, items, optional, pair, strs, typed
 
 PLAN_VERSION = 1
 MAX_PLAN = 8 << 20
@@ -150,19 +151,19 @@ class CommandPlan:
         try:
             run_as = raw.get("run_as")
             return cls(
-                batch=_typed(raw, "batch", bool),
-                argv=tuple(_strs(raw.get("argv"))),
-                chdir=_typed(raw, "chdir", str),
-                stdout=_typed(raw, "stdout", str),
-                stderr=_optional(raw, "stderr", str),
-                env=tuple(_pair(kv) for kv in _list(raw.get("env"))),
+                batch=typed(raw, "batch", bool),
+                argv=tuple(strs(raw.get("argv"))),
+                chdir=typed(raw, "chdir", str),
+                stdout=typed(raw, "stdout", str),
+                stderr=optional(raw, "stderr", str),
+                env=tuple(pair(kv) for kv in items(raw.get("env"))),
                 run_as=None if run_as is None else _run_as(run_as),
-                cgroup=_optional(raw, "cgroup", str),
-                cores=tuple(_ints(raw.get("cores"))),
-                term_grace=float(_typed(raw, "term_grace", (int, float))),
-                status_file=_typed(raw, "status_file", str),
-                job_dir=_typed(raw, "job_dir", str),
-                mpi_ranks=_typed(raw, "mpi_ranks", int) if "mpi_ranks" in raw else 0,
+                cgroup=optional(raw, "cgroup", str),
+                cores=tuple(ints(raw.get("cores"))),
+                term_grace=float(typed(raw, "term_grace", (int, float))),
+                status_file=typed(raw, "status_file", str),
+                job_dir=typed(raw, "job_dir", str),
+                mpi_ranks=typed(raw, "mpi_ranks", int) if "mpi_ranks" in raw else 0,
             )
         except TypeError as exc:
             raise PlanError(f"command plan field: {exc}") from None
@@ -176,54 +177,16 @@ class CommandPlan:
         return cls.load(data)
 
 
-def _typed(raw: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    value = raw.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise TypeError(f"{name} is {value!r}")
-    return value
-
-
-def _optional(raw: dict[str, Any], name: str, kind: type) -> Any:
-    return None if raw.get(name) is None else _typed(raw, name, kind)
-
-
-def _list(value: object) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {value!r}")
-    return value
-
-
-def _strs(value: object) -> list[str]:
-    items = _list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise TypeError(f"expected a list of strings, got {value!r}")
-    return items
-
-
-def _ints(value: object) -> list[int]:
-    items = _list(value)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise TypeError(f"expected a list of integers, got {value!r}")
-    return items
-
-
-def _pair(value: object) -> tuple[str, str]:
-    items = _strs(value)
-    if len(items) != 2:
-        raise TypeError(f"expected a name and a value, got {value!r}")
-    return items[0], items[1]
-
-
 def _run_as(raw: object) -> RunAs:
     if not isinstance(raw, dict):
         raise TypeError(f"run_as is {raw!r}")
     return RunAs(
-        user=_typed(raw, "user", str),
-        uid=_typed(raw, "uid", int),
-        gid=_typed(raw, "gid", int),
-        groups=tuple(_ints(raw.get("groups"))),
-        home=_typed(raw, "home", str),
-        shell=_typed(raw, "shell", str),
+        user=typed(raw, "user", str),
+        uid=typed(raw, "uid", int),
+        gid=typed(raw, "gid", int),
+        groups=tuple(ints(raw.get("groups"))),
+        home=typed(raw, "home", str),
+        shell=typed(raw, "shell", str),
     )
 
 

@@ -41,9 +41,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nodeagent.launch.contract import part_key
+from nodeagent.launch.json_fields import ints, strs, typed
 
 RECORD_VERSION = 1
 _KEY = re.compile(r"^(?P<job>[A-Za-z0-9_.:@-]{1,200})@(?P<attempt>[0-9]{1,9})$")
@@ -137,39 +137,18 @@ class PartRecord:
             raise StateError("record is not a version-1 part record")
         try:
             return cls(
-                job_id=_typed(raw, "job_id", str),
-                attempt=_typed(raw, "attempt", int),
-                cpus=_typed(raw, "cpus", int),
-                slots=tuple(_ints(raw.get("slots"))),
-                argv=tuple(_strs(raw.get("argv"))),
-                budget=float(_typed(raw, "budget", (int, float))),
-                rate=float(_typed(raw, "rate", (int, float))),
-                changed=float(_typed(raw, "changed", (int, float))),
+                job_id=typed(raw, "job_id", str),
+                attempt=typed(raw, "attempt", int),
+                cpus=typed(raw, "cpus", int),
+                slots=tuple(ints(raw.get("slots"))),
+                argv=tuple(strs(raw.get("argv"))),
+                budget=float(typed(raw, "budget", (int, float))),
+                rate=float(typed(raw, "rate", (int, float))),
+                changed=float(typed(raw, "changed", (int, float))),
                 resized=bool(raw.get("resized", False)),
             )
         except TypeError as exc:
             raise StateError(f"record field: {exc}") from None
-
-
-def _typed(raw: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    value = raw.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise TypeError(f"{name} is {value!r}")
-    return value
-
-
-def _ints(value: object) -> list[int]:
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise TypeError(f"expected a list of integers, got {value!r}")
-    return value
-
-
-def _strs(value: object) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"expected a list of strings, got {value!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
