@@ -214,16 +214,15 @@ class PartRuns:
         if not part.mpi_ranks:
             return
         self._tasks.start(
-            self._find_command_ranks(job_id, attempt, part.launch, supervisor),
+            self._find_command_ranks(job_id, attempt, part.launch, supervisor, part.mpi_ranks),
             f"ranks-{job_id}",
         )
 
     async def _find_command_ranks(
-        self, job_id: str, attempt: int, launch: Launch, supervisor: int
+        self, job_id: str, attempt: int, launch: Launch, supervisor: int, count: int
     ) -> None:
         # Polled as the MPI-like leader's are, but a launcher takes longer than a fork
         # to start its ranks (it execs, then starts each): the same patience, slower.
-        count = self._commands.mpi_ranks(launch)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.rank_search
         delay = 0.005
@@ -333,7 +332,7 @@ class PartRuns:
         part = self._parts.get(found.job_id)
         if part is None or part.attempt != found.attempt:
             return  # it ended meanwhile
-        expected = self._commands.mpi_ranks(part.launch) if part.wall_clock else part.launch.ranks
+        expected = part.mpi_ranks if part.wall_clock else part.launch.ranks
         if len(found.pids) < expected:
             log.warning(
                 "part %s: %d of its %d ranks found: they stay on the part's cores",
