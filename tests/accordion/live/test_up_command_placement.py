@@ -17,22 +17,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from accordion.cli import app
 from accordion.client.live_client import run_async
 from accordion.cluster.local_cluster import STOP_GRACE, LocalCluster
 from broker.local import mosquitto_binary
 from broker.messages import JobStatus
-from broker.settings import ENV_PASSWORD_FILE, ENV_USERNAME
 from broker.vocabulary import JobState, WaitReason
 from model.machine import Machine
 from tests.accordion.live.cli_harness import wait_until
+from tests.accordion.live.test_up_commands import as_owner, status_says
 from tests.brokers import _no_mosquitto
 from workload.cluster import ClusterSpec
 
 pytestmark = pytest.mark.integration
-runner = CliRunner()
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
@@ -69,20 +66,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 
         run_async(ready())
         yield local
-
-
-def as_owner(cluster: LocalCluster, *args: str) -> Result:
-    """``accordion ARGS`` logged in as the cluster's owner (its first login)."""
-    login = cluster.credentials(ME)
-    env = {ENV_USERNAME: login.username, ENV_PASSWORD_FILE: str(login.password_file)}
-    return runner.invoke(
-        app, [args[0], "--broker", cluster.broker_url, "--root", cluster.root, *args[1:]], env=env
-    )
-
-
-def status_says(cluster: LocalCluster, job_id: str, *words: str) -> bool:
-    result = as_owner(cluster, "status", job_id)
-    return result.exit_code == 0 and all(w in result.output for w in words)
 
 
 def queued(cluster: LocalCluster, job_id: str) -> JobStatus | None:
