@@ -40,7 +40,7 @@ from broker.topics import Topics
 from broker.vocabulary import MpiLibrary
 from nodeagent.launch.jobtree import cgroup2_mount, cgroup_base, own_cgroup
 from tests.integration.conftest import BrokerEndpoint
-from tests.nodeagent.commands_harness import alive, file_says
+from tests.nodeagent.commands_harness import alive, command_job, file_says
 from tests.nodeagent.harness import Scheduler
 from tests.nodeagent.test_forkserver_agent_kill import gone
 from tests.nodeagent.test_mpi_commands import CG, CORES, on_cores, ranks_when
@@ -240,20 +240,8 @@ async def test_a_restarted_agent_adopts_mpi_ranks_and_repins_them_at_a_resize(
     mosquitto: BrokerEndpoint, tmp_path: Path
 ) -> None:
     topics = Topics(f"cadopt-{uuid.uuid4().hex[:6]}/v1")
-    spec = JobSpec(
-        id="mpi1",
-        procs=2,
-        walltime=1e6,
-        work=1e6,
-        workload="command",
-        user=ME,
-        owner=ME,
-        command=CommandSpec(
-            argv=(str(CG), "-n", "20000", "-i", "100000000"),
-            chdir=str(tmp_path),
-            mpi=MpiLibrary.OPENMPI,
-        ),
-    )
+    argv = [str(CG), "-n", "20000", "-i", "100000000"]
+    spec = command_job("mpi1", argv, tmp_path, procs=2, owner=ME, mpi=MpiLibrary.OPENMPI)
     a, b = str(CORES[0]), str(CORES[1])
     async with watching(mosquitto, topics) as scheduler:
         agent = await start_agent(mosquitto, topics, tmp_path)
