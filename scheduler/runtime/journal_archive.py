@@ -74,22 +74,6 @@ _MOVED = ("jobs", "events", "job_events")
 
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS archive.archive_events_job ON events(job_id);
-CREATE TABLE IF NOT EXISTS archive.job_events (
-    job_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    at REAL NOT NULL,
-    event TEXT NOT NULL,
-    detail TEXT,
-    cpus_before INTEGER,
-    cpus_after INTEGER,
-    parts TEXT,
-    stream INTEGER,
-    owner TEXT,
-    owner_stream INTEGER,
-    exit_status INTEGER,
-    signal INTEGER,
-    PRIMARY KEY (job_id, seq)
-) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS archive.archive_job_events_stream ON job_events(stream);
 CREATE INDEX IF NOT EXISTS archive.archive_job_events_owner ON job_events(owner, owner_stream);
 """
